@@ -1,0 +1,41 @@
+# Response Auditor: `make run` serves the dashboard with demo data, `make test` runs every test.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# The first interpreter >= 3.12 found (Django 6 needs it); pyenv shims honour .python-version.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
+
+.PHONY: run test test-unit test-browser bench lint venv clean
+
+$(VENV)/.installed: pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py setup_demo
+	$(PY) -m daphne -b $(HOST) -p $(PORT) auditor_site.asgi:application
+
+# Unit, API and WebSocket tests first; real-browser tests in their own pytest run
+# (Playwright's sync API and pytest-asyncio do not share one process well).
+test: venv
+	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
+	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
+
+bench: venv
+	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+lint: venv
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,148 @@
+"""The auditor: fan out to the enabled analyzers, rescue failures, aggregate, surface."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .base import Analyzer, AuditContext, ProgressCallback
+from .collisions import CollisionStore, InMemoryCollisionStore
+from .config import AuditorConfig
+from .contract import AnalyzerRun, AuditInput, AuditReport
+from .registry import Registry, default_registry
+
+logger = logging.getLogger(__name__)
+
+
+def is_surfaced(score: float, should_surface: bool, threshold: float) -> bool:
+    return score >= threshold or should_surface
+
+
+def overall_score(runs: Iterable[AnalyzerRun]) -> float:
+    """Mean score of the analyzers that succeeded; 0.0 when none did."""
+    scores = [r.score for r in runs if r.status == "ok"]
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Auditor:
+    """Runs one configuration's analyzers over audit inputs.
+
+    `services` is handed to analyzers through the context (link checker, LLM client, ...).
+    """
+
+    def __init__(
+        self,
+        config: AuditorConfig | None = None,
+        registry: Registry | None = None,
+        *,
+        collision_store: CollisionStore | None = None,
+        services: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config or AuditorConfig()
+        self.registry = registry if registry is not None else default_registry()
+        self.collision_store = collision_store or InMemoryCollisionStore()
+        self.services = services or {}
+
+    def enabled_analyzers(self) -> list[Analyzer]:
+        return [
+            a for a in self.registry if self.config.is_enabled(a.id, a.enabled_by_default)
+        ]
+
+    async def audit(
+        self,
+        audit: AuditInput,
+        *,
+        options: dict[str, dict[str, Any]] | None = None,
+        collision_key: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> AuditReport:
+        context = AuditContext(
+            config=self.config,
+            collision_key=audit.user_input if collision_key is None else collision_key,
+            collision_store=self.collision_store,
+            services=self.services,
+            progress=progress,
+        )
+        options = options or {}
+        limit = asyncio.Semaphore(self.config.max_concurrency)
+        analyzers = self.enabled_analyzers()
+
+        async def run_one(analyzer: Analyzer) -> AnalyzerRun:
+            async with limit:
+                return await self._run_analyzer(analyzer, audit, options.get(analyzer.id), context)
+
+        if len(analyzers) == 1:
+            runs = [await run_one(analyzers[0])]
+        else:
+            runs = list(await asyncio.gather(*(run_one(a) for a in analyzers)))
+
+        report = AuditReport(
+            threshold=self.config.threshold,
+            overall_score=overall_score(runs),
+            results=runs,
+            cleaned_response=(
+                audit.response if context.cleaned_response is None else context.cleaned_response
+            ),
+            links=context.links,
+            trace=context.trace,
+        )
+        await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
+        return report
+
+    async def _run_analyzer(
+        self,
+        analyzer: Analyzer,
+        audit: AuditInput,
+        overrides: dict[str, Any] | None,
+        context: AuditContext,
+    ) -> AnalyzerRun:
+        await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
+        started = time.perf_counter()
+        status, error, result = "ok", None, None
+        try:
+            raw = {**self.config.analyzer_section(analyzer.id), **(overrides or {})}
+            settings = analyzer.parse_settings(raw)
+            async with asyncio.timeout(self.config.analyzer_timeout_s):
+                result = await analyzer.analyze(audit, settings, context)
+        except TimeoutError:
+            status, error = "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
+        except Exception as exc:  # an analyzer never fails the audit
+            status, error = "failed", _error_text(exc)
+        duration_ms = (time.perf_counter() - started) * 1000
+        if result is not None:
+            run = AnalyzerRun(**result.model_dump(), duration_ms=duration_ms)
+            run.surfaced = is_surfaced(run.score, run.should_surface, self.config.threshold)
+        else:
+            run = AnalyzerRun(
+                analyzer_id=analyzer.id,
+                category=analyzer.category,
+                status=status,
+                error=error,
+                duration_ms=duration_ms,
+            )
+        await emit(
+            context.progress,
+            {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
+        )
+        return run
+
+
+async def emit(progress: ProgressCallback | None, event: dict[str, Any]) -> None:
+    """Report one step of the audit; a failing progress callback never fails the audit."""
+    if progress is None:
+        return
+    try:
+        outcome = progress(event)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception:
+        logger.exception("progress callback failed for %s", event.get("type"))

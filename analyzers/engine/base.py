@@ -1,0 +1,95 @@
+"""The small base class every analyzer derives from, built-in or third-party.
+
+An analyzer is an object with an `id`, a `category`, a pydantic `Settings` model and an
+async `analyze(audit, settings, context)` returning an `AnalyzerResult`. Write one like this::
+
+    class ShoutingAnalyzer(Analyzer):
+        id = "shouting"
+        category = "communication"
+        description = "Flags responses written in capitals."
+
+        class Settings(AnalyzerSettings):
+            max_ratio: float = 0.5
+
+        async def analyze(self, audit, settings, context):
+            ...
+            return self.result(score=..., annotations=[...])
+
+and name it in the `AUDITOR_EXTRA_ANALYZERS` setting (a dotted path) or in the
+`response_auditor.analyzers` entry-point group of your package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .collisions import CollisionStore, InMemoryCollisionStore
+from .config import AuditorConfig
+from .contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
+
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class AnalyzerSettings(BaseModel):
+    """Base of every analyzer's settings: unknown keys are errors, so typos are caught."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class AuditContext:
+    """What one audit shares between its analyzers and the auditor.
+
+    `memo` lets analyzers that share one computation (the guardrail pipeline behind
+    links, grounding and prompt_leak) run it once per audit. `cleaned_response`, `links`
+    and `trace` are filled by the analyzers that clean the text.
+    """
+
+    config: AuditorConfig
+    collision_key: str = ""
+    collision_store: CollisionStore = field(default_factory=InMemoryCollisionStore)
+    services: dict[str, Any] = field(default_factory=dict)
+    memo: dict[str, Any] = field(default_factory=dict)
+    cleaned_response: str | None = None
+    links: list[LinkRecord] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    progress: ProgressCallback | None = None
+
+
+class Analyzer:
+    """Base class of analyzers. Subclasses set `id`, `category`, `Settings`, `analyze`."""
+
+    id: ClassVar[str]
+    category: ClassVar[str]
+    description: ClassVar[str] = ""
+    enabled_by_default: ClassVar[bool] = True
+    Settings: ClassVar[type[AnalyzerSettings]] = AnalyzerSettings
+
+    def parse_settings(self, raw: dict[str, Any]) -> AnalyzerSettings:
+        return self.Settings.model_validate(raw)
+
+    async def analyze(
+        self, audit: AuditInput, settings: Any, context: AuditContext
+    ) -> AnalyzerResult:
+        raise NotImplementedError
+
+    def result(
+        self,
+        *,
+        score: float,
+        annotations: list[Annotation] | None = None,
+        should_surface: bool = False,
+        supplementary: dict[str, Any] | None = None,
+    ) -> AnalyzerResult:
+        return AnalyzerResult(
+            analyzer_id=self.id,
+            category=self.category,
+            score=score,
+            should_surface=should_surface,
+            annotations=annotations or [],
+            supplementary=supplementary or {},
+        )

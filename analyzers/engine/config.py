@@ -1,0 +1,60 @@
+"""The configuration file (CONTRACT.md section 5) as pydantic models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Brand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "Acme"
+    title_suffix: str = " | Acme"
+
+
+class KnownCustomer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    slug: str
+    aliases: list[str] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
+
+
+class LLMConfig(BaseModel):
+    """Where the judged analyzers find a model. The key itself lives in the env var named here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "AUDITOR_LLM_API_KEY"
+    timeout_s: float = 30.0
+    max_concurrency: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=3, ge=0)
+
+
+class AuditorConfig(BaseModel):
+    """The whole configuration; `analyzers` maps analyzer id -> its settings plus `enabled`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(default=0.3, ge=0.0, le=1.0)
+    max_concurrency: int = Field(default=4, ge=1)
+    analyzer_timeout_s: float = Field(default=10.0, gt=0)
+    analyzers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    allowed_hosts: list[str] = Field(default_factory=list)
+    brand: Brand = Field(default_factory=Brand)
+    known_customers: list[KnownCustomer] = Field(default_factory=list)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+
+    def analyzer_section(self, analyzer_id: str) -> dict[str, Any]:
+        """The settings of one analyzer, without the `enabled` switch."""
+        section = dict(self.analyzers.get(analyzer_id, {}))
+        section.pop("enabled", None)
+        return section
+
+    def is_enabled(self, analyzer_id: str, default: bool = True) -> bool:
+        return bool(self.analyzers.get(analyzer_id, {}).get("enabled", default))
