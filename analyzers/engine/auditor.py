@@ -109,7 +109,7 @@ class Auditor:
         started = time.perf_counter()
         status, error, result = "ok", None, None
         try:
-            raw = {**self.config.analyzer_section(analyzer.id), **(overrides or {})}
+            raw = {**self.config.analyzer_section(analyzer.id), **check_overrides(analyzer, overrides)}
             settings = analyzer.parse_settings(raw)
             async with asyncio.timeout(self.config.analyzer_timeout_s):
                 result = await analyzer.analyze(audit, settings, context)
@@ -134,6 +134,18 @@ class Auditor:
             {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
         )
         return run
+
+
+def check_overrides(analyzer: Analyzer, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-audit options, refusing keys that only the configuration may set."""
+    if not overrides:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ValueError(f"options for {analyzer.id!r} must be an object")
+    locked = sorted(analyzer.config_only_settings.intersection(overrides))
+    if locked:
+        raise ValueError(f"{', '.join(locked)} can only be set in the configuration")
+    return overrides
 
 
 async def emit(progress: ProgressCallback | None, event: dict[str, Any]) -> None:

@@ -68,6 +68,8 @@ class Analyzer:
     description: ClassVar[str] = ""
     enabled_by_default: ClassVar[bool] = True
     Settings: ClassVar[type[AnalyzerSettings]] = AnalyzerSettings
+    # Settings only the configuration may set, never per-audit `options` (e.g. code paths).
+    config_only_settings: ClassVar[frozenset[str]] = frozenset()
 
     def parse_settings(self, raw: dict[str, Any]) -> AnalyzerSettings:
         return self.Settings.model_validate(raw)

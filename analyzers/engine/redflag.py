@@ -1,13 +1,307 @@
-"""Structural red flags (placeholder being written)."""
+"""Structural red flags: empty, too long, broken JSON, missing fields, self-contradiction,
+duplicate outputs, token spikes, custom validators.
+
+The semantics follow the redflag gate of the reference (MAKER preset defaults: 3000 chars,
+750 tokens, spike at 700). Score: 1.0 when any flag is critical; otherwise flags combine
+as independent risks, ``1 - prod(1 - weight)``, with weight 0.4 per warning and 0.1 per info
+(one warning alone surfaces at the default threshold of 0.3; infos alone rarely do).
+"""
+
 from __future__ import annotations
 
-from .base import Analyzer
+import hashlib
+import inspect
+import json
+import re
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from .base import Analyzer, AnalyzerSettings, AuditContext
+from .contract import AnalyzerResult, Annotation, AuditInput
+from .registry import RegistryError, import_dotted
+
+SEVERITY_WEIGHT = {"info": 0.1, "warning": 0.4}
+
+_NOT_CERTAIN = re.compile(
+    r"\b(?:not|never)\s+(?:entirely\s+|completely\s+|totally\s+|100%\s+)?(?:certain|sure)\b"
+    r"|\buncertain\b",
+    re.IGNORECASE,
+)
+_CERTAIN = re.compile(r"\b(?:certainly|definitely|clearly)\b", re.IGNORECASE)
+_THE_ANSWER_IS = re.compile(r"\bthe\s+answer\s+is\s+\S", re.IGNORECASE)
+_HEDGE = re.compile(r"\b(?:i\s+think|maybe|perhaps)\b", re.IGNORECASE)
+_FENCED_JSON = re.compile(r"\A```(?:json)?[ \t]*\n(.*?)\n?```\Z", re.DOTALL | re.IGNORECASE)
+_EVIDENCE_SPAN_MAX = 300
+
+
+class RedflagSettings(AnalyzerSettings):
+    max_chars: int | None = Field(default=3000, ge=1)
+    max_tokens: int | None = Field(default=750, ge=1)
+    token_spike_threshold: int | None = Field(default=700, ge=1)
+    require_json: bool = False
+    required_fields: list[str] = Field(default_factory=list)
+    detect_self_contradiction: bool = True
+    track_collisions: bool = True
+    validators: list[str] = Field(
+        default_factory=list,
+        description="Dotted paths of validator callables (configuration only, never per audit).",
+    )
+
+
+def count_tokens(text: str) -> int:
+    """Whitespace-split tokens, as in the reference."""
+    return len(text.split())
+
+
+def normalise_for_hash(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def content_digest(text: str) -> str:
+    return hashlib.blake2b(normalise_for_hash(text).encode(), digest_size=16).hexdigest()
+
+
+_NO_JSON = object()
+
+
+def parse_json_output(text: str) -> Any:
+    """The parsed value, or `_NO_JSON`. A single fenced ```json block counts as JSON."""
+    stripped = text.strip()
+    for candidate in (stripped, _fenced_body(stripped)):
+        if candidate is None:
+            continue
+        try:
+            return json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+    return _NO_JSON
+
+
+def _fenced_body(text: str) -> str | None:
+    if not text.startswith("```"):
+        return None
+    match = _FENCED_JSON.match(text)
+    if match is None or "```" in match.group(1):
+        return None
+    return match.group(1)
+
+
+def has_path(value: Any, path: str) -> bool:
+    """True when the dot path (`a.b`, `items.0.id`) exists in the parsed JSON value."""
+    for part in path.split("."):
+        if isinstance(value, dict):
+            if part not in value:
+                return False
+            value = value[part]
+        elif isinstance(value, list):
+            if not (part.isdigit() and int(part) < len(value)):
+                return False
+            value = value[int(part)]
+        else:
+            return False
+    return True
+
+
+def _span_evidence(text: str, a: re.Match[str], b: re.Match[str]) -> tuple[str, int, int]:
+    start, end = min(a.start(), b.start()), max(a.end(), b.end())
+    if end - start > _EVIDENCE_SPAN_MAX:
+        start, end = b.start(), b.end()
+    return text[start:end], start, end
+
+
+def find_self_contradiction(text: str) -> Annotation | None:
+    not_certain = _NOT_CERTAIN.search(text)
+    if not_certain:
+        certain = _CERTAIN.search(text)
+        if certain:
+            evidence, start, end = _span_evidence(text, not_certain, certain)
+            return Annotation(
+                type="SELF_CONTRADICTION",
+                label="Confidence contradiction",
+                severity="warning",
+                description=(
+                    f"Says it is {not_certain.group(0)!r} yet also {certain.group(0)!r}."
+                ),
+                evidence=evidence,
+                start=start,
+                end=end,
+            )
+    answer = _THE_ANSWER_IS.search(text)
+    if answer:
+        hedge = _HEDGE.search(text)
+        if hedge:
+            evidence, start, end = _span_evidence(text, answer, hedge)
+            return Annotation(
+                type="SELF_CONTRADICTION",
+                label="Hedged definitive answer",
+                severity="warning",
+                description=f"Gives a definitive answer, then hedges with {hedge.group(0)!r}.",
+                evidence=evidence,
+                start=start,
+                end=end,
+            )
+    return None
+
+
+def score_annotations(annotations: list[Annotation]) -> float:
+    if any(a.severity == "critical" for a in annotations):
+        return 1.0
+    keep = 1.0
+    for annotation in annotations:
+        keep *= 1.0 - SEVERITY_WEIGHT[annotation.severity]
+    return round(1.0 - keep, 6)
 
 
 class RedflagAnalyzer(Analyzer):
     id = "redflag"
     category = "structure"
-    description = "Structural red flags."
+    description = (
+        "Structural red flags: empty output, too many characters or tokens, token spikes, "
+        "invalid JSON, missing required fields, self-contradiction, duplicate outputs "
+        "(collisions) and custom validators."
+    )
+    Settings = RedflagSettings
+    config_only_settings: ClassVar[frozenset[str]] = frozenset({"validators"})
 
-    async def analyze(self, audit, settings, context):
-        return self.result(score=0.0)
+    async def analyze(
+        self, audit: AuditInput, settings: RedflagSettings, context: AuditContext
+    ) -> AnalyzerResult:
+        text = audit.response
+        tokens = count_tokens(text)
+        is_spike = (
+            settings.token_spike_threshold is not None and tokens > settings.token_spike_threshold
+        )
+        flags: list[Annotation] = []
+
+        if not text.strip():
+            flags.append(
+                Annotation(
+                    type="EMPTY_OUTPUT",
+                    label="Empty output",
+                    severity="critical",
+                    description="The response is empty after trimming whitespace.",
+                )
+            )
+        if settings.max_chars is not None and len(text) > settings.max_chars:
+            flags.append(
+                Annotation(
+                    type="TOO_MANY_CHARS",
+                    label="Too many characters",
+                    severity="warning",
+                    description=f"{len(text)} characters, more than the limit of {settings.max_chars}.",
+                )
+            )
+        if settings.max_tokens is not None and tokens > settings.max_tokens:
+            flags.append(
+                Annotation(
+                    type="TOO_MANY_TOKENS",
+                    label="Too many tokens",
+                    severity="warning",
+                    description=f"{tokens} tokens, more than the limit of {settings.max_tokens}.",
+                )
+            )
+        if is_spike:
+            flags.append(
+                Annotation(
+                    type="TOKEN_LENGTH_SPIKE",
+                    label="Token length spike",
+                    severity="info",
+                    description=(
+                        f"{tokens} tokens, above the spike threshold of "
+                        f"{settings.token_spike_threshold}."
+                    ),
+                )
+            )
+
+        parsed: Any = None
+        if settings.require_json or settings.required_fields:
+            parsed = parse_json_output(text)
+            if parsed is _NO_JSON:
+                parsed = None
+                flags.append(
+                    Annotation(
+                        type="JSON_PARSE_FAILED",
+                        label="Not valid JSON",
+                        severity="critical",
+                        description="The response was required to be JSON and could not be parsed.",
+                        evidence=text[:200] or None,
+                        start=0 if text else None,
+                        end=min(len(text), 200) if text else None,
+                    )
+                )
+            else:
+                for path in settings.required_fields:
+                    if not has_path(parsed, path):
+                        flags.append(
+                            Annotation(
+                                type="REQUIRED_FIELD_MISSING",
+                                label="Required field missing",
+                                severity="critical",
+                                description=f"The JSON has no field {path!r}.",
+                            )
+                        )
+
+        if settings.detect_self_contradiction:
+            contradiction = find_self_contradiction(text)
+            if contradiction is not None:
+                flags.append(contradiction)
+
+        if settings.track_collisions and text.strip():
+            if await context.collision_store.seen_before(
+                context.collision_key, content_digest(text)
+            ):
+                flags.append(
+                    Annotation(
+                        type="COLLISION_DETECTED",
+                        label="Duplicate output",
+                        severity="warning",
+                        description="The same content was already produced for this collision key.",
+                    )
+                )
+
+        for path in settings.validators:
+            flags.extend(await run_validator(path, text, parsed, audit))
+
+        return self.result(
+            score=score_annotations(flags),
+            annotations=flags,
+            supplementary={"stats": {"chars": len(text), "tokens": tokens, "is_spike": is_spike}},
+        )
+
+
+async def run_validator(path: str, text: str, parsed: Any, audit: AuditInput) -> list[Annotation]:
+    """Run one custom validator; its failure is a flag, never a crash.
+
+    A validator is called as ``validator(text=..., parsed=..., context=...)`` and returns
+    True / None / ``{"ok": True}`` to pass, False or ``{"ok": False, "message": ...,
+    "details": ...}`` to fail. It may be async.
+    """
+    try:
+        validator = import_dotted(path)
+        if not callable(validator):
+            raise RegistryError(f"{path!r} is not callable")
+        outcome = validator(text=text, parsed=parsed, context=dict(audit.metadata))
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+    except Exception as exc:
+        return [
+            Annotation(
+                type="EXCEPTION",
+                label="Validator raised",
+                severity="warning",
+                description=f"Validator {path} raised {type(exc).__name__}: {exc}",
+            )
+        ]
+    if outcome is False or (isinstance(outcome, dict) and outcome.get("ok") is False):
+        message = outcome.get("message") if isinstance(outcome, dict) else None
+        return [
+            Annotation(
+                type="VALIDATOR_FAILED",
+                label="Validator failed",
+                severity="warning",
+                description=f"Validator {path} failed" + (f": {message}" if message else "."),
+            )
+        ]
+    return []
+
