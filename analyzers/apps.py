@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class AnalyzersConfig(AppConfig):
     name = "analyzers"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import config_store  # noqa: F401  (connects the change-log signals)

@@ -156,15 +156,30 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Background tasks: "immediate" runs audits in the server process (a worker thread),
-# "database" queues them for `manage.py db_worker` processes (django-tasks-db).
-AUDITOR_TASK_BACKEND = os.environ.get("AUDITOR_TASK_BACKEND", "immediate")
-if AUDITOR_TASK_BACKEND == "database":
+# Background tasks: "thread" (default) runs audits on a small thread pool inside the server
+# process, so `make run` needs nothing else; "database" queues them for `manage.py db_worker`
+# processes on any number of machines (django-tasks-db); "immediate" runs them inside the
+# request (debugging only).
+AUDITOR_TASK_BACKEND = os.environ.get("AUDITOR_TASK_BACKEND", "thread")
+if AUDITOR_TASK_BACKEND == "thread":
+    TASKS = {
+        "default": {
+            "BACKEND": "audits.task_backends.ThreadPoolBackend",
+            "OPTIONS": {
+                "MAX_WORKERS": envint("AUDITOR_TASK_THREADS", 2),
+                "SWEEP_INTERVAL": envint("AUDITOR_RECOVERY_INTERVAL", 60),
+            },
+        }
+    }
+elif AUDITOR_TASK_BACKEND == "database":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 elif AUDITOR_TASK_BACKEND == "immediate":
     TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
 else:
-    raise ImproperlyConfigured("AUDITOR_TASK_BACKEND must be 'immediate' or 'database'")
+    raise ImproperlyConfigured("AUDITOR_TASK_BACKEND must be 'thread', 'database' or 'immediate'")
+# API limits: request body size and requests per minute per API key.
+AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
+AUDITOR_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_RATE_LIMIT_PER_MINUTE", 6000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])

@@ -1,0 +1,219 @@
+"""What happened: audit runs, one result per analyzer, annotations, trace lines, links.
+
+Child rows (results, annotations, trace lines, links) carry an autoincrement `id` and a
+`position` within their run, so a live feed can catch up from the database in order.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class AuditRun(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETE = "complete"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # True when the response was a stream that ended before completion.
+    incomplete = models.BooleanField(default=False)
+
+    api_key = models.ForeignKey(
+        "analyzers.ApiKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audits",
+    )
+    external_id = models.CharField(max_length=200, null=True, blank=True)
+    # SHA-256 of the canonical request body: the same external_id with another body is a 409.
+    request_hash = models.CharField(max_length=64, blank=True, default="")
+
+    user_input = models.TextField(blank=True, default="")
+    response = models.TextField(blank=True, default="")
+    cleaned_response = models.TextField(blank=True, default="")
+    sources = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    collision_key = models.TextField(null=True, blank=True)
+    options = models.JSONField(default=dict, blank=True)
+
+    threshold = models.FloatField(default=0.3)
+    config_snapshot = models.JSONField(default=dict, blank=True)
+    overall_score = models.FloatField(null=True, blank=True)
+    # True when at least one result is surfaced (the audit "has a card").
+    has_card = models.BooleanField(default=False)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "external_id"],
+                condition=Q(external_id__isnull=False),
+                name="audit_external_id_unique_per_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="audit_created_idx"),
+            models.Index(fields=["overall_score"], name="audit_score_idx"),
+            models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
+            models.Index(fields=["status", "started_at"], name="audit_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Audit {self.id} ({self.status})"
+
+    @property
+    def surfaced(self) -> bool:
+        return self.has_card
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.COMPLETE, self.Status.FAILED)
+
+
+class AnalyzerRunRecord(models.Model):
+    """The outcome of one analyzer on one audit (CONTRACT.md section 2 `results` item)."""
+
+    class Status(models.TextChoices):
+        OK = "ok"
+        FAILED = "failed"
+        TIMEOUT = "timeout"
+
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="results")
+    position = models.PositiveIntegerField(default=0)
+    analyzer_id = models.CharField(max_length=100)
+    category = models.CharField(max_length=100, blank=True, default="")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OK)
+    error = models.TextField(null=True, blank=True)
+    duration_ms = models.FloatField(default=0.0)
+    score = models.FloatField(default=0.0)
+    should_surface = models.BooleanField(default=False)
+    surfaced = models.BooleanField(default=False)
+    supplementary = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["audit", "position", "id"]
+        verbose_name = "analyzer result"
+        indexes = [
+            models.Index(fields=["analyzer_id", "surfaced"], name="result_analyzer_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.analyzer_id} {self.status} {self.score:.2f}"
+
+
+class Annotation(models.Model):
+    """One finding of one analyzer; `audit` is duplicated for fast list filters."""
+
+    class Severity(models.TextChoices):
+        INFO = "info"
+        WARNING = "warning"
+        CRITICAL = "critical"
+
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="annotations")
+    result = models.ForeignKey(
+        AnalyzerRunRecord, on_delete=models.CASCADE, related_name="annotations"
+    )
+    position = models.PositiveIntegerField(default=0)
+    analyzer_id = models.CharField(max_length=100)
+    type = models.CharField(max_length=100)
+    label = models.CharField(max_length=500, blank=True, default="")
+    severity = models.CharField(max_length=10, choices=Severity.choices, default=Severity.WARNING)
+    description = models.TextField(blank=True, default="")
+    evidence = models.TextField(null=True, blank=True)
+    start = models.IntegerField(null=True, blank=True)
+    end = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["result", "position", "id"]
+        indexes = [
+            models.Index(fields=["type", "audit"], name="annotation_type_idx"),
+            models.Index(fields=["severity", "audit"], name="annotation_severity_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} ({self.severity})"
+
+
+class TraceLine(models.Model):
+    """One "[AUDIT] ..." line, in order."""
+
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="trace_lines")
+    position = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["audit", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["audit", "position"], name="trace_line_unique_position")
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:100]
+
+
+class LinkCheck(models.Model):
+    """One row of the audit's link table."""
+
+    class Decision(models.TextChoices):
+        KEEP = "keep"
+        REPLACE = "replace"
+        STRIP = "strip"
+
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="links")
+    position = models.PositiveIntegerField(default=0)
+    url = models.TextField()
+    label = models.TextField(blank=True, default="")
+    decision = models.CharField(max_length=10, choices=Decision.choices, default=Decision.KEEP)
+    reason = models.TextField(null=True, blank=True)
+    http_status = models.IntegerField(null=True, blank=True)
+    healthy = models.BooleanField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["audit", "position", "id"]
+
+    def __str__(self) -> str:
+        return self.url[:100]
+
+
+class CollisionDigest(models.Model):
+    """A content hash the red-flag analyzer has seen in a scope (SHA-256 of the collision key)."""
+
+    scope_hash = models.CharField(max_length=64)
+    digest = models.CharField(max_length=128)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope_hash", "digest"], name="collision_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope_hash[:8]}:{self.digest[:12]}"
+
+
+class RateLimitCounter(models.Model):
+    """Requests of one API key in one time window; incremented atomically with F()."""
+
+    bucket = models.CharField(max_length=100, unique=True)
+    count = models.PositiveIntegerField(default=0)
+    window_start = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.bucket}: {self.count}"

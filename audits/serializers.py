@@ -1,0 +1,104 @@
+"""The Audit as stored and exported (CONTRACT.md section 2), in one place.
+
+Use `with_details(qs)` (or `AuditRun.objects` through `audit_queryset()`) before
+serialising many runs so that every run costs no extra query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+
+
+def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
+    """Prefetch everything `audit_to_dict` reads (4 queries per batch, not per run)."""
+    return qs.prefetch_related(
+        Prefetch(
+            "results",
+            queryset=AnalyzerRunRecord.objects.order_by("position", "id").prefetch_related(
+                Prefetch("annotations", queryset=Annotation.objects.order_by("position", "id"))
+            ),
+        ),
+        Prefetch("trace_lines", queryset=TraceLine.objects.order_by("position")),
+        Prefetch("links", queryset=LinkCheck.objects.order_by("position", "id")),
+    )
+
+
+def audit_queryset() -> QuerySet[AuditRun]:
+    return with_details(AuditRun.objects.all())
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def annotation_to_dict(a: Annotation) -> dict[str, Any]:
+    return {
+        "type": a.type,
+        "label": a.label,
+        "severity": a.severity,
+        "description": a.description,
+        "evidence": a.evidence,
+        "start": a.start,
+        "end": a.end,
+    }
+
+
+def result_to_dict(r: AnalyzerRunRecord) -> dict[str, Any]:
+    return {
+        "analyzer_id": r.analyzer_id,
+        "category": r.category,
+        "score": r.score,
+        "should_surface": r.should_surface,
+        "annotations": [annotation_to_dict(a) for a in r.annotations.all()],
+        "supplementary": r.supplementary or {},
+        "status": r.status,
+        "error": r.error,
+        "duration_ms": r.duration_ms,
+        "surfaced": r.surfaced,
+    }
+
+
+def link_to_dict(link: LinkCheck) -> dict[str, Any]:
+    return {
+        "url": link.url,
+        "label": link.label,
+        "decision": link.decision,
+        "reason": link.reason,
+        "http_status": link.http_status,
+        "healthy": link.healthy,
+    }
+
+
+def audit_to_dict(run: AuditRun) -> dict[str, Any]:
+    """The Audit JSON of CONTRACT.md section 2 (plus a few documented extras)."""
+    results = [result_to_dict(r) for r in run.results.all()]
+    return {
+        "id": str(run.id),
+        "external_id": run.external_id,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "status": run.status,
+        "incomplete": run.incomplete,
+        "error": run.error or None,
+        "attempts": run.attempts,
+        "rerun_of": str(run.rerun_of_id) if run.rerun_of_id else None,
+        "user_input": run.user_input,
+        "response": run.response,
+        "cleaned_response": run.cleaned_response,
+        "sources": run.sources or [],
+        "metadata": run.metadata or {},
+        "collision_key": run.collision_key,
+        "options": run.options or {},
+        "threshold": run.threshold,
+        "overall_score": run.overall_score,
+        "has_card": run.has_card,
+        "results": results,
+        "surfaced_results": [r for r in results if r["surfaced"]],
+        "links": [link_to_dict(link) for link in run.links.all()],
+        "trace": [line.text for line in run.trace_lines.all()],
+    }

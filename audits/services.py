@@ -1,0 +1,438 @@
+"""Writes of the audits app (HackSoft style: keyword-only functions, one transaction each).
+
+- `submit_audit(...)` stores a run, then enqueues `audits.tasks.run_audit` on commit.
+- `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
+- `rerun_audit(run)` submits a copy with the current configuration.
+- `recover_stale_runs()` re-queues runs a dead worker left behind (bounded attempts).
+- `publish(event)` is the one way progress events leave the pipeline (see audits.events).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from analyzers.engine.contract import AuditInput, AuditReport, Source
+
+from .events import apublish, publish
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+
+__all__ = [
+    "ExternalIdConflict",
+    "MAX_ATTEMPTS",
+    "apublish",
+    "enqueue_audit",
+    "execute_run",
+    "mark_failed",
+    "publish",
+    "recover_stale_runs",
+    "request_fingerprint",
+    "rerun_audit",
+    "store_report",
+    "submit_audit",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+DEFAULT_STALE_AFTER = timedelta(minutes=5)
+
+
+class ExternalIdConflict(Exception):
+    """The external_id is already used by this key with a different request body."""
+
+    def __init__(self, existing: AuditRun):
+        self.existing = existing
+        super().__init__(f"external_id {existing.external_id!r} was used with a different body")
+
+
+def request_fingerprint(
+    *,
+    user_input: str,
+    response: str,
+    sources: list[dict[str, Any]],
+    metadata: dict[str, Any],
+    collision_key: str | None,
+    options: dict[str, Any],
+) -> str:
+    """SHA-256 of the canonical request body (what makes two submissions "the same")."""
+    body = {
+        "user_input": user_input,
+        "response": response,
+        "sources": sources,
+        "metadata": metadata,
+        "collision_key": collision_key,
+        "options": options,
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _existing_or_conflict(
+    *, api_key: Any, external_id: str, fingerprint: str
+) -> AuditRun | None:
+    existing = AuditRun.objects.filter(api_key=api_key, external_id=external_id).first()
+    if existing is not None and existing.request_hash != fingerprint:
+        raise ExternalIdConflict(existing)
+    return existing
+
+
+def submit_audit(
+    *,
+    user_input: str,
+    response: str,
+    sources: list[dict[str, Any]] | None = None,
+    metadata: dict[str, Any] | None = None,
+    external_id: str | None = None,
+    collision_key: str | None = None,
+    options: dict[str, Any] | None = None,
+    api_key: Any = None,
+    incomplete: bool = False,
+    rerun_of: AuditRun | None = None,
+    enqueue: bool = True,
+) -> AuditRun:
+    """Store a pending run (one transaction) and enqueue its analysis on commit.
+
+    With an `external_id`, the same key and body return the stored run (`was_created` is
+    False); another body raises ExternalIdConflict. Concurrent duplicates are resolved by
+    the unique constraint.
+    """
+    from analyzers.config_store import config_to_dict, load_config
+
+    sources = [Source.model_validate(s).model_dump() for s in sources or []]
+    metadata = dict(metadata or {})
+    options = dict(options or {})
+    fingerprint = request_fingerprint(
+        user_input=user_input,
+        response=response,
+        sources=sources,
+        metadata=metadata,
+        collision_key=collision_key,
+        options=options,
+    )
+    if external_id is not None:
+        existing = _existing_or_conflict(
+            api_key=api_key, external_id=external_id, fingerprint=fingerprint
+        )
+        if existing is not None:
+            existing.was_created = False
+            return existing
+
+    config = load_config()
+    run = AuditRun(
+        api_key=api_key,
+        external_id=external_id,
+        request_hash=fingerprint,
+        user_input=user_input,
+        response=response,
+        cleaned_response="",
+        sources=sources,
+        metadata=metadata,
+        collision_key=collision_key,
+        options=options,
+        threshold=config.threshold,
+        config_snapshot=config_to_dict(config),
+        incomplete=incomplete,
+        rerun_of=rerun_of,
+    )
+    try:
+        with transaction.atomic():
+            run.save(force_insert=True)
+            if enqueue:
+                run_id = run.pk
+                transaction.on_commit(lambda: _after_submit(run_id))
+    except IntegrityError:
+        if external_id is None:
+            raise
+        existing = _existing_or_conflict(
+            api_key=api_key, external_id=external_id, fingerprint=fingerprint
+        )
+        if existing is None:
+            raise
+        existing.was_created = False
+        return existing
+    run.was_created = True
+    return run
+
+
+def _after_submit(run_id: Any) -> None:
+    publish({"type": "audit_submitted", "audit_id": str(run_id), "status": "pending"})
+    enqueue_audit(run_id)
+
+
+def enqueue_audit(run_id: Any) -> None:
+    """Queue the analysis; a failure leaves the run pending for `recover_stale_runs`."""
+    from .tasks import run_audit
+
+    try:
+        run_audit.enqueue(str(run_id))
+    except Exception:
+        logger.exception("could not enqueue audit %s; it stays pending", run_id)
+
+
+def rerun_audit(original: AuditRun, *, enqueue: bool = True) -> AuditRun:
+    """A new run of the same input with the current configuration, linked to the original."""
+    return submit_audit(
+        user_input=original.user_input,
+        response=original.response,
+        sources=original.sources,
+        metadata=original.metadata,
+        collision_key=original.collision_key,
+        options=original.options,
+        api_key=original.api_key,
+        incomplete=original.incomplete,
+        rerun_of=original,
+        enqueue=enqueue,
+    )
+
+
+# --- running ----------------------------------------------------------------------------
+
+
+def _claim(run_id: Any) -> bool:
+    """Atomically move a pending run to running (only one worker wins)."""
+    return bool(
+        AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.PENDING).update(
+            status=AuditRun.Status.RUNNING,
+            started_at=timezone.now(),
+            attempts=F("attempts") + 1,
+            error="",
+        )
+    )
+
+
+def _progress_callback(audit_id: str):
+    async def progress(event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "analyzer_started":
+            await apublish(
+                {"type": "analyzer_started", "audit_id": audit_id,
+                 "analyzer_id": event.get("analyzer_id")}
+            )
+        elif kind == "analyzer_finished":
+            run = event.get("run")
+            await apublish(
+                {
+                    "type": "analyzer_finished",
+                    "audit_id": audit_id,
+                    "analyzer_id": event.get("analyzer_id"),
+                    "status": getattr(run, "status", None),
+                    "score": getattr(run, "score", None),
+                    "surfaced": getattr(run, "surfaced", None),
+                    "duration_ms": getattr(run, "duration_ms", None),
+                }
+            )
+
+    return progress
+
+
+def build_auditor(config):
+    """An engine Auditor for `config` with the database collision store and services."""
+    from django.conf import settings
+
+    from analyzers.config_store import get_registry
+    from analyzers.engine.auditor import Auditor
+
+    from .collisions import DatabaseCollisionStore
+
+    services: dict[str, Any] = {}
+    try:
+        from analyzers.engine import linkcheck
+    except ImportError:
+        linkcheck = None
+    if linkcheck is not None:
+        factory = getattr(linkcheck, "LinkChecker", None)
+        if factory is not None:
+            try:
+                services["link_checker"] = factory(
+                    allow_private_networks=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
+                )
+            except Exception:
+                logger.warning("could not build the link checker", exc_info=True)
+    return Auditor(
+        config,
+        get_registry(),
+        collision_store=DatabaseCollisionStore(),
+        services=services,
+    )
+
+
+def execute_run(run_id: Any) -> str:
+    """The body of the `run_audit` task. Returns the final status (or why it did nothing)."""
+    from analyzers.config_store import load_config
+    from analyzers.engine.config import AuditorConfig
+
+    if not _claim(run_id):
+        return "skipped"
+    run = AuditRun.objects.get(pk=run_id)
+    audit_id = str(run.pk)
+    publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
+    try:
+        snapshot = dict(run.config_snapshot or {})
+        snapshot.pop("custom_judges", None)
+        config = AuditorConfig.model_validate(snapshot) if snapshot else load_config()
+        auditor = build_auditor(config)
+        report = async_to_sync(auditor.audit)(
+            AuditInput(
+                user_input=run.user_input,
+                response=run.response,
+                sources=run.sources,
+                metadata=run.metadata,
+            ),
+            options=run.options or None,
+            collision_key=run.collision_key,
+            progress=_progress_callback(audit_id),
+        )
+        store_report(run, report)
+    except Exception as exc:
+        logger.exception("audit %s failed", audit_id)
+        mark_failed(run_id, f"{type(exc).__name__}: {exc}")
+        return AuditRun.Status.FAILED
+    for line in TraceLine.objects.filter(audit_id=run.pk).order_by("position"):
+        publish(
+            {"type": "trace_line", "audit_id": audit_id, "position": line.position,
+             "text": line.text}
+        )
+    if run.has_card:
+        publish({"type": "card_ready", "audit_id": audit_id, "overall_score": run.overall_score})
+    publish(
+        {
+            "type": "audit_finished",
+            "audit_id": audit_id,
+            "status": run.status,
+            "overall_score": run.overall_score,
+            "has_card": run.has_card,
+        }
+    )
+    return run.status
+
+
+def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
+    """Write the engine's report to `run` and its child rows, in one transaction."""
+    with transaction.atomic():
+        # A retried run starts from a clean slate.
+        run.results.all().delete()
+        run.trace_lines.all().delete()
+        run.links.all().delete()
+        records = AnalyzerRunRecord.objects.bulk_create(
+            [
+                AnalyzerRunRecord(
+                    audit=run,
+                    position=i,
+                    analyzer_id=r.analyzer_id,
+                    category=r.category,
+                    status=r.status,
+                    error=r.error,
+                    duration_ms=r.duration_ms,
+                    score=r.score,
+                    should_surface=r.should_surface,
+                    surfaced=r.surfaced,
+                    supplementary=r.supplementary,
+                )
+                for i, r in enumerate(report.results)
+            ]
+        )
+        if any(rec.pk is None for rec in records):  # backends without RETURNING
+            records = list(run.results.order_by("position"))
+        Annotation.objects.bulk_create(
+            [
+                Annotation(
+                    audit=run,
+                    result=record,
+                    position=j,
+                    analyzer_id=r.analyzer_id,
+                    type=a.type,
+                    label=a.label,
+                    severity=a.severity,
+                    description=a.description,
+                    evidence=a.evidence,
+                    start=a.start,
+                    end=a.end,
+                )
+                for record, r in zip(records, report.results, strict=True)
+                for j, a in enumerate(r.annotations)
+            ]
+        )
+        TraceLine.objects.bulk_create(
+            [TraceLine(audit=run, position=i, text=t) for i, t in enumerate(report.trace)]
+        )
+        LinkCheck.objects.bulk_create(
+            [LinkCheck(audit=run, position=i, **link.model_dump())
+             for i, link in enumerate(report.links)]
+        )
+        run.cleaned_response = report.cleaned_response
+        run.threshold = report.threshold
+        run.overall_score = report.overall_score
+        run.has_card = report.has_card
+        run.status = AuditRun.Status.COMPLETE
+        run.finished_at = timezone.now()
+        run.error = ""
+        run.save(
+            update_fields=[
+                "cleaned_response", "threshold", "overall_score", "has_card",
+                "status", "finished_at", "error",
+            ]
+        )
+    return run
+
+
+def mark_failed(run_id: Any, error: str) -> None:
+    AuditRun.objects.filter(pk=run_id).update(
+        status=AuditRun.Status.FAILED, error=error[:10_000], finished_at=timezone.now()
+    )
+    publish(
+        {"type": "audit_finished", "audit_id": str(run_id), "status": "failed",
+         "overall_score": None, "has_card": False, "error": error[:500]}
+    )
+
+
+def recover_stale_runs(
+    *,
+    stale_after: timedelta = DEFAULT_STALE_AFTER,
+    pending_after: timedelta | None = None,
+    max_attempts: int = MAX_ATTEMPTS,
+    enqueue: bool = True,
+) -> dict[str, int]:
+    """Re-queue runs a dead worker left `running` (and, optionally, old `pending` ones).
+
+    A run that already used `max_attempts` is marked failed instead. Safe to run from
+    several processes at once: every state change is a conditional UPDATE.
+    """
+    now = timezone.now()
+    requeued, failed, pending = [], 0, []
+    stale = AuditRun.objects.filter(
+        status=AuditRun.Status.RUNNING, started_at__lt=now - stale_after
+    )
+    for run_id, attempts, started_at in stale.values_list("pk", "attempts", "started_at"):
+        same = AuditRun.objects.filter(
+            pk=run_id, status=AuditRun.Status.RUNNING, started_at=started_at
+        )
+        if attempts >= max_attempts:
+            if same.update(
+                status=AuditRun.Status.FAILED,
+                finished_at=now,
+                error=f"the worker stopped during the run; gave up after {attempts} attempts",
+            ):
+                failed += 1
+        elif same.update(status=AuditRun.Status.PENDING):
+            requeued.append(run_id)
+    if pending_after is not None:
+        pending = list(
+            AuditRun.objects.filter(
+                Q(status=AuditRun.Status.PENDING), created_at__lt=now - pending_after
+            )
+            .exclude(pk__in=requeued)
+            .values_list("pk", flat=True)
+        )
+    if enqueue:
+        for run_id in [*requeued, *pending]:
+            enqueue_audit(run_id)
+    return {"requeued": len(requeued), "failed": failed, "pending_requeued": len(pending)}

@@ -1,0 +1,153 @@
+"""An in-process django.tasks backend: tasks run on a bounded pool of daemon threads.
+
+The default for `make run`: the request that enqueues returns at once and nothing else
+needs to run. A process that dies loses its queue, but never an audit: runs are stored
+before they are enqueued and `recover_stale_runs` re-queues what was left behind (a
+sweeper thread of this backend calls it every `SWEEP_INTERVAL` seconds).
+
+    TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
+                         "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60}}}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from traceback import format_exception
+
+from django.db import close_old_connections, connections
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
+from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.crypto import get_random_string
+from django.utils.json import normalize_json
+
+logger = logging.getLogger(__name__)
+
+
+class ThreadPoolBackend(BaseTaskBackend):
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        self.max_workers = int(self.options.get("MAX_WORKERS", 2))
+        self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
+        self.max_results = int(self.options.get("MAX_RESULTS", 1000))
+        self.worker_id = get_random_string(32)
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.max_workers, thread_name_prefix=f"tasks-{alias}"
+        )
+        self._results: OrderedDict[str, TaskResult] = OrderedDict()
+        self._lock = threading.Lock()
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- running ---
+
+    def _run(self, task_result: TaskResult) -> None:
+        task = task_result.task
+        now = timezone.now()
+        object.__setattr__(task_result, "status", TaskResultStatus.RUNNING)
+        object.__setattr__(task_result, "started_at", now)
+        object.__setattr__(task_result, "last_attempted_at", now)
+        task_result.worker_ids.append(self.worker_id)
+        close_old_connections()
+        try:
+            task_started.send(sender=type(self), task_result=task_result)
+            if task.takes_context:
+                value = task.call(
+                    TaskContext(task_result=task_result), *task_result.args, **task_result.kwargs
+                )
+            else:
+                value = task.call(*task_result.args, **task_result.kwargs)
+            object.__setattr__(task_result, "_return_value", normalize_json(value))
+            object.__setattr__(task_result, "status", TaskResultStatus.SUCCESSFUL)
+        except BaseException as exc:
+            logger.exception("task %s failed", task.name)
+            task_result.errors.append(
+                TaskError(
+                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback="".join(format_exception(exc)),
+                )
+            )
+            object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
+        finally:
+            object.__setattr__(task_result, "finished_at", timezone.now())
+            try:
+                task_finished.send(type(self), task_result=task_result)
+            finally:
+                connections.close_all()  # this thread's connections only
+
+    def enqueue(self, task, args, kwargs):
+        self.validate_task(task)
+        task_result = TaskResult(
+            task=task,
+            id=get_random_string(32),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        with self._lock:
+            self._results[task_result.id] = task_result
+            while len(self._results) > self.max_results:
+                self._results.popitem(last=False)
+        task_enqueued.send(type(self), task_result=task_result)
+        self._start_sweeper()
+        self._executor.submit(self._run, task_result)
+        return task_result
+
+    def get_result(self, result_id):
+        with self._lock:
+            try:
+                return self._results[result_id]
+            except KeyError:
+                raise TaskResultDoesNotExist(result_id) from None
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Block until every task queued so far has finished (tests, benchmarks)."""
+        marker: Future = self._executor.submit(lambda: None)
+        try:
+            marker.result(timeout=timeout)
+        except TimeoutError:
+            return False
+        # The marker ran; wait until all workers are done with earlier tasks too.
+        markers = [self._executor.submit(lambda: None) for _ in range(self.max_workers)]
+        for m in markers:
+            m.result(timeout=timeout)
+        return True
+
+    # --- recovery of runs left behind by dead processes ---
+
+    def _start_sweeper(self) -> None:
+        if self.sweep_interval <= 0 or self._sweeper is not None:
+            return
+        with self._lock:
+            if self._sweeper is not None:
+                return
+            self._sweeper = threading.Thread(
+                target=self._sweep_forever, name=f"tasks-{self.alias}-sweeper", daemon=True
+            )
+            self._sweeper.start()
+
+    def _sweep_forever(self) -> None:
+        while not self._stop.wait(self.sweep_interval):
+            try:
+                from audits.services import recover_stale_runs
+
+                recover_stale_runs()
+            except Exception:
+                logger.warning("recovering stale audit runs failed", exc_info=True)
+            finally:
+                connections.close_all()
