@@ -34,6 +34,16 @@ class LLMConfig(BaseModel):
     timeout_s: float = 30.0
     max_concurrency: int = Field(default=4, ge=1)
     max_retries: int = Field(default=3, ge=0)
+    # Optional, additive: backoff base for retries, and whether to ask for
+    # `response_format: json_object` (some local servers reject it).
+    backoff_base_s: float = Field(default=0.5, ge=0.0)
+    json_mode: bool = True
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+
+    @property
+    def configured(self) -> bool:
+        """True when both a base URL and a model are set."""
+        return bool(self.base_url and self.model)
 
 
 class AuditorConfig(BaseModel):
