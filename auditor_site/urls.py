@@ -3,7 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from auditor_site.api import api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    # The HTTP API (django-ninja): /api/docs, /api/openapi.json.
+    path("api/", api.urls),
+    # The dashboard's pages are added below this line (audits.urls).
 ]

@@ -29,6 +29,35 @@ from django.utils.json import normalize_json
 logger = logging.getLogger(__name__)
 
 
+class _Pool:
+    """The process-wide state of one backend alias.
+
+    django.tasks keeps backend instances per thread/context (like database connections),
+    so the threads, the results and the sweeper live here, once per process.
+    """
+
+    def __init__(self, alias: str, max_workers: int) -> None:
+        self.executor = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix=f"tasks-{alias}"
+        )
+        self.results: OrderedDict[str, TaskResult] = OrderedDict()
+        self.lock = threading.Lock()
+        self.sweeper: threading.Thread | None = None
+        self.stop = threading.Event()
+
+
+_pools: dict[str, _Pool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool_for(alias: str, max_workers: int) -> _Pool:
+    with _pools_lock:
+        pool = _pools.get(alias)
+        if pool is None:
+            pool = _pools[alias] = _Pool(alias, max_workers)
+        return pool
+
+
 class ThreadPoolBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
@@ -39,13 +68,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
         self.worker_id = get_random_string(32)
-        self._executor = ThreadPoolExecutor(
-            max_workers=self.max_workers, thread_name_prefix=f"tasks-{alias}"
-        )
-        self._results: OrderedDict[str, TaskResult] = OrderedDict()
-        self._lock = threading.Lock()
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._pool = _pool_for(alias, self.max_workers)
 
     # --- running ---
 
@@ -99,50 +122,54 @@ class ThreadPoolBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        with self._lock:
-            self._results[task_result.id] = task_result
-            while len(self._results) > self.max_results:
-                self._results.popitem(last=False)
+        pool = self._pool
+        with pool.lock:
+            pool.results[task_result.id] = task_result
+            while len(pool.results) > self.max_results:
+                pool.results.popitem(last=False)
         task_enqueued.send(type(self), task_result=task_result)
         self._start_sweeper()
-        self._executor.submit(self._run, task_result)
+        pool.executor.submit(self._run, task_result)
         return task_result
 
     def get_result(self, result_id):
-        with self._lock:
+        with self._pool.lock:
             try:
-                return self._results[result_id]
+                return self._pool.results[result_id]
             except KeyError:
                 raise TaskResultDoesNotExist(result_id) from None
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Block until every task queued so far has finished (tests, benchmarks)."""
-        marker: Future = self._executor.submit(lambda: None)
+        barrier = threading.Barrier(self.max_workers + 1)
+        # One blocker per worker: they all start only when every earlier task is done.
+        blockers: list[Future] = [
+            self._pool.executor.submit(barrier.wait, timeout) for _ in range(self.max_workers)
+        ]
         try:
-            marker.result(timeout=timeout)
-        except TimeoutError:
+            barrier.wait(timeout)
+        except threading.BrokenBarrierError:
             return False
-        # The marker ran; wait until all workers are done with earlier tasks too.
-        markers = [self._executor.submit(lambda: None) for _ in range(self.max_workers)]
-        for m in markers:
-            m.result(timeout=timeout)
+        for blocker in blockers:
+            blocker.result(timeout=timeout)
         return True
 
     # --- recovery of runs left behind by dead processes ---
 
     def _start_sweeper(self) -> None:
-        if self.sweep_interval <= 0 or self._sweeper is not None:
+        pool = self._pool
+        if self.sweep_interval <= 0 or pool.sweeper is not None:
             return
-        with self._lock:
-            if self._sweeper is not None:
+        with pool.lock:
+            if pool.sweeper is not None:
                 return
-            self._sweeper = threading.Thread(
+            pool.sweeper = threading.Thread(
                 target=self._sweep_forever, name=f"tasks-{self.alias}-sweeper", daemon=True
             )
-            self._sweeper.start()
+            pool.sweeper.start()
 
     def _sweep_forever(self) -> None:
-        while not self._stop.wait(self.sweep_interval):
+        while not self._pool.stop.wait(self.sweep_interval):
             try:
                 from audits.services import recover_stale_runs
 

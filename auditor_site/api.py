@@ -1,0 +1,85 @@
+"""The ninja API object: routers of the apps, mounted at /api/ (docs at /api/docs)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError, IntegrityError
+from django.http import HttpRequest
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from analyzers.api import router as config_router
+from audits.api import router as audits_router
+from audits.auth import PayloadTooLarge, RateLimited
+
+logger = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="Response Auditor API",
+    version="1.0.0",
+    description=(
+        "Submit model responses for audit, read and export audits, edit the configuration. "
+        "Authenticate with `Authorization: Bearer <api key>`."
+    ),
+    urls_namespace="api",
+)
+api.add_router("/", audits_router)
+api.add_router("/", config_router)
+
+
+@api.exception_handler(PayloadTooLarge)
+def payload_too_large(request: HttpRequest, exc: PayloadTooLarge):
+    return api.create_response(
+        request,
+        {"detail": f"request body too large: the limit is {exc.limit} bytes"},
+        status=413,
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def request_data_too_big(request: HttpRequest, exc: RequestDataTooBig):
+    return api.create_response(request, {"detail": "request body too large"}, status=413)
+
+
+@api.exception_handler(RateLimited)
+def rate_limited(request: HttpRequest, exc: RateLimited):
+    response = api.create_response(
+        request, {"detail": f"rate limit exceeded; retry in {exc.retry_after} s"}, status=429
+    )
+    response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError):
+    if isinstance(exc, AuthenticationError):
+        return unauthenticated(request, exc)
+    return api.create_response(request, {"detail": exc.message}, status=exc.status_code)
+
+
+@api.exception_handler(AuthenticationError)
+def unauthenticated(request: HttpRequest, exc: AuthenticationError):
+    response = api.create_response(
+        request, {"detail": "a valid API key is required (Authorization: Bearer <key>)"},
+        status=401,
+    )
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(DatabaseError)
+def database_unavailable(request: HttpRequest, exc: DatabaseError):
+    if isinstance(exc, IntegrityError):
+        logger.exception("integrity error in the API")
+        return api.create_response(request, {"detail": "conflict"}, status=409)
+    logger.exception("database error in the API")
+    response = api.create_response(
+        request, {"detail": "the database is unavailable; try again later"}, status=503
+    )
+    response["Retry-After"] = "5"
+    return response
+
+
+__all__ = ["api", "HttpError", "ValidationError"]

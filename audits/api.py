@@ -1,0 +1,244 @@
+"""The audits API router (CONTRACT.md section 3), mounted at /api/ by auditor_site.api."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from typing import Literal
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Query, Router, Schema, Status
+from ninja.errors import HttpError
+from pydantic import Field
+
+from analyzers.config_store import get_registry, load_config, validate_analyzer_settings
+
+from . import selectors, services
+from .auth import ingest_auth, read_auth
+from .models import AuditRun
+from .schemas import AuditAccepted, AuditIn, AuditOut, AuditPage, ErrorOut
+
+router = Router(tags=["audits"])
+
+ERRORS = {401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+EXPORT_BATCH = 500
+
+
+class ListFilters(Schema):
+    min_score: float | None = Field(None, ge=0, le=1)
+    max_score: float | None = Field(None, ge=0, le=1)
+    surfaced: bool | None = None
+    analyzer: str | None = Field(None, max_length=100)
+    type: str | None = Field(None, max_length=100)
+    severity: Literal["info", "warning", "critical"] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str | None = Field(None, max_length=500)
+    status: Literal["pending", "running", "complete", "failed"] | None = None
+
+    def to_filters(self) -> selectors.AuditFilters:
+        for name in ("analyzer", "type", "q"):
+            value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                raise HttpError(422, f"{name}: NUL characters are not allowed")
+        return selectors.AuditFilters(**self.model_dump())
+
+
+def _validate_options(options: dict[str, dict]) -> None:
+    if not options:
+        return
+    registry = get_registry()
+    config = load_config()
+    errors = []
+    for analyzer_id, overrides in options.items():
+        if registry.get(analyzer_id) is None:
+            errors.append(
+                {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
+            )
+            continue
+        merged = {**config.analyzer_section(analyzer_id), **overrides}
+        for message in validate_analyzer_settings(analyzer_id, merged, registry):
+            errors.append({"loc": ["body", "options", analyzer_id], "msg": message})
+    if errors:
+        raise HttpError(422, errors)
+
+
+def _full(run_id) -> dict:
+    rows = list(AuditRun.objects.filter(pk=run_id).values(*selectors.RUN_FIELDS))
+    if not rows:
+        raise HttpError(404, "audit not found")
+    return selectors.serialize_runs(rows)[0]
+
+
+@router.post(
+    "/audits",
+    auth=ingest_auth,
+    response={200: AuditOut, 201: AuditOut, 202: AuditAccepted, 404: ErrorOut, 409: ErrorOut, **ERRORS},
+    summary="Submit an audit",
+)
+def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
+    """Store the audit and analyse it in the background (`202 {id, status}`), or with
+    `?wait=true` analyse it now and return the complete Audit (`201`). The same
+    `external_id` again returns the stored audit (`200`); with another body, `409`."""
+    _validate_options(body.options)
+    try:
+        run = services.submit_audit(
+            user_input=body.user_input,
+            response=body.response,
+            sources=[s.model_dump() for s in body.sources],
+            metadata=body.metadata,
+            external_id=body.external_id,
+            collision_key=body.collision_key,
+            options=body.options,
+            api_key=request.auth,
+            enqueue=not wait,
+        )
+    except services.ExternalIdConflict as exc:
+        raise HttpError(
+            409,
+            f"external_id {body.external_id!r} was already used with a different body "
+            f"(audit {exc.existing.id})",
+        ) from None
+    if not run.was_created:
+        return Status(200, _full(run.pk))
+    if wait:
+        services.execute_run(run.pk)
+        return Status(201, _full(run.pk))
+    return Status(202, {"id": str(run.pk), "status": run.status})
+
+
+@router.get("/audits", auth=read_auth, response={200: AuditPage, **ERRORS}, summary="List audits")
+def list_audits(
+    request: HttpRequest,
+    filters: Query[ListFilters],
+    cursor: str | None = None,
+    limit: int = Query(50, ge=1, le=500),
+):
+    """Newest first. Pass `next` back as `cursor` for the following page."""
+    qs = selectors.filter_audits(filters.to_filters())
+    try:
+        items, next_cursor = selectors.page(qs, cursor, limit)
+    except selectors.InvalidCursor:
+        raise HttpError(422, [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]) from None
+    return {"items": items, "next": next_cursor}
+
+
+CSV_COLUMNS = [
+    "id", "external_id", "created_at", "finished_at", "status", "threshold", "overall_score",
+    "has_card", "surfaced_analyzers", "annotation_types", "user_input", "response",
+    "cleaned_response", "metadata",
+]
+
+
+def _csv_safe(value) -> str:
+    """Neutralise spreadsheet formulas (CSV injection)."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _csv_row(item: dict) -> list[str]:
+    return [
+        _csv_safe(v)
+        for v in (
+            item["id"], item["external_id"], item["created_at"], item["finished_at"],
+            item["status"], item["threshold"], item["overall_score"], item["has_card"],
+            " ".join(r["analyzer_id"] for r in item["surfaced_results"]),
+            " ".join(sorted({a["type"] for r in item["results"] for a in r["annotations"]})),
+            item["user_input"], item["response"], item["cleaned_response"],
+            json.dumps(item["metadata"], ensure_ascii=False),
+        )
+    ]
+
+
+def _encode_batch(items: list[dict], fmt: str) -> bytes:
+    if fmt == "jsonl":
+        return "".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items).encode()
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    for item in items:
+        writer.writerow(_csv_row(item))
+    return buf.getvalue().encode()
+
+
+def _header(fmt: str) -> bytes:
+    if fmt == "jsonl":
+        return b""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(CSV_COLUMNS)
+    return buf.getvalue().encode()
+
+
+def _next_batch(qs, cursor, fmt):
+    items, next_cursor = selectors.page(qs, cursor, EXPORT_BATCH)
+    return _encode_batch(items, fmt), next_cursor
+
+
+def _sync_export(qs, fmt: str) -> Iterator[bytes]:
+    yield _header(fmt)
+    cursor = None
+    while True:
+        chunk, cursor = _next_batch(qs, cursor, fmt)
+        if chunk:
+            yield chunk
+        if cursor is None:
+            return
+
+
+async def _async_export(qs, fmt: str) -> AsyncIterator[bytes]:
+    yield _header(fmt)
+    cursor = None
+    while True:
+        chunk, cursor = await sync_to_async(_next_batch, thread_sensitive=True)(qs, cursor, fmt)
+        if chunk:
+            yield chunk
+        if cursor is None:
+            return
+
+
+@router.get(
+    "/audits/export",
+    auth=read_auth,
+    response={200: None, **ERRORS},
+    summary="Export audits as JSON lines or CSV",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "a stream of audits, newest first",
+                "content": {"application/x-ndjson": {}, "text/csv": {}},
+            }
+        }
+    },
+)
+def export(
+    request: HttpRequest,
+    filters: Query[ListFilters],
+    format: Literal["jsonl", "csv"] = "jsonl",
+):
+    """The filters of `GET /api/audits`, streamed in constant memory (one full Audit per line
+    for `jsonl`; one summary row per audit for `csv`)."""
+    qs = selectors.filter_audits(filters.to_filters())
+    stream = _async_export(qs, format) if isinstance(request, ASGIRequest) else _sync_export(qs, format)
+    content_type = "application/x-ndjson" if format == "jsonl" else "text/csv; charset=utf-8"
+    response = StreamingHttpResponse(stream, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="audits.{format}"'
+    return response
+
+
+@router.get(
+    "/audits/{audit_id}",
+    auth=read_auth,
+    response={200: AuditOut, 404: ErrorOut, **ERRORS},
+    summary="Get one audit",
+)
+def get_audit(request: HttpRequest, audit_id: str):
+    try:
+        run_id = uuid.UUID(audit_id)
+    except ValueError:
+        raise HttpError(404, "audit not found") from None
+    return _full(run_id)

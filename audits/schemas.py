@@ -1,0 +1,126 @@
+"""Pydantic (ninja) schemas of the audits API: the request body and the Audit of CONTRACT.md."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, model_validator
+
+
+def _check_text(value: Any, path: str = "") -> None:
+    """Reject NUL characters and lone surrogates anywhere (databases cannot store them)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{path or 'body'}: NUL characters are not allowed")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{path or 'body'}: invalid unicode (lone surrogate)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, f"{path}.{k}" if path else str(k))
+            _check_text(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_text(v, f"{path}.{i}" if path else str(i))
+
+
+class SourceIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = ""
+    url: str | None = None
+    text: str = ""
+    company: str | None = None
+
+
+class AuditIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    user_input: str
+    response: str
+    sources: list[SourceIn] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    external_id: str | None = Field(default=None, min_length=1, max_length=200)
+    collision_key: str | None = None
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _storable(self) -> AuditIn:
+        _check_text(self.model_dump())
+        return self
+
+
+class AnnotationOut(Schema):
+    type: str
+    label: str
+    severity: Literal["info", "warning", "critical"]
+    description: str
+    evidence: str | None
+    start: int | None
+    end: int | None
+
+
+class ResultOut(Schema):
+    analyzer_id: str
+    category: str
+    score: float
+    should_surface: bool
+    annotations: list[AnnotationOut]
+    supplementary: dict[str, Any]
+    status: Literal["ok", "failed", "timeout"]
+    error: str | None
+    duration_ms: float
+    surfaced: bool
+
+
+class LinkOut(Schema):
+    url: str
+    label: str
+    decision: Literal["keep", "replace", "strip"]
+    reason: str | None
+    http_status: int | None
+    healthy: bool | None
+
+
+class AuditOut(Schema):
+    id: str
+    external_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    status: Literal["pending", "running", "complete", "failed"]
+    incomplete: bool
+    error: str | None
+    attempts: int
+    rerun_of: str | None
+    user_input: str
+    response: str
+    cleaned_response: str
+    sources: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    collision_key: str | None
+    options: dict[str, Any]
+    threshold: float
+    overall_score: float | None
+    has_card: bool
+    results: list[ResultOut]
+    surfaced_results: list[ResultOut]
+    links: list[LinkOut]
+    trace: list[str]
+
+
+class AuditAccepted(Schema):
+    id: str
+    status: Literal["pending", "running", "complete", "failed"]
+
+
+class AuditPage(Schema):
+    items: list[AuditOut]
+    next: str | None
+
+
+class ErrorOut(Schema):
+    detail: Any

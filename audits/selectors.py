@@ -1,0 +1,204 @@
+"""Reads that need care: list filters, keyset pagination and batch serialisation.
+
+`serialize_runs(runs)` returns exactly what `serializers.audit_to_dict` returns, built from
+`.values()` rows with one query per related table for the whole batch (fast exports).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+
+
+class InvalidCursor(ValueError):
+    pass
+
+
+@dataclass
+class AuditFilters:
+    min_score: float | None = None
+    max_score: float | None = None
+    surfaced: bool | None = None
+    analyzer: str | None = None
+    type: str | None = None
+    severity: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str | None = None
+    status: str | None = None
+
+
+def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -> QuerySet[AuditRun]:
+    qs = AuditRun.objects.all() if qs is None else qs
+    f = filters
+    if f.min_score is not None:
+        qs = qs.filter(overall_score__gte=f.min_score)
+    if f.max_score is not None:
+        qs = qs.filter(overall_score__lte=f.max_score)
+    if f.surfaced is not None:
+        qs = qs.filter(has_card=f.surfaced)
+    if f.status:
+        qs = qs.filter(status=f.status)
+    if f.since is not None:
+        qs = qs.filter(created_at__gte=f.since)
+    if f.until is not None:
+        qs = qs.filter(created_at__lt=f.until)
+    if f.analyzer:
+        qs = qs.filter(
+            Exists(
+                AnalyzerRunRecord.objects.filter(
+                    audit=OuterRef("pk"), analyzer_id=f.analyzer, surfaced=True
+                )
+            )
+        )
+    if f.type or f.severity:
+        annotations = Annotation.objects.filter(audit=OuterRef("pk"))
+        if f.type:
+            annotations = annotations.filter(type=f.type)
+        if f.severity:
+            annotations = annotations.filter(severity=f.severity)
+        qs = qs.filter(Exists(annotations))
+    if f.q:
+        qs = qs.filter(
+            Q(user_input__icontains=f.q)
+            | Q(response__icontains=f.q)
+            | Q(external_id=f.q)
+        )
+    return qs
+
+
+def encode_cursor(run: dict[str, Any] | AuditRun) -> str:
+    created_at = run["created_at"] if isinstance(run, dict) else run.created_at
+    run_id = run["id"] if isinstance(run, dict) else run.id
+    raw = f"{created_at.isoformat()}|{run_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        raw = base64.urlsafe_b64decode(padded.encode()).decode()
+        created, _, run_id = raw.partition("|")
+        when = datetime.fromisoformat(created)
+        if when.tzinfo is None:
+            raise ValueError("naive")
+        return when, uuid.UUID(run_id)
+    except (ValueError, binascii.Error, UnicodeError) as exc:
+        raise InvalidCursor("invalid cursor") from exc
+
+
+def after_cursor(qs: QuerySet[AuditRun], cursor: str | None) -> QuerySet[AuditRun]:
+    """Newest first; the page after `cursor` (rows inserted later never shift a page)."""
+    qs = qs.order_by("-created_at", "-id")
+    if cursor:
+        created_at, run_id = decode_cursor(cursor)
+        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=run_id))
+    return qs
+
+
+RUN_FIELDS = (
+    "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
+    "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
+    "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
+)
+
+
+def page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[list[dict], str | None]:
+    """One page of serialised audits and the cursor of the next page (or None)."""
+    rows = list(after_cursor(qs, cursor).values(*RUN_FIELDS)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = serialize_runs(rows)
+    return items, (encode_cursor(rows[-1]) if more and rows else None)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Audit dicts for `.values(*RUN_FIELDS)` rows: four queries for the whole batch."""
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    results: dict[Any, list[dict]] = {i: [] for i in ids}
+    by_result: dict[int, dict] = {}
+    for r in AnalyzerRunRecord.objects.filter(audit_id__in=ids).order_by(
+        "audit_id", "position", "id"
+    ).values(
+        "id", "audit_id", "analyzer_id", "category", "score", "should_surface",
+        "supplementary", "status", "error", "duration_ms", "surfaced",
+    ):
+        item = {
+            "analyzer_id": r["analyzer_id"],
+            "category": r["category"],
+            "score": r["score"],
+            "should_surface": r["should_surface"],
+            "annotations": [],
+            "supplementary": r["supplementary"] or {},
+            "status": r["status"],
+            "error": r["error"],
+            "duration_ms": r["duration_ms"],
+            "surfaced": r["surfaced"],
+        }
+        by_result[r["id"]] = item
+        results[r["audit_id"]].append(item)
+    if by_result:
+        for a in Annotation.objects.filter(audit_id__in=ids).order_by(
+            "result_id", "position", "id"
+        ).values(
+            "result_id", "type", "label", "severity", "description", "evidence", "start", "end"
+        ):
+            owner = by_result.get(a.pop("result_id"))
+            if owner is not None:
+                owner["annotations"].append(a)
+    trace: dict[Any, list[str]] = {i: [] for i in ids}
+    for t in TraceLine.objects.filter(audit_id__in=ids).order_by(
+        "audit_id", "position"
+    ).values_list("audit_id", "text"):
+        trace[t[0]].append(t[1])
+    links: dict[Any, list[dict]] = {i: [] for i in ids}
+    for link in LinkCheck.objects.filter(audit_id__in=ids).order_by(
+        "audit_id", "position", "id"
+    ).values("audit_id", "url", "label", "decision", "reason", "http_status", "healthy"):
+        links[link.pop("audit_id")].append(link)
+    out = []
+    for r in rows:
+        res = results[r["id"]]
+        out.append(
+            {
+                "id": str(r["id"]),
+                "external_id": r["external_id"],
+                "created_at": _iso(r["created_at"]),
+                "started_at": _iso(r["started_at"]),
+                "finished_at": _iso(r["finished_at"]),
+                "status": r["status"],
+                "incomplete": r["incomplete"],
+                "error": r["error"] or None,
+                "attempts": r["attempts"],
+                "rerun_of": str(r["rerun_of_id"]) if r["rerun_of_id"] else None,
+                "user_input": r["user_input"],
+                "response": r["response"],
+                "cleaned_response": r["cleaned_response"],
+                "sources": r["sources"] or [],
+                "metadata": r["metadata"] or {},
+                "collision_key": r["collision_key"],
+                "options": r["options"] or {},
+                "threshold": r["threshold"],
+                "overall_score": r["overall_score"],
+                "has_card": r["has_card"],
+                "results": res,
+                "surfaced_results": [x for x in res if x["surfaced"]],
+                "links": links[r["id"]],
+                "trace": trace[r["id"]],
+            }
+        )
+    return out

@@ -1,0 +1,130 @@
+"""Shared fixtures: API keys per scope, personas (staff, plain user), an API client.
+
+Audits submitted in tests run in the same thread (ImmediateBackend) once the test's
+transaction commits; use `django_capture_on_commit_callbacks(execute=True)` with `db`, or
+`transactional_db`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from django.tasks import task_backends
+from django.test import Client
+
+from analyzers.models import ApiKey
+
+IMMEDIATE = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+
+
+def _reset_task_backends(value: dict) -> None:
+    task_backends._settings = task_backends.configure_settings(value)
+    with contextlib.suppress(AttributeError):
+        del task_backends["default"]
+
+
+@pytest.fixture(autouse=True)
+def _immediate_tasks(settings):
+    """Run tasks inline in tests (the thread pool is tested on its own)."""
+    settings.TASKS = IMMEDIATE
+    _reset_task_backends(IMMEDIATE)
+    yield
+    _reset_task_backends(IMMEDIATE)
+
+
+@pytest.fixture
+def thread_tasks(settings):
+    """The default in-process thread-pool backend instead of ImmediateBackend."""
+    value = {
+        "default": {
+            "BACKEND": "audits.task_backends.ThreadPoolBackend",
+            "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 0},
+        }
+    }
+    settings.TASKS = value
+    _reset_task_backends(value)
+    yield task_backends["default"]
+    _reset_task_backends(IMMEDIATE)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_cache():
+    from analyzers.config_store import invalidate_cache
+
+    invalidate_cache()
+    yield
+    invalidate_cache()
+
+
+@pytest.fixture
+def make_key(db):
+    def make(scope: str = "read", name: str | None = None, **fields: Any) -> str:
+        _, raw = ApiKey.create_key(name or f"{scope} key", scope=scope, **fields)
+        return raw
+
+    return make
+
+
+@pytest.fixture
+def ingest_key(make_key) -> str:
+    return make_key("ingest")
+
+
+@pytest.fixture
+def read_key(make_key) -> str:
+    return make_key("read")
+
+
+@pytest.fixture
+def admin_key(make_key) -> str:
+    return make_key("admin")
+
+
+@pytest.fixture
+def staff_user(django_user_model):
+    return django_user_model.objects.create_user(
+        "staff", "staff@example.com", "staff-password-1", is_staff=True, is_superuser=True
+    )
+
+
+@pytest.fixture
+def plain_user(django_user_model):
+    return django_user_model.objects.create_user(
+        "plain", "plain@example.com", "plain-password-1"
+    )
+
+
+class ApiClient:
+    """django.test.Client speaking JSON with a Bearer key (real URL routing and middleware)."""
+
+    def __init__(self, key: str | None = None):
+        self.client = Client()
+        self.key = key
+
+    def _headers(self, key: str | None) -> dict[str, str]:
+        key = self.key if key is None else key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def get(self, path: str, params: dict | None = None, *, key: str | None = None):
+        return self.client.get(path, params or {}, headers=self._headers(key))
+
+    def post(self, path: str, body: Any = None, *, key: str | None = None, raw: bytes | None = None):
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.post(
+            path, data, content_type="application/json", headers=self._headers(key)
+        )
+
+    def put(self, path: str, body: Any = None, *, key: str | None = None, raw: bytes | None = None):
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.put(
+            path, data, content_type="application/json", headers=self._headers(key)
+        )
+
+
+@pytest.fixture
+def api_client(read_key) -> ApiClient:
+    """A client authenticated with a read-scope key; pass `key=` per call for others."""
+    return ApiClient(read_key)

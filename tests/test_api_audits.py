@@ -1,0 +1,278 @@
+"""POST/GET /api/audits, the export, auth scopes and error paths."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from analyzers.models import ApiKey
+from audits.models import AuditRun
+from tests.factories import annotation, make_audit, result
+
+pytestmark = pytest.mark.django_db
+
+BODY = {"user_input": "Which retailers use Acme?", "response": "Acme is easy to set up."}
+
+
+def test_it_returns_202_and_stores_a_pending_run(api_client, ingest_key):
+    r = api_client.post("/api/audits", BODY, key=ingest_key)
+    assert r.status_code == 202, r.content
+    data = r.json()
+    run = AuditRun.objects.get(pk=data["id"])
+    assert data["status"] == "pending"
+    assert run.user_input == BODY["user_input"]
+    assert run.api_key.scope == "ingest"
+
+
+def test_it_runs_the_audit_after_commit(api_client, ingest_key, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api_client.post("/api/audits", BODY, key=ingest_key)
+    run = AuditRun.objects.get(pk=r.json()["id"])
+    assert run.status == "complete"
+    assert run.results.exists()
+
+
+def test_wait_returns_201_with_the_full_audit(api_client, ingest_key):
+    r = api_client.post("/api/audits?wait=true", BODY, key=ingest_key)
+    assert r.status_code == 201, r.content
+    data = r.json()
+    assert data["status"] == "complete"
+    assert data["finished_at"] is not None
+    assert {res["analyzer_id"] for res in data["results"]} >= {"redflag"}
+    assert data["surfaced_results"] == [x for x in data["results"] if x["surfaced"]]
+    for key in ("id", "external_id", "created_at", "cleaned_response", "sources", "metadata",
+                "threshold", "overall_score", "links", "trace"):
+        assert key in data
+
+
+def test_same_external_id_returns_the_stored_audit(api_client, ingest_key):
+    body = {**BODY, "external_id": "conv-1"}
+    first = api_client.post("/api/audits", body, key=ingest_key)
+    second = api_client.post("/api/audits", body, key=ingest_key)
+    assert first.status_code == 202
+    assert second.status_code == 200
+    assert second.json()["id"] == first.json()["id"]
+    assert AuditRun.objects.count() == 1
+
+
+def test_same_external_id_with_another_body_is_409(api_client, ingest_key):
+    api_client.post("/api/audits", {**BODY, "external_id": "conv-2"}, key=ingest_key)
+    r = api_client.post(
+        "/api/audits", {**BODY, "response": "other", "external_id": "conv-2"}, key=ingest_key
+    )
+    assert r.status_code == 409
+    assert "conv-2" in r.json()["detail"]
+    assert AuditRun.objects.count() == 1
+
+
+def test_external_ids_are_scoped_per_key(api_client, make_key):
+    a, b = make_key("ingest", "a"), make_key("ingest", "b")
+    body = {**BODY, "external_id": "same"}
+    assert api_client.post("/api/audits", body, key=a).status_code == 202
+    assert api_client.post("/api/audits", body, key=b).status_code == 202
+    assert AuditRun.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"response": "x"}, "user_input"),
+        ({"user_input": "x", "response": 5}, "response"),
+        ({**BODY, "sources": "nope"}, "sources"),
+        ({**BODY, "external_id": ""}, "external_id"),
+        ({**BODY, "surprise": 1}, "surprise"),
+        ({**BODY, "options": {"redflag": {"max_chars": "lots"}}}, "options"),
+        ({**BODY, "options": {"nonexistent": {}}}, "options"),
+        ({**BODY, "response": "a\x00b"}, "response"),
+    ],
+)
+def test_validation_errors_are_422_naming_the_field(api_client, ingest_key, body, field):
+    r = api_client.post("/api/audits", body, key=ingest_key)
+    assert r.status_code == 422, r.content
+    assert field in json.dumps(r.json())
+    assert AuditRun.objects.count() == 0
+
+
+def test_malformed_json_is_a_4xx(api_client, ingest_key):
+    r = api_client.post("/api/audits", raw=b"{not json", key=ingest_key)
+    assert 400 <= r.status_code < 500
+
+
+def test_options_override_analyzer_settings_for_one_audit(api_client, ingest_key):
+    body = {**BODY, "options": {"redflag": {"max_chars": 5}}}
+    r = api_client.post("/api/audits?wait=true", body, key=ingest_key)
+    assert r.status_code == 201, r.content
+    assert r.json()["options"] == {"redflag": {"max_chars": 5}}
+
+
+def test_body_over_the_limit_is_413_and_nothing_is_stored(api_client, ingest_key, settings):
+    settings.AUDITOR_MAX_BODY_BYTES = 1000
+    r = api_client.post("/api/audits", {**BODY, "response": "x" * 2000}, key=ingest_key)
+    assert r.status_code == 413
+    assert "1000 bytes" in r.json()["detail"]
+    assert AuditRun.objects.count() == 0
+
+
+def test_rate_limit_gives_429_with_retry_after(api_client, make_key):
+    key = make_key("ingest", rate_limit_per_minute=3)
+    codes = [api_client.post("/api/audits", BODY, key=key).status_code for _ in range(4)]
+    assert codes[:3] == [202, 202, 202]
+    assert codes[3] == 429
+    r = api_client.post("/api/audits", BODY, key=key)
+    assert 1 <= int(r["Retry-After"]) <= 60
+    assert AuditRun.objects.count() == 3
+
+
+def test_it_returns_401_without_a_valid_key(api_client):
+    assert api_client.post("/api/audits", BODY, key="").status_code == 401
+    assert api_client.get("/api/audits", key="ra_nope_nope").status_code == 401
+    assert api_client.get("/api/audits", key="garbage").status_code == 401
+
+
+def test_a_revoked_key_is_rejected(api_client, read_key):
+    from django.utils import timezone
+
+    ApiKey.objects.update(revoked_at=timezone.now())
+    assert api_client.get("/api/audits", key=read_key).status_code == 401
+
+
+def test_an_ingest_key_cannot_read_or_export(api_client, ingest_key):
+    run = make_audit()
+    for path in ("/api/audits", f"/api/audits/{run.id}", "/api/audits/export"):
+        r = api_client.get(path, key=ingest_key)
+        assert r.status_code == 403, path
+    assert api_client.get("/api/config", key=ingest_key).status_code == 403
+
+
+def test_a_read_key_cannot_change_config(api_client, read_key):
+    assert api_client.get("/api/config", key=read_key).status_code == 403
+    assert api_client.put("/api/config", {}, key=read_key).status_code == 403
+
+
+def test_get_one_audit(api_client):
+    run = make_audit(results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT", "critical")])])
+    r = api_client.get(f"/api/audits/{run.id}")
+    assert r.status_code == 200
+    data = r.json()
+    assert data["id"] == str(run.id)
+    assert data["results"][0]["annotations"][0]["type"] == "EMPTY_OUTPUT"
+    assert data["trace"] == ["[AUDIT] start", "[AUDIT] done"]
+    assert api_client.get("/api/audits/00000000-0000-0000-0000-000000000000").status_code == 404
+    assert api_client.get("/api/audits/not-a-uuid").status_code == 404
+
+
+def test_the_serializers_agree(api_client):
+    from audits.selectors import RUN_FIELDS, serialize_runs
+    from audits.serializers import audit_queryset, audit_to_dict
+
+    run = make_audit(
+        results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT"), annotation("TOO_MANY_CHARS")]),
+                 result("tone", 0.0, status="failed", error="boom")],
+        links=[{"url": "https://x.example", "label": "x", "decision": "strip", "reason": "host",
+                "http_status": None, "healthy": None}],
+    )
+    fast = serialize_runs(list(AuditRun.objects.filter(pk=run.pk).values(*RUN_FIELDS)))[0]
+    assert fast == audit_to_dict(audit_queryset().get(pk=run.pk))
+
+
+def _ids(resp) -> list[str]:
+    return [item["id"] for item in resp.json()["items"]]
+
+
+def test_list_is_newest_first_with_cursor_pages(api_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    runs = [make_audit(created_at=now - timedelta(minutes=i)) for i in range(7)]
+    expected = [str(r.id) for r in runs]
+    seen, cursor = [], None
+    while True:
+        r = api_client.get("/api/audits", {"limit": 3, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200
+        seen += _ids(r)
+        cursor = r.json()["next"]
+        if cursor is None:
+            break
+        # A row inserted while paging (newer than everything) never shifts the pages.
+        make_audit(created_at=now + timedelta(minutes=1))
+    assert seen == expected
+
+
+def test_invalid_cursor_is_422(api_client):
+    assert api_client.get("/api/audits", {"cursor": "!!!"}).status_code == 422
+
+
+def test_list_filters(api_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    high = make_audit(
+        results=[result("grounding", 0.9, [annotation("UNGROUNDED_CUSTOMER_CLAIM", "critical")])],
+        user_input="Tell me about Decathlon",
+    )
+    low = make_audit(results=[result("tone", 0.1, [annotation("dismissive", "info")])])
+    old = make_audit(results=[result("bias", 0.5)], created_at=timezone.now() - timedelta(days=30))
+
+    def ids(**params):
+        r = api_client.get("/api/audits", params)
+        assert r.status_code == 200, r.content
+        return set(_ids(r))
+
+    assert ids(min_score=0.8) == {str(high.id)}
+    assert ids(max_score=0.2) == {str(low.id)}
+    assert ids(surfaced="true") == {str(high.id), str(old.id)}
+    assert ids(surfaced="false") == {str(low.id)}
+    assert ids(analyzer="grounding") == {str(high.id)}
+    assert ids(type="dismissive") == {str(low.id)}
+    assert ids(severity="critical") == {str(high.id)}
+    assert ids(since=(timezone.now() - timedelta(days=1)).isoformat()) == {str(high.id), str(low.id)}
+    assert ids(until=(timezone.now() - timedelta(days=1)).isoformat()) == {str(old.id)}
+    assert ids(q="decathlon") == {str(high.id)}
+    assert api_client.get("/api/audits", {"severity": "huge"}).status_code == 422
+    assert api_client.get("/api/audits", {"min_score": "x"}).status_code == 422
+
+
+def test_export_jsonl_streams_every_filtered_audit(api_client, monkeypatch):
+    from audits import api as audits_api
+
+    monkeypatch.setattr(audits_api, "EXPORT_BATCH", 3)
+    runs = [make_audit(results=[result("redflag", 0.5)]) for _ in range(7)]
+    make_audit(results=[result("redflag", 0.0)])
+    r = api_client.get("/api/audits/export", {"format": "jsonl", "min_score": 0.4})
+    assert r.status_code == 200
+    assert r.streaming
+    lines = b"".join(r.streaming_content).decode().splitlines()
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted(str(x.id) for x in runs)
+
+
+def test_export_csv_has_a_header_and_neutralises_formulas(api_client):
+    make_audit(user_input="=HYPERLINK(\"http://evil\")")
+    r = api_client.get("/api/audits/export", {"format": "csv"})
+    assert r.status_code == 200
+    rows = list(csv.reader(io.StringIO(b"".join(r.streaming_content).decode())))
+    assert rows[0][0] == "id"
+    assert rows[1][rows[0].index("user_input")].startswith("'=")
+    assert api_client.get("/api/audits/export", {"format": "xml"}).status_code == 422
+
+
+def test_database_outage_is_503(api_client, ingest_key, monkeypatch):
+    from django.db import OperationalError
+
+    from audits import services
+
+    def down(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(services, "load_config", down, raising=False)
+    import analyzers.config_store as store
+
+    monkeypatch.setattr(store, "load_config", down)
+    r = api_client.post("/api/audits", BODY, key=ingest_key)
+    assert r.status_code == 503
+    assert "unavailable" in r.json()["detail"]
