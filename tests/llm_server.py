@@ -199,3 +199,15 @@ class ScriptedLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def by_task(replies: dict[str, Reply | dict[str, Any] | str]) -> Responder:
+    """A responder answering each prompt (`Task: name` line) with its own reply."""
+
+    def respond(request: RecordedRequest) -> Reply | dict[str, Any] | str:
+        try:
+            return replies[request.task]
+        except KeyError:
+            return Reply(status=400, body=json.dumps({"error": f"no reply for {request.task!r}"}))
+
+    return respond

@@ -15,6 +15,8 @@ ENTRY_POINT_GROUP = "response_auditor.analyzers"
 
 BUILTIN_ANALYZERS: list[str] = [
     "analyzers.engine.redflag.RedflagAnalyzer",
+    "analyzers.engine.bias.BiasAnalyzer",
+    "analyzers.engine.tone.ToneAnalyzer",
 ]
 
 
