@@ -1,0 +1,276 @@
+"""Admin screens for the configuration; every save is recorded in the change log."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils import timezone
+from pydantic import ValidationError
+
+from analyzers.engine.config import LLMConfig
+
+from .config_store import (
+    PROMPT_LEAK_ID,
+    base_registry,
+    get_registry,
+    recording_change,
+    validate_analyzer_settings,
+)
+from .models import (
+    AllowedHost,
+    AnalyzerConfig,
+    ApiKey,
+    Brand,
+    ConfigChange,
+    CustomJudge,
+    GlobalSettings,
+    KnownCustomer,
+    LLMProvider,
+    PromptLeakPattern,
+)
+
+
+class RecordedAdmin(admin.ModelAdmin):
+    """Wraps every write view in `recording_change` (who, when, what)."""
+
+    def _record(self, request):
+        return recording_change(
+            actor=f"user:{request.user.get_username()}", source="admin", user=request.user
+        )
+
+    def changeform_view(self, request, *args, **kwargs):
+        with self._record(request):
+            return super().changeform_view(request, *args, **kwargs)
+
+    def delete_view(self, request, *args, **kwargs):
+        with self._record(request):
+            return super().delete_view(request, *args, **kwargs)
+
+    def changelist_view(self, request, *args, **kwargs):
+        if request.method != "POST":
+            return super().changelist_view(request, *args, **kwargs)
+        with self._record(request):
+            return super().changelist_view(request, *args, **kwargs)
+
+
+class SingletonAdmin(RecordedAdmin):
+    def has_add_permission(self, request):
+        return not self.model.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(GlobalSettings)
+class GlobalSettingsAdmin(SingletonAdmin):
+    list_display = ["__str__", "threshold", "max_concurrency", "analyzer_timeout_s"]
+
+
+@admin.register(Brand)
+class BrandAdmin(SingletonAdmin):
+    list_display = ["name", "title_suffix"]
+
+
+class LLMProviderForm(forms.ModelForm):
+    class Meta:
+        model = LLMProvider
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        extra = data.get("extra") or {}
+        if not isinstance(extra, dict):
+            self.add_error("extra", "must be a JSON object")
+            return data
+        values = {k: data.get(k) for k in ("base_url", "model", "api_key_env", "timeout_s",
+                                           "max_concurrency", "max_retries")}
+        try:
+            LLMConfig.model_validate({**extra, **{k: v for k, v in values.items() if v is not None}})
+        except ValidationError as exc:
+            for err in exc.errors():
+                field = str(err["loc"][0]) if err["loc"] else None
+                self.add_error(field if field in self.fields else "extra",
+                               f"{'.'.join(map(str, err['loc']))}: {err['msg']}")
+        return data
+
+
+@admin.register(LLMProvider)
+class LLMProviderAdmin(SingletonAdmin):
+    form = LLMProviderForm
+    list_display = ["__str__", "base_url", "api_key_env"]
+
+
+class AnalyzerConfigForm(forms.ModelForm):
+    analyzer_id = forms.CharField(
+        help_text="A registered analyzer (built-in, plug-in or custom judge)."
+    )
+
+    class Meta:
+        model = AnalyzerConfig
+        fields = ["analyzer_id", "enabled", "settings", "position"]
+
+    def clean_settings(self):
+        value = self.cleaned_data.get("settings")
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Settings must be a JSON object.")
+        if "enabled" in value:
+            raise forms.ValidationError("Use the Enabled checkbox, not an 'enabled' key.")
+        return value
+
+    def clean(self):
+        data = super().clean()
+        analyzer_id, settings = data.get("analyzer_id"), data.get("settings")
+        if analyzer_id and settings is not None:
+            registry = get_registry()
+            raw = dict(settings)
+            if analyzer_id == PROMPT_LEAK_ID and "patterns" in raw:
+                self.add_error("settings", "Edit prompt-leak patterns on their own screen.")
+            for message in validate_analyzer_settings(analyzer_id, raw, registry):
+                self.add_error("settings", message)
+        return data
+
+
+@admin.register(AnalyzerConfig)
+class AnalyzerConfigAdmin(RecordedAdmin):
+    form = AnalyzerConfigForm
+    list_display = ["analyzer_id", "enabled", "position", "known"]
+    list_editable = ["enabled", "position"]
+
+    @admin.display(boolean=True, description="registered")
+    def known(self, obj):
+        return base_registry().get(obj.analyzer_id) is not None
+
+
+@admin.register(AllowedHost)
+class AllowedHostAdmin(RecordedAdmin):
+    list_display = ["host", "position"]
+    list_editable = ["position"]
+
+
+@admin.register(KnownCustomer)
+class KnownCustomerAdmin(RecordedAdmin):
+    list_display = ["name", "slug", "position"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+class StringListField(forms.JSONField):
+    def clean(self, value):
+        value = super().clean(value)
+        if value in (None, ""):
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise forms.ValidationError("Enter a JSON list of strings.")
+        return value
+
+
+class KnownCustomerForm(forms.ModelForm):
+    aliases = StringListField(required=False)
+    facts = StringListField(required=False)
+
+    class Meta:
+        model = KnownCustomer
+        fields = "__all__"
+
+
+KnownCustomerAdmin.form = KnownCustomerForm
+
+
+@admin.register(PromptLeakPattern)
+class PromptLeakPatternAdmin(RecordedAdmin):
+    list_display = ["pattern", "position"]
+    list_editable = ["position"]
+
+
+class CustomJudgeForm(forms.ModelForm):
+    class Meta:
+        model = CustomJudge
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        try:
+            from analyzers.engine.custom_judge import judge_from_dict
+        except ImportError:
+            return data
+        if self.errors:
+            return data
+        payload = {k: data.get(k) for k in ("analyzer_id", "name", "category",
+                                             "prompt_template", "mapping", "enabled",
+                                             "settings")}
+        try:
+            judge_from_dict(payload)
+        except Exception as exc:
+            raise forms.ValidationError(f"Invalid judge definition: {exc}") from None
+        return data
+
+
+@admin.register(CustomJudge)
+class CustomJudgeAdmin(RecordedAdmin):
+    form = CustomJudgeForm
+    list_display = ["analyzer_id", "name", "category", "enabled"]
+
+
+@admin.register(ConfigChange)
+class ConfigChangeAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor", "source", "summary"]
+    list_filter = ["source"]
+    search_fields = ["actor", "summary"]
+    readonly_fields = ["created_at", "actor", "user", "source", "summary", "diff", "before",
+                       "after"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ApiKeyAddForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ["name", "scope", "rate_limit_per_minute"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["name", "prefix", "scope", "created_at", "last_used_at", "active"]
+    list_filter = ["scope"]
+    search_fields = ["name", "prefix"]
+    readonly_fields = ["prefix", "created_at", "created_by", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["name", "scope", "rate_limit_per_minute"]
+        return ["name", "scope", "rate_limit_per_minute", *self.readonly_fields]
+
+    @admin.display(boolean=True)
+    def active(self, obj):
+        return obj.is_active
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            raw = obj.set_new_secret()
+            obj.created_by = request.user
+            super().save_model(request, obj, form, change)
+            messages.warning(
+                request,
+                f"The new API key is {raw} — copy it now, it will not be shown again.",
+            )
+            return
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} key(s).")

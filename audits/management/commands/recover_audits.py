@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand
+
+from audits.services import MAX_ATTEMPTS, recover_stale_runs
+
+
+class Command(BaseCommand):
+    help = ("Re-queue audit runs a dead worker left running (and old pending ones); "
+            "runs out of attempts are marked failed.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--stale-after", type=float, default=300,
+                            help="seconds a run may stay running before it is re-queued")
+        parser.add_argument("--pending-after", type=float, default=None,
+                            help="also re-queue runs pending for longer than this (seconds)")
+        parser.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS)
+
+    def handle(self, *args, **options):
+        outcome = recover_stale_runs(
+            stale_after=timedelta(seconds=options["stale_after"]),
+            pending_after=(
+                timedelta(seconds=options["pending_after"])
+                if options["pending_after"] is not None else None
+            ),
+            max_attempts=options["max_attempts"],
+        )
+        # An in-process backend runs the re-queued audits in this process: let them finish.
+        from django.tasks import task_backends
+
+        backend = task_backends["default"]
+        if hasattr(backend, "wait_idle"):
+            backend.wait_idle(timeout=600)
+        self.stdout.write(
+            f"requeued {outcome['requeued']}, failed {outcome['failed']}, "
+            f"pending requeued {outcome['pending_requeued']}"
+        )
