@@ -12,3 +12,12 @@ urlpatterns = [
     path("api/", api.urls),
     # The dashboard's pages are added below this line (audits.urls).
 ]
+
+# The dashboard at the site root (after the other prefixes).
+urlpatterns += [path("", include("audits.urls"))]
+
+# /static/ from the app itself when DEBUG is on (`make run`, browser tests); a real
+# deployment serves collected files from its web server.
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns  # noqa: E402
+
+urlpatterns += staticfiles_urlpatterns()

@@ -1,0 +1,489 @@
+"""Reads of the dashboard pages: list filters from the URL, card pages, trends, tuning.
+
+The list filters mean what the API's filters mean: they are translated to
+`audits.selectors.AuditFilters` and applied by `selectors.filter_audits`. Every function
+here issues a fixed number of queries, whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    F,
+    FloatField,
+    Max,
+    Prefetch,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.functions import Floor, TruncDate
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date
+
+from . import selectors
+from .highlight import SEVERITY_RANK
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+
+PAGE_SIZE = 25
+SEVERITIES = ("info", "warning", "critical")
+KNOWN_ANALYZERS = ("redflag", "links", "grounding", "prompt_leak", "bias", "tone")
+KNOWN_TYPES = (
+    "EMPTY_OUTPUT", "TOO_MANY_CHARS", "TOO_MANY_TOKENS", "TOKEN_LENGTH_SPIKE",
+    "JSON_PARSE_FAILED", "REQUIRED_FIELD_MISSING", "SELF_CONTRADICTION", "COLLISION_DETECTED",
+    "VALIDATOR_FAILED", "EXCEPTION", "LINK_HOST_NOT_ALLOWED", "LINK_TECH_DOC_NOT_ALLOWED",
+    "LINK_LABEL_UPGRADED", "LINK_LABEL_SUFFIX_NORMALIZED", "HTML_ANCHOR_CONVERTED",
+    "DANGLING_ATTRIBUTION", "LINK_UNHEALTHY", "LINK_UNSAFE_SCHEME", "UNGROUNDED_CUSTOMER_CLAIM",
+    "PROMPT_LEAK", "sycophancy", "confirmation_bias", "anchoring_bias", "authority_deference",
+    "recency_bias", "false_consensus", "condescending", "dismissive", "unprofessional",
+)
+
+
+# --- list filters -------------------------------------------------------------------------
+
+
+def _float(value: str | None, errors: dict[str, str], name: str) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        errors[name] = "Enter a number between 0 and 1."
+        return None
+    return number
+
+
+def _date(value: str | None, errors: dict[str, str], name: str) -> date | None:
+    if not value:
+        return None
+    try:
+        parsed = parse_date(value)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        errors[name] = "Enter a date as YYYY-MM-DD."
+    return parsed
+
+
+@dataclass(slots=True)
+class ListFilters:
+    """The list filters, read from and written to the query string (bookmarkable)."""
+
+    min_score: float | None = None
+    max_score: float | None = None
+    surfaced: bool = False
+    status: str = ""
+    analyzer: str = ""
+    type: str = ""
+    severity: str = ""
+    since: date | None = None
+    until: date | None = None
+    q: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> ListFilters:
+        errors: dict[str, str] = {}
+        severity = query.get("severity", "")
+        if severity and severity not in SEVERITIES:
+            errors["severity"] = "Unknown severity."
+            severity = ""
+        status = query.get("status", "")
+        if status and status not in AuditRun.Status.values:
+            errors["status"] = "Unknown status."
+            status = ""
+        return cls(
+            min_score=_float(query.get("min_score"), errors, "min_score"),
+            max_score=_float(query.get("max_score"), errors, "max_score"),
+            surfaced=query.get("surfaced", "") in ("1", "true", "on", "yes"),
+            status=status,
+            analyzer=query.get("analyzer", "").strip()[:100],
+            type=query.get("type", "").strip()[:100],
+            severity=severity,
+            since=_date(query.get("since"), errors, "since"),
+            until=_date(query.get("until"), errors, "until"),
+            q=query.get("q", "").strip()[:200],
+            errors=errors,
+        )
+
+    def as_params(self) -> dict[str, str]:
+        """The non-empty filters as query parameters (what the URL carries)."""
+        params: dict[str, str] = {}
+        for f in fields(self):
+            if f.name == "errors":
+                continue
+            value = getattr(self, f.name)
+            if value is None or value == "" or value is False:
+                continue
+            params[f.name] = "1" if value is True else str(value)
+        return params
+
+    @property
+    def active(self) -> bool:
+        return bool(self.as_params())
+
+    def to_selector(self) -> selectors.AuditFilters:
+        """The same filters as the API applies them (dates become whole days)."""
+        tz = timezone.get_current_timezone()
+        return selectors.AuditFilters(
+            min_score=self.min_score,
+            max_score=self.max_score,
+            surfaced=True if self.surfaced else None,
+            analyzer=self.analyzer or None,
+            type=self.type or None,
+            severity=self.severity or None,
+            since=datetime.combine(self.since, time.min, tzinfo=tz) if self.since else None,
+            until=(
+                datetime.combine(self.until + timedelta(days=1), time.min, tzinfo=tz)
+                if self.until
+                else None
+            ),
+            q=self.q or None,
+            status=self.status or None,
+        )
+
+
+def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
+    """Analyzer ids and annotation types for the filter selects.
+
+    From the configuration and the contract's codes, not from a DISTINCT over the tables
+    (which grow with every audit); a value in the URL is always offered back.
+    """
+    from analyzers.config_store import load_config
+
+    analyzers = set(KNOWN_ANALYZERS) | set(load_config().analyzers)
+    types = set(KNOWN_TYPES)
+    if filters is not None:
+        if filters.analyzer:
+            analyzers.add(filters.analyzer)
+        if filters.type:
+            types.add(filters.type)
+    return {"analyzers": sorted(analyzers), "types": sorted(types, key=str.lower)}
+
+
+# --- cards --------------------------------------------------------------------------------
+
+
+def card_queryset() -> QuerySet[AuditRun]:
+    """Audits with what a card shows prefetched (2 extra queries per page, not per card)."""
+    return AuditRun.objects.defer(
+        "cleaned_response", "sources", "config_snapshot", "options", "collision_key"
+    ).prefetch_related(
+        Prefetch(
+            "results",
+            queryset=AnalyzerRunRecord.objects.filter(surfaced=True)
+            .only("id", "audit_id", "analyzer_id", "score", "position")
+            .order_by("-score", "position"),
+            to_attr="surfaced_list",
+        ),
+        Prefetch(
+            "annotations",
+            queryset=Annotation.objects.filter(result__surfaced=True)
+            .only("id", "audit_id", "type", "label", "severity", "position")
+            .order_by("position", "id"),
+            to_attr="surfaced_annotations",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Badge:
+    type: str
+    label: str
+    severity: str
+    count: int
+
+
+def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
+    """The surfaced findings grouped by type, most severe first; and how many were cut."""
+    counts: Counter[tuple[str, str]] = Counter()
+    labels: dict[tuple[str, str], str] = {}
+    for a in getattr(run, "surfaced_annotations", []):
+        key = (a.type, a.severity)
+        counts[key] += 1
+        labels.setdefault(key, a.label or a.type)
+    badges = [
+        Badge(type=t, label=labels[(t, s)], severity=s, count=n) for (t, s), n in counts.items()
+    ]
+    badges.sort(key=lambda b: (-SEVERITY_RANK.get(b.severity, 0), -b.count, b.type))
+    return badges[:limit], max(0, len(badges) - limit)
+
+
+def prepare_card(run: AuditRun) -> AuditRun:
+    run.badges, run.more_badges = card_badges(run)
+    return run
+
+
+def get_card(audit_id: Any) -> AuditRun:
+    """One audit ready for the `audits/list.html#audit-card` partial (live feed, htmx)."""
+    return prepare_card(card_queryset().get(pk=audit_id))
+
+
+@dataclass(slots=True)
+class Page:
+    audits: list[AuditRun]
+    next_cursor: str | None
+
+
+def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) -> Page:
+    """One page of cards, newest first, after `cursor` (a bad cursor starts over)."""
+    qs = selectors.filter_audits(filters.to_selector(), card_queryset())
+    try:
+        qs = selectors.after_cursor(qs, cursor)
+    except selectors.InvalidCursor:
+        qs = selectors.after_cursor(qs, None)
+    rows = list(qs[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    for run in rows:
+        prepare_card(run)
+    return Page(rows, selectors.encode_cursor(rows[-1]) if more and rows else None)
+
+
+# --- detail -------------------------------------------------------------------------------
+
+
+def detail_queryset() -> QuerySet[AuditRun]:
+    """An audit with results, annotations, trace lines, links and reruns (6 queries)."""
+    return AuditRun.objects.select_related("rerun_of").prefetch_related(
+        Prefetch(
+            "results",
+            queryset=AnalyzerRunRecord.objects.order_by("position", "id").prefetch_related(
+                Prefetch("annotations", queryset=Annotation.objects.order_by("position", "id"))
+            ),
+        ),
+        Prefetch("trace_lines", queryset=TraceLine.objects.order_by("position")),
+        Prefetch("links", queryset=LinkCheck.objects.order_by("position", "id")),
+        Prefetch(
+            "reruns",
+            queryset=AuditRun.objects.only(
+                "id", "created_at", "status", "overall_score", "rerun_of"
+            ).order_by("-created_at"),
+        ),
+    )
+
+
+# --- trends -------------------------------------------------------------------------------
+
+HISTOGRAM_BINS = 20
+
+
+def bin_labels(bins: int = HISTOGRAM_BINS) -> list[str]:
+    return [f"{i / bins:.2f}" for i in range(bins)]
+
+
+def trends(days: int, *, now: datetime | None = None) -> dict[str, Any]:
+    """Everything the trends page charts, over the last `days` days (a fixed 5 queries)."""
+    from analyzers.config_store import load_config
+
+    now = now or timezone.now()
+    since = now - timedelta(days=days)
+    runs = AuditRun.objects.filter(created_at__gte=since)
+
+    per_day = {
+        row["day"]: row
+        for row in runs.annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(total=Count("id"), cards=Count("id", filter=Q(has_card=True)))
+        .order_by("day")
+    }
+    first_day = timezone.localdate(since)
+    last_day = timezone.localdate(now)
+    day_labels, day_totals, day_cards = [], [], []
+    for i in range((last_day - first_day).days + 1):
+        day = first_day + timedelta(days=i)
+        row = per_day.get(day, {})
+        day_labels.append(day.isoformat())
+        day_totals.append(row.get("total", 0))
+        day_cards.append(row.get("cards", 0))
+
+    histogram = [0] * HISTOGRAM_BINS
+    for b, n in (
+        runs.filter(overall_score__isnull=False)
+        .annotate(bin=Floor(F("overall_score") * HISTOGRAM_BINS))
+        .values("bin")
+        .annotate(n=Count("id"))
+        .values_list("bin", "n")
+    ):
+        histogram[min(HISTOGRAM_BINS - 1, max(0, int(b)))] += n
+
+    summary = runs.aggregate(
+        total=Count("id"),
+        cards=Count("id", filter=Q(has_card=True)),
+        failed=Count("id", filter=Q(status=AuditRun.Status.FAILED)),
+        mean_score=Avg("overall_score"),
+    )
+
+    top_types = list(
+        Annotation.objects.filter(audit__created_at__gte=since)
+        .values("type")
+        .annotate(
+            n=Count("id"),
+            critical=Count("id", filter=Q(severity="critical")),
+            warning=Count("id", filter=Q(severity="warning")),
+            info=Count("id", filter=Q(severity="info")),
+        )
+        .order_by("-n", "type")[:12]
+    )
+
+    analyzers = list(
+        AnalyzerRunRecord.objects.filter(audit__created_at__gte=since)
+        .values("analyzer_id")
+        .annotate(
+            total=Count("id"),
+            surfaced=Count("id", filter=Q(surfaced=True)),
+            failed=Count("id", filter=Q(status=AnalyzerRunRecord.Status.FAILED)),
+            timeout=Count("id", filter=Q(status=AnalyzerRunRecord.Status.TIMEOUT)),
+            avg_ms=Avg("duration_ms"),
+            max_ms=Max("duration_ms"),
+        )
+        .order_by("analyzer_id")
+    )
+    for row in analyzers:
+        row["surfaced_pct"] = round(100 * row["surfaced"] / row["total"], 1) if row["total"] else 0
+        row["avg_ms"] = round(row["avg_ms"] or 0, 1)
+        row["max_ms"] = round(row["max_ms"] or 0, 1)
+
+    total = summary["total"] or 0
+    mean = summary["mean_score"]
+    return {
+        "days": days,
+        "threshold": load_config().threshold,
+        "summary": {
+            "total": total,
+            "cards": summary["cards"] or 0,
+            "card_pct": round(100 * (summary["cards"] or 0) / total, 1) if total else 0,
+            "failed": summary["failed"] or 0,
+            "mean_score": round(mean, 3) if mean is not None else None,
+        },
+        "per_day": {"labels": day_labels, "total": day_totals, "cards": day_cards},
+        "histogram": {"labels": bin_labels(), "counts": histogram},
+        "top_types": top_types,
+        "analyzers": analyzers,
+    }
+
+
+# --- threshold tuning ---------------------------------------------------------------------
+
+WINDOWS = (200, 500, 1000, 5000)
+DEFAULT_WINDOW = 1000
+
+
+@dataclass(slots=True)
+class TuningPreview:
+    threshold: float
+    current: float
+    analyzer: str
+    window: int
+    considered: int
+    surfacing: int
+    surfacing_now: int
+    newly: int
+    dropped: int
+    examples: list[AuditRun]
+    per_analyzer: list[dict[str, Any]]
+    histogram: list[int]
+
+    @property
+    def surfacing_pct(self) -> float:
+        return round(100 * self.surfacing / self.considered, 1) if self.considered else 0.0
+
+    @property
+    def delta(self) -> int:
+        return self.surfacing - self.surfacing_now
+
+
+def _peak_expression() -> Case:
+    """A result's surfacing score: 1 when forced (should_surface), else its score."""
+    return Case(
+        When(should_surface=True, then=Value(1.0)),
+        default=F("score"),
+        output_field=FloatField(),
+    )
+
+
+def tuning_preview(
+    *,
+    threshold: float,
+    current: float,
+    analyzer: str = "",
+    window: int = DEFAULT_WINDOW,
+    examples: int = 15,
+) -> TuningPreview:
+    """Which of the last `window` completed audits would surface at `threshold`.
+
+    An audit surfaces when one of its successful results has score >= threshold or is
+    forced (CONTRACT.md section 1); with `analyzer`, only that analyzer's results count.
+    Four queries, whatever the window.
+    """
+    recent_ids = list(
+        AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
+        .order_by("-created_at", "-id")
+        .values_list("id", flat=True)[:window]
+    )
+    ok_results = AnalyzerRunRecord.objects.filter(
+        audit_id__in=recent_ids, status=AnalyzerRunRecord.Status.OK
+    )
+    scoped = ok_results.filter(analyzer_id=analyzer) if analyzer else ok_results
+    peaks: dict[Any, float] = dict(
+        scoped.values("audit_id").annotate(peak=Max(_peak_expression())).values_list(
+            "audit_id", "peak"
+        )
+    )
+    surfacing = [pk for pk in recent_ids if peaks.get(pk, -1.0) >= threshold]
+    surfacing_set = set(surfacing)
+    now_set = {pk for pk in recent_ids if peaks.get(pk, -1.0) >= current}
+
+    per_analyzer = list(
+        ok_results.values("analyzer_id")
+        .annotate(
+            total=Count("id"),
+            at_threshold=Count("id", filter=Q(score__gte=threshold) | Q(should_surface=True)),
+            at_current=Count("id", filter=Q(score__gte=current) | Q(should_surface=True)),
+        )
+        .order_by("analyzer_id")
+    )
+    for row in per_analyzer:
+        row["delta"] = row["at_threshold"] - row["at_current"]
+
+    histogram = [0] * HISTOGRAM_BINS
+    for peak in peaks.values():
+        if peak is not None:
+            histogram[min(HISTOGRAM_BINS - 1, max(0, int(peak * HISTOGRAM_BINS)))] += 1
+
+    shown_ids = surfacing[:examples]
+    shown = AuditRun.objects.only(
+        "id", "created_at", "overall_score", "response", "user_input", "has_card", "status"
+    ).in_bulk(shown_ids)
+    example_runs = []
+    for pk in shown_ids:
+        run = shown[pk]
+        run.peak = peaks.get(pk)
+        run.is_new = pk not in now_set
+        example_runs.append(run)
+
+    return TuningPreview(
+        threshold=threshold,
+        current=current,
+        analyzer=analyzer,
+        window=window,
+        considered=len(recent_ids),
+        surfacing=len(surfacing),
+        surfacing_now=len(now_set),
+        newly=len(surfacing_set - now_set),
+        dropped=len(now_set - surfacing_set),
+        examples=example_runs,
+        per_analyzer=per_analyzer,
+        histogram=histogram,
+    )

@@ -1,0 +1,80 @@
+"""Template filters of the dashboard. None of them returns markup: the templates build
+the HTML and autoescape every value, so model text stays text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+from audits import highlight
+
+register = template.Library()
+
+SEVERITY_ICONS = {"info": "ℹ", "warning": "▲", "critical": "✖"}
+SEVERITY_LABELS = {"info": "Info", "warning": "Warning", "critical": "Critical"}
+STATUS_ICONS = {
+    "complete": "✓", "ok": "✓", "pending": "…", "running": "⟳", "failed": "✖", "timeout": "⏱",
+}
+
+
+@register.filter
+def severity_icon(severity: str) -> str:
+    return SEVERITY_ICONS.get(severity, "•")
+
+
+@register.filter
+def severity_label(severity: str) -> str:
+    return SEVERITY_LABELS.get(severity, severity or "Unknown")
+
+
+@register.filter
+def status_icon(status: str) -> str:
+    return STATUS_ICONS.get(status, "•")
+
+
+@register.filter
+def score_class(score: float | None, threshold: float | None = 0.3) -> str:
+    """score-high at or above the threshold, score-mid above half of it, else score-low."""
+    if score is None:
+        return "score-none"
+    threshold = 0.3 if threshold is None else threshold
+    if score >= threshold:
+        return "score-high"
+    if score >= threshold / 2:
+        return "score-mid"
+    return "score-low"
+
+
+@register.filter
+def score(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+@register.filter
+def oneline(text: str | None, length: int = 160) -> str:
+    return highlight.excerpt(text or "", int(length))
+
+
+@register.filter
+def safe_href(url: str | None) -> str:
+    return highlight.safe_href(url)
+
+
+@register.filter
+def linkify(text: str | None) -> list[highlight.TextPiece]:
+    return highlight.linkify(text or "")
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON as text (the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"

@@ -1,0 +1,18 @@
+"""Dashboard pages, mounted at the site root by auditor_site.urls."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "audits"
+
+urlpatterns = [
+    path("", views.audit_list, name="list"),
+    path("audits/<uuid:pk>/", views.audit_detail, name="detail"),
+    path("audits/<uuid:pk>.json", views.audit_json, name="json"),
+    path("audits/<uuid:pk>/rerun/", views.audit_rerun, name="rerun"),
+    path("trends/", views.trends, name="trends"),
+    path("tuning/", views.tuning, name="tuning"),
+]

@@ -1,0 +1,254 @@
+"""The dashboard pages (staff only). Each page is one template whose sections are named
+partials; an htmx request gets just the partial it asks for (django-htmx example style)."""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from . import dashboard
+from .highlight import highlight_segments, side_by_side
+from .models import AuditRun
+from .serializers import audit_queryset, audit_to_dict
+
+TREND_WINDOWS = (7, 14, 30, 60, 90)
+DEFAULT_TREND_DAYS = 60
+
+
+def staff_required(view):
+    """Anonymous users go to the login page; signed-in non-staff users get a 403."""
+
+    @wraps(view)
+    @login_required
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            raise PermissionDenied("The dashboard is for staff accounts.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _is_partial(request: HttpRequest) -> bool:
+    """An htmx request for a fragment (not a history restore, which needs the page)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
+# --- audits list --------------------------------------------------------------------------
+
+
+@require_GET
+@staff_required
+def audit_list(request: HttpRequest) -> HttpResponse:
+    filters = dashboard.ListFilters.from_query(request.GET)
+    cursor = request.GET.get("cursor") or None
+    page = dashboard.audit_page(filters, cursor)
+    context = {
+        "nav": "audits",
+        "filters": filters,
+        "params": filters.as_params(),
+        "page": page,
+        "is_more": bool(cursor),
+        "choices": dashboard.filter_choices(filters),
+        "severities": dashboard.SEVERITIES,
+        "statuses": AuditRun.Status.values,
+    }
+    if _is_partial(request):
+        # "Load more" appends the next rows; a filter change replaces the whole result list.
+        if cursor:
+            return render(request, "audits/list.html#rows", context)
+        response = render(request, "audits/list.html#results", context)
+        # The clean, bookmarkable URL of this view (no empty parameters, no cursor).
+        query = urlencode(filters.as_params())
+        response["HX-Push-Url"] = reverse("audits:list") + (f"?{query}" if query else "")
+        return response
+    return render(request, "audits/list.html", context)
+
+
+# --- audit detail -------------------------------------------------------------------------
+
+
+def _get_audit(pk: Any) -> AuditRun:
+    try:
+        return dashboard.detail_queryset().get(pk=pk)
+    except AuditRun.DoesNotExist:
+        raise Http404("No such audit.") from None
+
+
+def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[str, Any]:
+    """What `audits/detail.html` and its partials need (also for live updates)."""
+    results = list(run.results.all())
+    surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
+    others = [r for r in results if not r.surfaced]
+    annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    can_rerun = bool(
+        request is not None and request.user.has_perm("audits.add_auditrun")
+    )
+    return {
+        "audit": run,
+        "results": results,
+        "surfaced_results": surfaced,
+        "other_results": others,
+        "highlights": highlight_segments(run.response, annotations),
+        "highlight_count": sum(1 for _, a in annotations if a.evidence or a.start is not None),
+        "diff": side_by_side(run.response, run.cleaned_response)
+        if run.status == AuditRun.Status.COMPLETE
+        else None,
+        "links": list(run.links.all()),
+        "trace_lines": list(run.trace_lines.all()),
+        "reruns": list(run.reruns.all()),
+        "can_rerun": can_rerun,
+    }
+
+
+@require_GET
+@staff_required
+def audit_detail(request: HttpRequest, pk: Any) -> HttpResponse:
+    run = _get_audit(pk)
+    context = {"nav": "audits", **detail_context(run, request)}
+    section = request.GET.get("section", "")
+    if _is_partial(request) and section in DETAIL_SECTIONS:
+        return render(request, f"audits/detail.html#{section}", context)
+    return render(request, "audits/detail.html", context)
+
+
+DETAIL_SECTIONS = frozenset({"header", "results", "response", "diff", "links", "trace"})
+
+
+@require_GET
+@staff_required
+def audit_json(request: HttpRequest, pk: Any) -> HttpResponse:
+    try:
+        run = audit_queryset().get(pk=pk)
+    except AuditRun.DoesNotExist:
+        raise Http404("No such audit.") from None
+    response = JsonResponse(audit_to_dict(run), json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="audit-{run.pk}.json"'
+    return response
+
+
+@require_POST
+@staff_required
+def audit_rerun(request: HttpRequest, pk: Any) -> HttpResponse:
+    if not request.user.has_perm("audits.add_auditrun"):
+        raise PermissionDenied("You may not re-run audits.")
+    try:
+        original = AuditRun.objects.get(pk=pk)
+    except AuditRun.DoesNotExist:
+        raise Http404("No such audit.") from None
+    from .services import rerun_audit
+
+    new = rerun_audit(original)
+    messages.success(request, "Re-run started with the current configuration.")
+    url = reverse("audits:detail", args=[new.pk])
+    if request.htmx:
+        return HttpResponseClientRedirect(url)
+    return redirect(url)
+
+
+# --- trends -------------------------------------------------------------------------------
+
+
+@require_GET
+@staff_required
+def trends(request: HttpRequest) -> HttpResponse:
+    try:
+        days = int(request.GET.get("days", DEFAULT_TREND_DAYS))
+    except ValueError:
+        days = DEFAULT_TREND_DAYS
+    if days not in TREND_WINDOWS:
+        days = DEFAULT_TREND_DAYS
+    data = dashboard.trends(days)
+    context = {
+        "nav": "trends",
+        "data": data,
+        "windows": TREND_WINDOWS,
+        "chart_data": {
+            "threshold": data["threshold"],
+            "per_day": data["per_day"],
+            "histogram": data["histogram"],
+            "top_types": data["top_types"],
+            "analyzers": data["analyzers"],
+        },
+    }
+    if _is_partial(request):
+        return render(request, "audits/trends.html#trends-body", context)
+    return render(request, "audits/trends.html", context)
+
+
+# --- threshold tuning ---------------------------------------------------------------------
+
+
+def _threshold_param(value: str | None, default: float) -> float:
+    try:
+        number = float(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+    if number != number:  # NaN
+        return default
+    return round(min(1.0, max(0.0, number)), 2)
+
+
+@require_http_methods(["GET", "POST"])
+@staff_required
+def tuning(request: HttpRequest) -> HttpResponse:
+    from analyzers.config_store import load_config, save_config
+
+    config = load_config()
+    can_save = request.user.has_perm("analyzers.change_globalsettings")
+    if request.method == "POST":
+        if not can_save:
+            raise PermissionDenied("You may not change the configuration.")
+        new = _threshold_param(request.POST.get("threshold"), config.threshold)
+        if new != config.threshold:
+            save_config(
+                config.model_copy(update={"threshold": new}),
+                actor=request.user.get_username(),
+                source="dashboard",
+                user=request.user,
+            )
+            messages.success(
+                request, f"Threshold saved: {new:.2f} (was {config.threshold:.2f})."
+            )
+        else:
+            messages.info(request, f"The threshold is already {new:.2f}; nothing changed.")
+        return redirect("audits:tuning")
+
+    threshold = _threshold_param(request.GET.get("threshold"), config.threshold)
+    analyzer = request.GET.get("analyzer", "").strip()[:100]
+    try:
+        window = int(request.GET.get("window", dashboard.DEFAULT_WINDOW))
+    except ValueError:
+        window = dashboard.DEFAULT_WINDOW
+    if window not in dashboard.WINDOWS:
+        window = dashboard.DEFAULT_WINDOW
+    preview = dashboard.tuning_preview(
+        threshold=threshold, current=config.threshold, analyzer=analyzer, window=window
+    )
+    context = {
+        "nav": "tuning",
+        "preview": preview,
+        "current": config.threshold,
+        "can_save": can_save,
+        "analyzers": sorted(set(dashboard.KNOWN_ANALYZERS) | set(config.analyzers)),
+        "windows": dashboard.WINDOWS,
+        "chart": {
+            "labels": dashboard.bin_labels(),
+            "counts": preview.histogram,
+            "threshold": threshold,
+            "current": config.threshold,
+        },
+    }
+    if _is_partial(request):
+        return render(request, "audits/tuning.html#preview", context)
+    return render(request, "audits/tuning.html", context)
