@@ -17,6 +17,9 @@ BUILTIN_ANALYZERS: list[str] = [
     "analyzers.engine.redflag.RedflagAnalyzer",
     "analyzers.engine.bias.BiasAnalyzer",
     "analyzers.engine.tone.ToneAnalyzer",
+    "analyzers.engine.guardrails.analyzers.LinksAnalyzer",
+    "analyzers.engine.guardrails.analyzers.GroundingAnalyzer",
+    "analyzers.engine.guardrails.analyzers.PromptLeakAnalyzer",
 ]
 
 

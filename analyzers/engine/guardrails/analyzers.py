@@ -1,0 +1,237 @@
+"""The three guardrail analyzers: `links`, `grounding` and `prompt_leak`.
+
+They share one run of the text pipeline per audit (through `context.memo`); whichever
+runs first sets `context.cleaned_response`, `context.links` and `context.trace`. Link
+health checks (when `links.check_health`) run once, after the text pipeline, and may
+remove claims whose case-study link is unhealthy from the cleaned response.
+
+Scores are severity-weighted: each annotation weighs info 0.05, warning 0.3, critical
+1.0, and the score is 1 - prod(1 - weight), so one critical finding scores 1.0 and one
+warning reaches the default threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import Field
+
+from ..base import Analyzer, AnalyzerSettings, AuditContext
+from ..contract import AnalyzerResult, Annotation, AuditInput
+from ..linkcheck import LinkChecker
+from .grounding import CASE_STUDY_LINK_UNHEALTHY
+from .pipeline import LABELS
+from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
+from .stream import GuardrailResult, audit_text
+
+MEMO_KEY = "guardrails"
+SEVERITY_WEIGHT = {"info": 0.05, "warning": 0.3, "critical": 1.0}
+SURFACE_CODES = frozenset(
+    {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK"}
+)
+
+
+def weighted_score(annotations: list[Annotation]) -> float:
+    remaining = 1.0
+    for annotation in annotations:
+        remaining *= 1.0 - SEVERITY_WEIGHT.get(annotation.severity, 0.3)
+    return round(1.0 - remaining, 6)
+
+
+class SharedRun:
+    """One audit's pipeline result, health checks, and the context fields they set."""
+
+    def __init__(self, audit: AuditInput, context: AuditContext) -> None:
+        self.context = context
+        config = context.config
+        self.settings = settings_from_config(config)
+        self.result: GuardrailResult = audit_text(
+            audit.response, self.settings, audit.sources
+        )
+        links_section = config.analyzer_section("links")
+        self.check_health = config.is_enabled("links") and bool(
+            links_section.get("check_health", True)
+        )
+        self.timeout_s = float(links_section.get("timeout_s", 4))
+        self.health_annotations: list[tuple[str, Annotation]] = []
+        self._health: asyncio.Future | None = None
+        context.cleaned_response = self.result.cleaned_response
+        context.links = self.result.links
+        context.trace.extend(self.result.trace)
+
+    @classmethod
+    def get(cls, audit: AuditInput, context: AuditContext) -> SharedRun:
+        run = context.memo.get(MEMO_KEY)
+        if run is None:
+            run = context.memo[MEMO_KEY] = cls(audit, context)
+        return run
+
+    async def ensure_health(self, timeout_s: float | None = None) -> None:
+        if self._health is None:
+            self._health = asyncio.ensure_future(self._check(timeout_s or self.timeout_s))
+        await asyncio.shield(self._health)
+
+    async def _check(self, timeout_s: float) -> None:
+        checker = self.context.services.get("link_checker")
+        if checker is None:
+            checker = LinkChecker(timeout_s=timeout_s)
+        urls = [r.url for r in self.result.links if r.decision != "strip"]
+        deadline = max(timeout_s, self.context.config.analyzer_timeout_s - 1.0)
+        health = await checker.check_many(urls, timeout_s=timeout_s, deadline_s=deadline)
+        for record in self.result.links:
+            h = health.get(record.url)
+            if h is not None and record.decision != "strip":
+                record.http_status = h.http_status
+                record.healthy = h.healthy
+                if not h.healthy:
+                    what = h.error or f"HTTP {h.http_status}"
+                    self.health_annotations.append(
+                        ("links", _annotation("LINK_UNHEALTHY", "warning",
+                                              f"{record.url}: {what}", record.url))
+                    )
+                    self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {record.url}")
+        self._drop_unhealthy_claims(health)
+
+    def _drop_unhealthy_claims(self, health: dict[str, Any]) -> None:
+        cleaned = self.result.cleaned_response
+        removals = []
+        for pending in self.result.pending:
+            h = health.get(pending.url)
+            if h is None or h.healthy:
+                continue
+            claim = pending.claim
+            claim["reasons"] = [CASE_STUDY_LINK_UNHEALTHY]
+            annotation = _annotation(
+                "UNGROUNDED_CUSTOMER_CLAIM",
+                "critical",
+                f"Customer claim removed: {CASE_STUDY_LINK_UNHEALTHY}.",
+                claim["sentence"],
+            )
+            self.health_annotations.append(("grounding", annotation))
+            self.context.trace.append(
+                f"[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | {claim['sentence']}"
+            )
+            end = pending.end
+            while end < len(cleaned) and cleaned[end] in " \t":
+                end += 1
+            removals.append((pending.start, end))
+        for start, end in sorted(removals, reverse=True):
+            cleaned = cleaned[:start] + cleaned[end:]
+        if removals:
+            self.context.cleaned_response = cleaned
+
+
+def _annotation(code: str, severity: str, description: str, evidence: str) -> Annotation:
+    return Annotation(
+        type=code,
+        label=LABELS.get(code, code),
+        severity=severity,
+        description=description,
+        evidence=evidence,
+    )
+
+
+def _locate(annotation: Annotation, response: str) -> Annotation:
+    if annotation.start is None and annotation.evidence:
+        at = response.find(annotation.evidence)
+        if at >= 0:
+            annotation.start, annotation.end = at, at + len(annotation.evidence)
+    return annotation
+
+
+class LinksSettings(AnalyzerSettings):
+    check_health: bool = True
+    timeout_s: float = Field(default=4.0, gt=0, le=60)
+    technical_doc_prefixes: list[str] = Field(default_factory=list)
+    technical_doc_allowed_paths: list[str] = Field(default_factory=list)
+
+
+class LinksAnalyzer(Analyzer):
+    id = "links"
+    category = "links"
+    description = (
+        "Converts HTML anchors, strips unsafe, off-site and technical-doc links, upgrades "
+        "generic labels from source titles, collapses repeated title suffixes, removes "
+        "dangling attributions, and checks link health."
+    )
+    Settings = LinksSettings
+
+    async def analyze(
+        self, audit: AuditInput, settings: LinksSettings, context: AuditContext
+    ) -> AnalyzerResult:
+        run = SharedRun.get(audit, context)
+        if settings.check_health and run.check_health:
+            await run.ensure_health(settings.timeout_s)
+        annotations = run.result.for_analyzer("links") + [
+            _locate(a, audit.response) for owner, a in run.health_annotations if owner == "links"
+        ]
+        counts: dict[str, int] = {}
+        for r in run.result.links:
+            counts[r.decision] = counts.get(r.decision, 0) + 1
+        return self.result(
+            score=weighted_score(annotations),
+            annotations=annotations,
+            should_surface=any(a.type in SURFACE_CODES for a in annotations),
+            supplementary={
+                "links": [r.model_dump() for r in run.result.links],
+                "counts": counts,
+            },
+        )
+
+
+class GroundingSettings(AnalyzerSettings):
+    case_study_url: str = DEFAULT_CASE_STUDY_URL
+
+
+class GroundingAnalyzer(Analyzer):
+    id = "grounding"
+    category = "grounding"
+    description = (
+        "Removes sentences that claim a customer result (a company and a number) unless the "
+        "company is a known customer, the metric is in its facts or sources, and the "
+        "sentence links to its (healthy) case study."
+    )
+    Settings = GroundingSettings
+
+    async def analyze(
+        self, audit: AuditInput, settings: GroundingSettings, context: AuditContext
+    ) -> AnalyzerResult:
+        run = SharedRun.get(audit, context)
+        if run.check_health and run.result.pending:
+            await run.ensure_health()
+        annotations = run.result.for_analyzer("grounding") + [
+            _locate(a, audit.response)
+            for owner, a in run.health_annotations
+            if owner == "grounding"
+        ]
+        reasons = sorted({r for c in run.result.claims for r in c.get("reasons", [])})
+        return self.result(
+            score=weighted_score(annotations),
+            annotations=annotations,
+            should_surface=bool(annotations),
+            supplementary={"reasons": reasons, "claims": run.result.claims},
+        )
+
+
+class PromptLeakSettings(AnalyzerSettings):
+    patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
+
+
+class PromptLeakAnalyzer(Analyzer):
+    id = "prompt_leak"
+    category = "compliance"
+    description = "Removes lines that start with an echoed prompt-template heading."
+    Settings = PromptLeakSettings
+
+    async def analyze(
+        self, audit: AuditInput, settings: PromptLeakSettings, context: AuditContext
+    ) -> AnalyzerResult:
+        run = SharedRun.get(audit, context)
+        annotations = run.result.for_analyzer("prompt_leak")
+        return self.result(
+            score=weighted_score(annotations),
+            annotations=annotations,
+            should_surface=bool(annotations),
+            supplementary={"lines_removed": len(annotations)},
+        )

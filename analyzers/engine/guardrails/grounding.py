@@ -1,0 +1,296 @@
+"""Rule 6: customer claims (a company + a number) must be grounded, or the sentence goes.
+
+A claim is valid only when the company is a known customer (or the company of a request
+source), every metric in the sentence appears in a fact or source attributed to that
+company, and the sentence links to that company's case study. Health of that link is
+checked after the text pipeline (see `PendingClaim`).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any
+
+from .links import canonical
+from .markdown import scan_links
+from .pipeline import PendingClaim
+from .settings import Customer, SourceIndex
+
+if TYPE_CHECKING:
+    from .pipeline import Ctx
+
+UNKNOWN_COMPANY = "UNKNOWN_COMPANY"
+METRIC_NOT_IN_SOURCES = "METRIC_NOT_IN_SOURCES"
+MISSING_CASE_STUDY_LINK = "MISSING_CASE_STUDY_LINK"
+CASE_STUDY_LINK_UNHEALTHY = "CASE_STUDY_LINK_UNHEALTHY"
+
+_BOUNDARY = re.compile(r"[.!?]+[\"')\]”’*_]*(?=\s|$)|\n")
+_METRIC = re.compile(
+    r"(?<![\w$.])(?:"
+    r"[+\-]?\d+(?:[.,]\d+)*[ \t]?%"
+    r"|\$[ \t]?\d+(?:[.,]\d+)*(?:[ \t]?(?:[KMBkmb]n?|million|billion|thousand)(?![A-Za-z]))?"
+    r"|\d+(?:\.\d+)?[ \t]?[x×](?![\w])"
+    r")"
+)
+_PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each\b|monthly\b)",
+                            re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_][\w&'’\-]*")
+_DIGIT = re.compile(r"\d")
+
+COMMON_STARTERS = frozenset(
+    """a an the this that these those it its it's our we you your they their there here
+    he she his her i my me us in on at for from with without by of to into onto over under
+    after before during since until while when where why how what which who whom whose if
+    unless because although though as and but or nor so yet also still then thus hence
+    however moreover furthermore meanwhile overall today yesterday tomorrow now recently
+    currently typically generally usually often sometimes many most some several few all
+    both each every any no none more less one two three four five six seven eight nine ten
+    first second third last next finally additionally similarly likewise instead besides
+    customers customer clients companies company retailers retailer brands brand businesses
+    teams team users user shoppers buyers sellers merchants stores store sites site
+    revenue sales conversion conversions traffic growth performance results result search
+    searches queries latency speed engagement retention churn orders order prices price
+    plans plan pricing costs cost savings margins profit profits income spend budget
+    average median total around about approximately nearly almost over roughly up down
+    yes no not only just even such based using with given compared across between
+    industry studies study research data analysis reports report surveys survey experts
+    organizations enterprises ecommerce e-commerce online mobile web digital global local
+    personalization recommendations relevance discovery implementation adoption integration
+    onboarding setup support service services product products features feature platform
+    see read learn check note remember consider imagine let lets please try start""".split()
+)
+STOP_CAPS = frozenset(
+    """i i'm i've i'd january february march april may june july august september october
+    november december monday tuesday wednesday thursday friday saturday sunday black friday
+    cyber christmas easter q1 q2 q3 q4 h1 h2 fy yoy mom qoq ai api apis seo roi ceo cto cmo
+    cfo vp saas b2b b2c d2c dtc kpi kpis ctr aov gmv ux ui us usa eu uk emea apac latam
+    arr mrr nps sla sdk cdn json http https html css pdf faq faqs llm llms ml nlp gpu cpu
+    url urls id pro plus premium enterprise business starter standard basic free team
+    growth essential build grow elevate""".split()
+)
+
+
+def metric_norm(token: str) -> str:
+    t = token.lower().replace("+", "").replace(",", "").replace(" ", "").replace("\t", "")
+    t = t.replace("×", "x").replace("million", "m").replace("billion", "b")
+    t = t.replace("thousand", "k").replace("bn", "b")
+    return t
+
+
+def find_metrics(text: str) -> list[str]:
+    found = []
+    for m in _METRIC.finditer(text):
+        token = m.group(0)
+        if token.startswith("$") and token[-1].isdigit() and _PRICE_CONTEXT.match(text, m.end()):
+            continue  # "$49 per month" is a price, not a result
+        found.append(token)
+    return found
+
+
+class _CompanyMatcher:
+    """Known customer names and aliases, plus source companies, as one regex."""
+
+    def __init__(self, sources: SourceIndex) -> None:
+        self.by_name: dict[str, Customer] = {}
+        for customer in sources.all_customers():
+            for name in customer.names:
+                self.by_name.setdefault(name, customer)
+        names = sorted(self.by_name, key=len, reverse=True)
+        self.regex = (
+            re.compile(r"(?<!\w)(?:" + "|".join(re.escape(n) for n in names) + r")(?!\w)",
+                       re.IGNORECASE)
+            if names
+            else None
+        )
+        self.metrics: dict[str, set[str]] = {}
+        for customer in sources.all_customers():
+            texts = sources.company_texts.get(customer.slug, [])
+            self.metrics[customer.slug] = {
+                metric_norm(t) for text in texts for t in find_metrics(text)
+            }
+
+
+def _matcher(sources: SourceIndex) -> _CompanyMatcher:
+    cached = getattr(sources, "_matcher", None)
+    if cached is None or cached[0] != sources.version:
+        cached = (sources.version, _CompanyMatcher(sources))
+        sources._matcher = cached  # type: ignore[attr-defined]
+    return cached[1]
+
+
+def _sentences(text: str, start: int, end: int, link_starts: list[int], link_ends: list[int]):
+    pos = start
+    for m in _BOUNDARY.finditer(text, start, end):
+        i = bisect_left(link_ends, m.start() + 1)
+        if i < len(link_starts) and link_starts[i] <= m.start():
+            continue  # inside a link
+        if m.end() > pos:
+            yield pos, m.end()
+        pos = m.end()
+    if pos < end:
+        yield pos, end
+
+
+def unknown_companies(words_text: str, brand: str, skip: list[tuple[int, int]]) -> list[str]:
+    brand_tokens = {t.lower() for t in brand.split()}
+    found = []
+    initial = True
+    after_brand = False
+    for m in _WORD.finditer(words_text):
+        word = m.group(0).rstrip("-'’")
+        if word.endswith(("'s", "’s")):
+            word = word[:-2]
+        lower = word.lower()
+        is_initial = initial
+        initial = False
+        prev_brand, after_brand = after_brand, lower in brand_tokens
+        if after_brand or not word or not word[0].isupper():
+            continue
+        if any(s <= m.start() < e for s, e in skip):
+            continue
+        if lower in STOP_CAPS or (prev_brand and word[0].isupper()):
+            continue
+        if is_initial and (lower in COMMON_STARTERS or lower.endswith(("ly", "ing"))):
+            continue
+        if is_initial and lower.endswith("s") and lower[:-1] in COMMON_STARTERS:
+            continue
+        found.append(word)
+    return found
+
+
+def audit_grounding(ctx: Ctx) -> None:
+    text = ctx.doc.text
+    if not _DIGIT.search(text) and "/" not in text:
+        return
+    settings = ctx.settings
+    code, fences = ctx.code()
+    links = [link for link in scan_links(text, code) if link.kind != "definition"]
+    link_starts = [link.start for link in links]
+    link_ends = [link.end for link in links]
+    matcher = _matcher(ctx.sources)
+    known_slugs = {c.slug.lower() for c in ctx.sources.all_customers()}
+    edits: list[tuple[int, int, str]] = []
+    pending: list[tuple[int, int, str, dict[str, Any]]] = []
+    segments = []
+    pos = 0
+    for fs, fe in fences:
+        segments.append((pos, fs))
+        pos = fe
+    segments.append((pos, len(text)))
+    for seg_start, seg_end in segments:
+        for s, e in _sentences(text, seg_start, seg_end, link_starts, link_ends):
+            while s < e and text[s].isspace():
+                s += 1
+            while e > s and text[e - 1].isspace():
+                e -= 1
+            if e <= s:
+                continue
+            verdict = _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs)
+            if verdict is None:
+                continue
+            reasons, claim, case_url = verdict
+            if reasons:
+                claim["reasons"] = reasons
+                ctx.out.claims.append(claim)
+                desc = "Customer claim removed: " + ", ".join(reasons) + "."
+                annotation = ctx.annotate(
+                    "grounding", "UNGROUNDED_CUSTOMER_CLAIM", "critical", desc, s, e
+                )
+                claim["start"], claim["end"] = annotation.start, annotation.end
+                ctx.trace("STRIP", "UNGROUNDED_CUSTOMER_CLAIM", text[s:e])
+                es, ee = _sentence_removal(text, s, e)
+                if edits and es < edits[-1][1]:
+                    es = edits[-1][1]
+                edits.append((es, ee, ""))
+            else:
+                claim["reasons"] = []
+                ctx.out.claims.append(claim)
+                if case_url is not None:
+                    pending.append((s, e, case_url, claim))
+    if edits:
+        ctx.doc.apply(edits)
+    for s, e, url, claim in pending:
+        shift = sum(ee - es for es, ee, _ in edits if ee <= s)
+        ctx.out.pending.append(PendingClaim(s - shift, e - shift, url, claim))
+
+
+def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
+    n = len(text)
+    end = e
+    while end < n and text[end] in " \t":
+        end += 1
+    if end < n and text[end] != "\n":
+        return s, end
+    start = s
+    while start > 0 and text[start - 1] in " \t":
+        start -= 1
+    return start, end
+
+
+def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
+    """None when the sentence is no claim; else (reasons, claim record, case-study url)."""
+    settings = ctx.settings
+    first = bisect_left(link_starts, s)
+    inside = []
+    for link in links[first:]:
+        if link.start >= e:
+            break
+        if link.end <= e:
+            inside.append(link)
+    case_links: dict[str, str] = {}  # slug -> canonical url
+    for link in inside:
+        canon = canonical(link.dest)
+        slug = settings.case_study_slug(canon.without_fragment or "")
+        if slug is not None:
+            case_links.setdefault(slug, canon.url or link.dest)
+    sentence = text[s:e]
+    if not case_links and not _DIGIT.search(sentence):
+        return None
+    # the words of the sentence, links reduced to their labels
+    parts, pos = [], s
+    for link in inside:
+        parts.append(text[pos:link.start])
+        parts.append(link.label if link.kind != "autolink" else "")
+        pos = link.end
+    parts.append(text[pos:e])
+    words_text = "".join(parts)
+    metrics = find_metrics(words_text)
+    unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
+    known: list[Customer] = []
+    spans: list[tuple[int, int]] = []
+    if matcher.regex is not None:
+        for m in matcher.regex.finditer(words_text):
+            customer = matcher.by_name.get(m.group(0).lower())
+            if customer is not None and customer not in known:
+                known.append(customer)
+            spans.append(m.span())
+    claim: dict[str, Any] = {"sentence": sentence, "metrics": metrics}
+    if unknown_slugs:
+        claim["company"] = unknown_slugs[0]
+        return [UNKNOWN_COMPANY], claim, None
+    if not metrics:
+        return None
+    if known:
+        best: tuple[list[str], Customer, str | None] | None = None
+        norms = {metric_norm(m) for m in metrics}
+        for customer in known:
+            reasons = []
+            if not norms <= matcher.metrics.get(customer.slug, set()):
+                reasons.append(METRIC_NOT_IN_SOURCES)
+            url = case_links.get(customer.slug.lower())
+            if url is None:
+                reasons.append(MISSING_CASE_STUDY_LINK)
+            if best is None or len(reasons) < len(best[0]):
+                best = (reasons, customer, url)
+        assert best is not None
+        claim["company"] = best[1].name
+        return best[0], claim, best[2]
+    unknown = unknown_companies(words_text, settings.brand_name, spans)
+    if not unknown:
+        return None
+    claim["company"] = unknown[0]
+    reasons = [UNKNOWN_COMPANY, METRIC_NOT_IN_SOURCES]
+    if not case_links:
+        reasons.append(MISSING_CASE_STUDY_LINK)
+    return reasons, claim, None

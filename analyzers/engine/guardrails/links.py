@@ -1,0 +1,334 @@
+"""Rules 2-5: HTML anchors, link classification and label upgrade, suffix normalisation,
+dangling attributions."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from ..contract import LinkRecord
+from .markdown import MdLink, escape_label, format_destination, scan_anchors, scan_links
+from .urls import (
+    USERINFO,
+    CanonicalURL,
+    canonicalize,
+    host_allowed,
+    is_tech_doc,
+    tech_doc_path_allowed,
+)
+
+if TYPE_CHECKING:
+    from .pipeline import Ctx
+
+GENERIC_LABELS = frozenset(
+    {
+        "here", "click here", "this", "this article", "the article", "article", "this page",
+        "the page", "page", "source", "the source", "this source", "sources", "link",
+        "this link", "the link", "read more", "learn more", "more", "see more", "this post",
+        "the post", "this blog post", "blog post", "blog", "this blog", "the blog",
+        "this study", "this report", "the report", "this resource", "this document", "this guide", "the guide", "guide",
+        "docs", "the docs", "documentation", "the documentation", "website", "this website",
+        "reference", "ref", "details", "more info", "more information", "url",
+    }
+)
+_GENERIC_NUMBERED = re.compile(r"(?:source|ref|reference|link|citation)?\s*\d{1,3}")
+_NON_WORD = re.compile(r"[^\w\s]+")
+_LEFT_ATTRIBUTION = re.compile(
+    r"(?:[—–]|(?<=\s)-|\baccording to|\bvia|\bsources?:|\bcourtesy of|\bcited in|\bas reported by)"
+    r"[ \t]*$",
+    re.IGNORECASE,
+)
+_TRAILING_PUNCT = ".,;:!?)"
+_ATTRIBUTION_LABELS = frozenset(
+    {"source", "sources", "the source", "this source", "link", "the link", "this link", "ref",
+     "reference", "citation", "cite", "url"}
+)
+
+
+@lru_cache(maxsize=8192)
+def canonical(dest: str) -> CanonicalURL:
+    return canonicalize(dest)
+
+
+@lru_cache(maxsize=4096)
+def is_generic(label: str, brand: str) -> bool:
+    norm = " ".join(_NON_WORD.sub(" ", label.lower()).split())
+    if not norm or norm in GENERIC_LABELS or _GENERIC_NUMBERED.fullmatch(norm):
+        return True
+    brand = brand.lower()
+    if norm.startswith(brand + " ") or norm.startswith("the " + brand + " "):
+        rest = norm.rpartition(brand + " ")[2]
+        return rest in GENERIC_LABELS
+    return False
+
+
+def _suffix_core(suffix: str) -> list[str]:
+    return suffix.split()
+
+
+def strip_suffixes(label: str, suffix: str) -> tuple[str, int]:
+    """Remove trailing repeats of the suffix (any case, any spacing); return (rest, count)."""
+    tokens = [t.lower() for t in _suffix_core(suffix)]
+    if not tokens:
+        return label, 0
+    end = len(label)
+    count = 0
+    while True:
+        j = end
+        for token in reversed(tokens):
+            while j > 0 and label[j - 1].isspace():
+                j -= 1
+            if j < len(token) or label[j - len(token):j].lower() != token:
+                j = -1
+                break
+            j -= len(token)
+        if j < 0:
+            break
+        end = j
+        count += 1
+    rest = label[:end].rstrip()
+    return (rest, count) if rest else (label, 0)
+
+
+def with_suffix(title: str, suffix: str) -> str:
+    base, _ = strip_suffixes(title.strip(), suffix)
+    return base + suffix if suffix.strip() else base
+
+
+def convert_anchors(ctx: Ctx) -> None:
+    if "<a" not in ctx.doc.text and "<A" not in ctx.doc.text:
+        return
+    code, _ = ctx.code()
+    edits = []
+    for anchor in scan_anchors(ctx.doc.text, code):
+        label = " ".join(anchor.label.split())
+        markdown = f"[{escape_label(label)}]({format_destination(anchor.href.strip())})"
+        ctx.annotate(
+            "links",
+            "HTML_ANCHOR_CONVERTED",
+            "info",
+            "An HTML anchor was rewritten as a markdown link.",
+            anchor.start,
+            anchor.end,
+        )
+        edits.append((anchor.start, anchor.end, markdown))
+    if edits:
+        ctx.doc.apply(edits)
+
+
+def classify(canon: CanonicalURL, ctx: Ctx) -> tuple[str | None, str, str]:
+    """(code, severity, description) for a link to strip, or (None, "", "") to keep."""
+    s = ctx.settings
+    if canon.unsafe_scheme:
+        what = canon.scheme + ":" if canon.scheme else "a relative URL"
+        return "LINK_UNSAFE_SCHEME", "critical", f"Links must be absolute http(s); got {what}"
+    if canon.url is None:
+        return "LINK_HOST_NOT_ALLOWED", "warning", f"Unusable URL ({canon.problem})."
+    if canon.problem == USERINFO:
+        return (
+            "LINK_HOST_NOT_ALLOWED",
+            "warning",
+            f"The URL hides its real host ({canon.host}) behind userinfo.",
+        )
+    if not host_allowed(canon.host, s.allowed_hosts):
+        return "LINK_HOST_NOT_ALLOWED", "warning", f"Host {canon.host} is not allowed."
+    if s.tech_doc_prefixes and is_tech_doc(canon, s.tech_doc_prefixes):
+        if not tech_doc_path_allowed(canon, s.tech_doc_allowed_paths):
+            return (
+                "LINK_TECH_DOC_NOT_ALLOWED",
+                "warning",
+                "Technical documentation may only be cited from the allowed paths.",
+            )
+    return None, "", ""
+
+
+def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
+    """Classify every link; return (position in the new text, label left) per stripped link."""
+    text = ctx.doc.text
+    if "](" not in text and "<" not in text and "]:" not in text:
+        return []
+    code, _ = ctx.code()
+    links = scan_links(text, code)
+    if not links:
+        return []
+    edits: list[tuple[int, int, str]] = []
+    removed: list[tuple[int, str]] = []  # (index into edits, label left in the text)
+    brand = ctx.settings.brand_name
+    suffix = ctx.settings.title_suffix
+    last_end = -1
+    for link in links:
+        if link.start < last_end:
+            continue
+        last_end = link.end
+        canon = canonical(link.dest)
+        url = canon.url or link.dest
+        code_, severity, why = classify(canon, ctx)
+        if code_ is not None:
+            _strip(ctx, link, url, code_, severity, why, edits, removed)
+            continue
+        label = link.label
+        new_label = None
+        if link.kind in ("inline", "image") and is_generic(label, brand):
+            title = ctx.sources.titles.get(canon.without_fragment or "")
+            if title:
+                new_label = escape_label(with_suffix(title, suffix))
+                ctx.annotate(
+                    "links",
+                    "LINK_LABEL_UPGRADED",
+                    "info",
+                    f"Generic label {label!r} replaced by the source title.",
+                    link.start,
+                    link.end,
+                )
+                ctx.trace("REPLACE", f"{label} -> {new_label}")
+        if new_label is None and link.kind in ("inline", "image") and suffix.strip():
+            base, count = strip_suffixes(label, suffix)
+            if count >= 2:
+                new_label = base + suffix
+                ctx.annotate(
+                    "links",
+                    "LINK_LABEL_SUFFIX_NORMALIZED",
+                    "info",
+                    f"The title suffix {suffix.strip()!r} was repeated {count} times.",
+                    link.label_start,
+                    link.label_end,
+                )
+                ctx.trace("REPLACE", f"{label} -> {new_label}")
+        if new_label is not None:
+            edits.append((link.label_start, link.label_end, new_label))
+            ctx.out.links.append(LinkRecord(url=url, label=new_label, decision="replace"))
+        else:
+            ctx.trace("KEEP", url)
+            ctx.out.links.append(LinkRecord(url=url, label=label, decision="keep"))
+    if not edits:
+        return []
+    positions = ctx.doc.apply(edits)
+    stripped = [(positions[i], label) for i, label in removed]
+    if _any_unsafe(ctx):  # a strip can let brackets around it form a new link
+        _neutralise(ctx)
+    return stripped
+
+
+def _strip(
+    ctx: Ctx,
+    link: MdLink,
+    url: str,
+    code: str,
+    severity: str,
+    why: str,
+    edits: list,
+    removed: list,
+) -> None:
+    """Strip a link, keeping its label; an autolink or definition goes entirely."""
+    ctx.annotate("links", code, severity, why, link.start, link.end)
+    ctx.trace("STRIP", code, url)
+    ctx.out.links.append(LinkRecord(url=url, label=link.label, decision="strip", reason=code))
+    if link.kind == "definition":
+        edits.append((link.start, link.end, ""))
+        return
+    label = "" if link.kind == "autolink" else link.label
+    removed.append((len(edits), label))
+    edits.append((link.start, link.end, label))
+
+
+def _any_unsafe(ctx: Ctx) -> bool:
+    code, _ = ctx.code()
+    return any(classify(canonical(link.dest), ctx)[0] for link in scan_links(ctx.doc.text, code))
+
+
+def _neutralise(ctx: Ctx) -> None:
+    """Strip links that stripping formed, then, if still needed, escape every bracket."""
+    for _ in range(2):
+        code, _ = ctx.code()
+        edits = []
+        for link in scan_links(ctx.doc.text, code):
+            code_, severity, why = classify(canonical(link.dest), ctx)
+            if code_ is not None:
+                ctx.annotate("links", code_, severity, why, link.start, link.end)
+                ctx.trace("STRIP", code_, canonical(link.dest).url or link.dest)
+                keep = "" if link.kind in ("definition", "autolink") else link.label
+                edits.append((link.start, link.end, keep))
+        if not edits:
+            return
+        ctx.doc.apply(edits)
+    code, _ = ctx.code()
+    text = ctx.doc.text
+    edits = [
+        (i, i + 1, "\\" + c)
+        for i, c in enumerate(text)
+        if c in "[]" and not code.containing(i) and not (i > 0 and text[i - 1] == "\\")
+    ]
+    if edits:
+        ctx.doc.apply(edits)
+
+
+def is_attribution_label(label: str) -> bool:
+    """Labels that only say "this came from somewhere": worthless once the link is gone."""
+    norm = " ".join(_NON_WORD.sub(" ", label.lower()).split())
+    return not norm or norm in _ATTRIBUTION_LABELS or bool(_GENERIC_NUMBERED.fullmatch(norm))
+
+
+def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
+    """Remove "according to", "via", "— Source 3", "(source)", "()" left by stripped links."""
+    text = ctx.doc.text
+    n = len(text)
+    brand = ctx.settings.brand_name.lower()
+    edits: list[tuple[int, int, str]] = []
+    for p, label in stripped:
+        q = p + len(label)
+        attribution = is_attribution_label(label)
+        weak = attribution or is_generic(label, brand) or label.strip().lower() == brand
+        if not weak:
+            continue
+        left = p
+        while left > 0 and text[left - 1] in " \t":
+            left -= 1
+        right = q
+        while right < n and text[right] in " \t":
+            right += 1
+        span = None
+        if left > 0 and text[left - 1] == "(" and right < n and text[right] == ")":
+            span = (left - 1, right + 1)
+        else:
+            m = _LEFT_ATTRIBUTION.search(text, max(0, left - 40), left)
+            if m is not None:
+                span = (m.start(), q)
+            elif attribution:
+                span = (p, q)
+        if span is None:
+            continue
+        start, end = span
+        nxt = text[end] if end < n else "\n"
+        if nxt in _TRAILING_PUNCT or nxt == "\n":
+            while start > 0 and text[start - 1] in " \t":
+                start -= 1
+            if start > 0 and text[start - 1] == "," and nxt in ".,;:!?\n":
+                start -= 1
+        else:
+            while end < n and text[end] in " \t":
+                end += 1
+        replacement = ""
+        if (
+            nxt not in _TRAILING_PUNCT
+            and nxt != "\n"
+            and start > 0
+            and text[start - 1] not in " \t\n"
+        ):
+            replacement = " "
+        if edits and start < edits[-1][1]:
+            continue
+        if start == end:
+            continue
+        ctx.annotate(
+            "links",
+            "DANGLING_ATTRIBUTION",
+            "info",
+            "An attribution was left without its (removed) link.",
+            start,
+            end,
+        )
+        ctx.trace("STRIP", "DANGLING_ATTRIBUTION", text[start:end])
+        edits.append((start, end, replacement))
+    if edits:
+        ctx.doc.apply(edits)

@@ -1,0 +1,252 @@
+"""A linear-time scanner for the links a markdown renderer would make.
+
+It follows CommonMark closely enough for a guardrail: inline links and images with
+balanced brackets in the label and balanced parentheses in the destination, angle
+destinations, titles, autolinks, reference definitions, backslash escapes, and no links
+inside code spans or fenced code. Every loop advances, so the scan is linear.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .text import SpanSet
+
+_SPECIAL = re.compile(r"[\\\[\]<`]")
+_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.\-]{1,31}:[^\x00-\x20<>]*)>")
+_EMAIL_AUTOLINK = re.compile(
+    r"<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)>"
+)
+_DEST_STOP = re.compile(r"[\x00-\x20()\\]")
+_DEFINITION = re.compile(
+    r"^ {0,3}\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)[^\n]*(?:\n|$)",
+    re.MULTILINE,
+)
+_ANCHOR = re.compile(
+    r"""<a\s(?:[^<>]*?\s)?href\s*=\s*("[^"<>]*"|'[^'<>]*'|[^\s"'<>]+)[^<>]*>([^<]*)</a\s*>""",
+    re.IGNORECASE,
+)
+MAX_PAREN_DEPTH = 32
+
+
+@dataclass(slots=True)
+class MdLink:
+    start: int
+    end: int
+    label: str
+    label_start: int
+    label_end: int
+    dest: str
+    kind: str  # "inline", "image", "autolink", "definition"
+
+
+def _skip_space(text: str, i: int, n: int) -> int:
+    """Spaces and tabs with at most one newline, as between link parts."""
+    seen_newline = False
+    while i < n:
+        c = text[i]
+        if c in " \t":
+            i += 1
+        elif c == "\n" and not seen_newline:
+            seen_newline = True
+            i += 1
+        else:
+            break
+    return i
+
+
+def _parse_title(text: str, i: int, n: int) -> int:
+    """Index after a title starting at i, or -1."""
+    opener = text[i]
+    closer = ")" if opener == "(" else opener
+    j = i + 1
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == closer:
+            return j + 1
+        if opener == "(" and c == "(":
+            return -1
+        if c == "\n" and j + 1 < n and text[j + 1] == "\n":
+            return -1
+        j += 1
+    return -1
+
+
+def parse_destination(text: str, i: int) -> tuple[int, str, int, int] | None:
+    """Parse `dest "title")` starting right after `(`; return (end, dest, dest_start, dest_end)."""
+    n = len(text)
+    i = _skip_space(text, i, n)
+    if i >= n:
+        return None
+    if text[i] == "<":
+        j = i + 1
+        while j < n and text[j] not in "<>\n":
+            j += 2 if text[j] == "\\" else 1
+        if j >= n or text[j] != ">":
+            return None
+        dest_start, dest_end = i + 1, j
+        j += 1
+    else:
+        depth = 0
+        j = i
+        while j < n:
+            m = _DEST_STOP.search(text, j)
+            if m is None:
+                j = n
+                break
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c == "(":
+                depth += 1
+                if depth > MAX_PAREN_DEPTH:
+                    return None
+                j += 1
+                continue
+            if c == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+                j += 1
+                continue
+            break  # whitespace or control
+        j = min(j, n)
+        if depth:
+            return None
+        dest_start, dest_end = i, j
+    k = _skip_space(text, j, n)
+    if k < n and k > j and text[k] in "\"'(":
+        after = _parse_title(text, k, n)
+        if after < 0:
+            return None
+        k = _skip_space(text, after, n)
+    if k < n and text[k] == ")":
+        return k + 1, text[dest_start:dest_end], dest_start, dest_end
+    return None
+
+
+def scan_links(text: str, code: SpanSet) -> list[MdLink]:
+    """Inline links, images, autolinks and reference definitions outside code, in order."""
+    links: list[MdLink] = []
+    n = len(text)
+    # stack entries: [first_pos, count, image_first]
+    stack: list[list] = []
+    deactivated_below = 0
+    i = 0
+    while i < n:
+        m = _SPECIAL.search(text, i)
+        if m is None:
+            break
+        i = m.start()
+        span = code.containing(i) if code else None
+        if span is not None:
+            i = span[1]
+            continue
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "`":
+            i += 1
+            continue
+        if c == "[":
+            j = i
+            while j < n and text[j] == "[":
+                j += 1
+            image = i > 0 and text[i - 1] == "!" and not (i > 1 and text[i - 2] == "\\")
+            stack.append([i, j - i, image])
+            i = j
+            continue
+        if c == "]":
+            if not stack:
+                i += 1
+                continue
+            entry = stack[-1]
+            idx = len(stack) - 1
+            pos = entry[0] + entry[1] - 1
+            image = entry[2] and entry[1] == 1
+            entry[1] -= 1
+            if entry[1] == 0:
+                stack.pop()
+                if deactivated_below > len(stack):
+                    deactivated_below = len(stack)
+            if idx < deactivated_below and not image:
+                i += 1
+                continue
+            if i + 1 < n and text[i + 1] == "(":
+                parsed = parse_destination(text, i + 2)
+                if parsed is not None:
+                    end, dest, _, _ = parsed
+                    start = pos - 1 if image else pos
+                    links.append(
+                        MdLink(start, end, text[pos + 1:i], pos + 1, i, dest,
+                               "image" if image else "inline")
+                    )
+                    if not image:
+                        deactivated_below = len(stack)
+                    i = end
+                    continue
+            i += 1
+            continue
+        # c == "<"
+        am = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+        if am is not None:
+            links.append(
+                MdLink(i, am.end(), am.group(1), i + 1, am.end() - 1, am.group(1), "autolink")
+            )
+            i = am.end()
+            continue
+        i += 1
+    if "]:" in text:
+        for dm in _DEFINITION.finditer(text):
+            if code and code.containing(dm.start()):
+                continue
+            dest = dm.group(2)
+            if dest.startswith("<") and dest.endswith(">"):
+                dest = dest[1:-1]
+            links.append(
+                MdLink(dm.start(), dm.end(), dm.group(1), dm.start(1), dm.end(1), dest,
+                       "definition")
+            )
+        links.sort(key=lambda link: link.start)
+    return links
+
+
+@dataclass(slots=True)
+class Anchor:
+    start: int
+    end: int
+    href: str
+    label: str
+
+
+def scan_anchors(text: str, code: SpanSet) -> list[Anchor]:
+    if "<" not in text:
+        return []
+    anchors = []
+    for m in _ANCHOR.finditer(text):
+        if code and code.containing(m.start()):
+            continue
+        href = m.group(1)
+        if href[:1] in "\"'":
+            href = href[1:-1]
+        anchors.append(Anchor(m.start(), m.end(), href, m.group(2)))
+    return anchors
+
+
+def escape_label(text: str) -> str:
+    """Label text that cannot open or close a link."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def format_destination(url: str) -> str:
+    if any(c in url for c in " ()<>") or not url:
+        return "<" + url.replace("<", "%3C").replace(">", "%3E") + ">"
+    return url

@@ -1,0 +1,123 @@
+"""All guardrail rules applied to one paragraph, in the reference order.
+
+prompt leak -> HTML anchors -> link classification (with label upgrade) -> label suffix
+normalisation -> dangling attributions -> customer-claim grounding. Each step edits a
+`Doc`, so every annotation keeps offsets into the original response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..contract import Annotation, LinkRecord
+from .settings import GuardrailSettings, SourceIndex
+from .text import Doc, SpanSet, code_span_spans, fenced_spans, merge_spans, one_line
+
+PARAGRAPH_IN = "[AUDIT] ══ paragraph in ══"
+PARAGRAPH_OUT = "[AUDIT] ══ paragraph out ══"
+
+LABELS = {
+    "PROMPT_LEAK": "Prompt instructions leaked",
+    "HTML_ANCHOR_CONVERTED": "HTML anchor converted to markdown",
+    "LINK_UNSAFE_SCHEME": "Unsafe link scheme",
+    "LINK_HOST_NOT_ALLOWED": "Link to a host that is not allowed",
+    "LINK_TECH_DOC_NOT_ALLOWED": "Technical documentation link not allowed",
+    "LINK_LABEL_UPGRADED": "Generic link label replaced by the source title",
+    "LINK_LABEL_SUFFIX_NORMALIZED": "Repeated title suffix collapsed",
+    "DANGLING_ATTRIBUTION": "Dangling attribution removed",
+    "LINK_UNHEALTHY": "Link is not healthy",
+    "UNGROUNDED_CUSTOMER_CLAIM": "Ungrounded customer claim removed",
+}
+
+
+@dataclass
+class PendingClaim:
+    """A valid claim whose case-study link still has to pass the health check."""
+
+    start: int  # offsets in the paragraph's cleaned text
+    end: int
+    url: str
+    claim: dict[str, Any]
+
+
+@dataclass
+class ParagraphResult:
+    text: str
+    annotations: list[tuple[str, Annotation]] = field(default_factory=list)
+    links: list[LinkRecord] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[PendingClaim] = field(default_factory=list)
+
+
+class Ctx:
+    """The state of one paragraph while the rules run."""
+
+    def __init__(
+        self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    ) -> None:
+        self.original = text
+        self.base = base
+        self.settings = settings
+        self.sources = sources
+        self.doc = Doc(text, base)
+        self.out = ParagraphResult(text)
+        self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
+
+    def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
+        """Code regions (fences and code spans) and fences of the current text, cached."""
+        text = self.doc.text
+        if self._code is None or self._code[0] is not text:
+            fences = fenced_spans(text)
+            spans = merge_spans(fences, code_span_spans(text, fences))
+            self._code = (text, SpanSet(spans), fences)
+        return self._code[1], self._code[2]
+
+    def annotate(
+        self,
+        analyzer_id: str,
+        code: str,
+        severity: str,
+        description: str,
+        start: int,
+        end: int,
+    ) -> Annotation:
+        s, e = self.doc.orig_span(start, end)
+        annotation = Annotation(
+            type=code,
+            label=LABELS.get(code, code),
+            severity=severity,
+            description=description,
+            evidence=self.original[s - self.base:e - self.base],
+            start=s,
+            end=e,
+        )
+        self.out.annotations.append((analyzer_id, annotation))
+        return annotation
+
+    def trace(self, *parts: str) -> None:
+        self.out.trace.append("[AUDIT] " + " | ".join(one_line(p) for p in parts))
+
+
+def audit_paragraph(
+    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+) -> ParagraphResult:
+    from .grounding import audit_grounding
+    from .links import audit_links, convert_anchors, strip_dangling
+    from .prompt_leak import strip_prompt_leaks
+
+    ctx = Ctx(text, base, settings, sources)
+    ctx.out.trace.append(PARAGRAPH_IN)
+    if settings.prompt_leak and settings.patterns:
+        strip_prompt_leaks(ctx)
+    if settings.links:
+        convert_anchors(ctx)
+        stripped_at = audit_links(ctx)
+        if stripped_at:
+            strip_dangling(ctx, stripped_at)
+    if settings.grounding:
+        audit_grounding(ctx)
+    ctx.out.text = ctx.doc.text
+    ctx.out.trace.append(PARAGRAPH_OUT)
+    return ctx.out

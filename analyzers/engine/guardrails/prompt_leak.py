@@ -1,0 +1,60 @@
+"""Rule 1: prompt-template headings echoed by the model are removed as whole lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .pipeline import Ctx
+
+_LEADING_MARKUP = " \t#>*_-"
+
+
+def heading_match(line: str, patterns: tuple[str, ...]) -> str | None:
+    """The pattern the line starts with (ignoring case and emphasis markup), or None."""
+    head = line.lstrip(_LEADING_MARKUP)[:200].replace("*", "").replace("_", "").lower()
+    for pattern in patterns:
+        p = pattern.lower()
+        if head.startswith(p):
+            nxt = head[len(p):len(p) + 1]
+            if p[-1].isalnum() and nxt.isalnum():
+                continue  # "Namedropping" is not the heading "Namedrop"
+            return pattern
+    return None
+
+
+def strip_prompt_leaks(ctx: Ctx) -> None:
+    text = ctx.doc.text
+    patterns = ctx.settings.patterns
+    lowered = text.lower()
+    if not any(p.lower().rstrip(":").split(" ")[0] in lowered for p in patterns):
+        return
+    _, fences = ctx.code()
+    edits = []
+    pos, n, fence_i = 0, len(text), 0
+    while pos < n:
+        nl = text.find("\n", pos)
+        end = n if nl < 0 else nl + 1
+        while fence_i < len(fences) and fences[fence_i][1] <= pos:
+            fence_i += 1
+        in_fence = fence_i < len(fences) and fences[fence_i][0] <= pos
+        if not in_fence:
+            pattern = heading_match(text[pos:end], patterns)
+            if pattern is not None:
+                line_end = end - 1 if nl >= 0 else end
+                ctx.annotate(
+                    "prompt_leak",
+                    "PROMPT_LEAK",
+                    "warning",
+                    f"A prompt-template heading ({pattern}) was echoed; the line was removed.",
+                    pos,
+                    line_end,
+                )
+                ctx.trace("STRIP", "PROMPT_LEAK", text[pos:line_end])
+                start = pos
+                if nl < 0 and pos > 0 and text[pos - 1] == "\n":
+                    start = pos - 1  # last line: take the newline before it instead
+                edits.append((start, end, ""))
+        pos = end
+    if edits:
+        ctx.doc.apply(edits)

@@ -1,0 +1,225 @@
+"""The inline stream auditor, and the batch audit built on it.
+
+Text is cut into paragraphs at blank lines (never inside a fenced code block). The
+segmentation works line by line, so however the text is chunked the same paragraphs are
+audited: the concatenated stream output equals the batch `cleaned_response`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import AuditorConfig
+from ..contract import Annotation, LinkRecord, Source
+from .pipeline import PendingClaim, audit_paragraph
+from .settings import GuardrailSettings, SourceIndex, settings_from_config
+
+
+@dataclass
+class AuditedParagraph:
+    """A piece of audited output: a paragraph (with its trace lines) or blank lines."""
+
+    text: str
+    trace: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GuardrailResult:
+    cleaned_response: str
+    annotations: list[tuple[str, Annotation]]
+    links: list[LinkRecord]
+    trace: list[str]
+    claims: list[dict[str, Any]]
+    pending: list[PendingClaim]  # offsets into cleaned_response
+
+    def for_analyzer(self, analyzer_id: str) -> list[Annotation]:
+        return [a for owner, a in self.annotations if owner == analyzer_id]
+
+
+def _is_blank(line: str) -> bool:
+    return not line.strip()
+
+
+def _fence_marker(line: str) -> str | None:
+    stripped = line.lstrip(" ")
+    if len(line) - len(stripped) > 3 or stripped[:3] not in ("```", "~~~"):
+        return None
+    ch = stripped[0]
+    run = len(stripped) - len(stripped.lstrip(ch))
+    if ch == "`" and "`" in stripped[run:]:
+        return None
+    return ch * run
+
+
+def _closes(line: str, marker: str) -> bool:
+    stripped = line.lstrip(" ")
+    body = stripped.rstrip()
+    return (
+        len(line) - len(stripped) <= 3
+        and body.startswith(marker)
+        and not body.strip(marker[0])
+    )
+
+
+class InlineStreamAuditor:
+    """Feed chunks, get audited paragraphs as soon as each one is complete.
+
+    ::
+
+        auditor = InlineStreamAuditor.from_config(config, sources)
+        for chunk in model_stream:
+            for piece in auditor.feed(chunk):
+                send(piece.text, piece.trace)
+        for piece in auditor.finish():
+            send(piece.text, piece.trace)
+        result = auditor.result()
+    """
+
+    def __init__(self, settings: GuardrailSettings, sources: Iterable[Source] = ()) -> None:
+        self.settings = settings
+        self.sources = SourceIndex(settings, sources)
+        self._partial: list[str] = []
+        self._para: list[str] = []
+        self._para_start = 0
+        self._consumed = 0
+        self._fence: str | None = None
+        self._suppress_blank = False
+        self._out: list[str] = []
+        self._out_len = 0
+        self._annotations: list[tuple[str, Annotation]] = []
+        self._links: list[LinkRecord] = []
+        self._trace: list[str] = []
+        self._claims: list[dict[str, Any]] = []
+        self._pending: list[PendingClaim] = []
+        self._finished = False
+
+    @classmethod
+    def from_config(
+        cls, config: AuditorConfig, sources: Iterable[Source] = ()
+    ) -> InlineStreamAuditor:
+        return cls(settings_from_config(config), sources)
+
+    def add_source(self, source: Source | dict[str, Any]) -> None:
+        """A tool result arrived: it grounds the paragraphs that follow."""
+        self.sources.add(source if isinstance(source, Source) else Source.model_validate(source))
+
+    def feed(self, chunk: str) -> list[AuditedParagraph]:
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        out: list[AuditedParagraph] = []
+        start = 0
+        while True:
+            nl = chunk.find("\n", start)
+            if nl < 0:
+                if start < len(chunk):
+                    self._partial.append(chunk[start:])
+                break
+            piece = chunk[start:nl + 1]
+            if self._partial:
+                self._partial.append(piece)
+                piece = "".join(self._partial)
+                self._partial = []
+            self._line(piece, out)
+            start = nl + 1
+        return out
+
+    def finish(self) -> list[AuditedParagraph]:
+        if self._finished:
+            return []
+        self._finished = True
+        out: list[AuditedParagraph] = []
+        if self._partial:
+            line = "".join(self._partial)
+            self._partial = []
+            if self._fence is None and _is_blank(line) and not self._para:
+                self._emit_blank(line, out)
+            elif self._fence is None and _is_blank(line):
+                self._flush(out)
+                self._emit_blank(line, out)
+            else:
+                self._add_to_para(line)
+        self._flush(out)
+        return out
+
+    def result(self) -> GuardrailResult:
+        return GuardrailResult(
+            cleaned_response="".join(self._out),
+            annotations=list(self._annotations),
+            links=list(self._links),
+            trace=list(self._trace),
+            claims=list(self._claims),
+            pending=list(self._pending),
+        )
+
+    # line-level state machine
+
+    def _add_to_para(self, line: str) -> None:
+        if not self._para:
+            self._para_start = self._consumed
+            self._suppress_blank = False
+        self._para.append(line)
+        self._consumed += len(line)
+
+    def _line(self, line: str, out: list[AuditedParagraph]) -> None:
+        if self._fence is not None:
+            self._add_to_para(line)
+            if _closes(line, self._fence):
+                self._fence = None
+            return
+        if _is_blank(line):
+            self._flush(out)
+            self._emit_blank(line, out)
+            return
+        marker = _fence_marker(line)
+        if marker is not None:
+            self._fence = marker
+        self._add_to_para(line)
+
+    def _emit_blank(self, line: str, out: list[AuditedParagraph]) -> None:
+        self._consumed += len(line)
+        if self._suppress_blank:
+            return
+        self._write(line)
+        out.append(AuditedParagraph(line))
+
+    def _write(self, text: str) -> None:
+        self._out.append(text)
+        self._out_len += len(text)
+
+    def _flush(self, out: list[AuditedParagraph]) -> None:
+        if not self._para:
+            return
+        text = "".join(self._para)
+        self._para = []
+        newline = text.endswith("\n")
+        body = text[:-1] if newline else text
+        result = audit_paragraph(body, self._para_start, self.settings, self.sources)
+        cleaned = result.text
+        if cleaned.strip():
+            emitted = cleaned + ("\n" if newline else "")
+        else:
+            emitted = ""
+            self._suppress_blank = True
+        offset = self._out_len
+        for pending in result.pending:
+            pending.start += offset
+            pending.end += offset
+            self._pending.append(pending)
+        self._write(emitted)
+        self._annotations.extend(result.annotations)
+        self._links.extend(result.links)
+        self._trace.extend(result.trace)
+        self._claims.extend(result.claims)
+        out.append(AuditedParagraph(emitted, result.trace))
+
+
+def audit_text(
+    response: str, settings: GuardrailSettings, sources: Iterable[Source] = ()
+) -> GuardrailResult:
+    """The batch audit: the stream auditor fed the whole response at once."""
+    auditor = InlineStreamAuditor(settings, sources)
+    auditor.feed(response)
+    auditor.finish()
+    return auditor.result()

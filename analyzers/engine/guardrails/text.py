@@ -1,0 +1,225 @@
+"""Text being edited by the rules, with a map back to offsets in the original response."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+
+Edit = tuple[int, int, str]  # replace text[start:end] with the string
+
+
+class Doc:
+    """A paragraph under edit.
+
+    `pieces` cover the current text contiguously: `(cur_start, cur_end, orig_start,
+    orig_end, copied)`. Copied pieces map character by character; inserted text maps
+    to the whole span of original text it replaced.
+    """
+
+    __slots__ = ("text", "pieces", "_starts")
+
+    def __init__(self, text: str, base: int = 0) -> None:
+        self.text = text
+        self.pieces: list[tuple[int, int, int, int, bool]] = (
+            [(0, len(text), base, base + len(text), True)] if text else []
+        )
+        self._starts = [p[0] for p in self.pieces]
+        if not text:
+            self.pieces = [(0, 0, base, base, True)]
+            self._starts = [0]
+
+    def orig_start(self, pos: int) -> int:
+        i = max(0, bisect_right(self._starts, pos) - 1)
+        cs, ce, os_, oe, copied = self.pieces[i]
+        if pos >= ce:
+            return oe
+        return os_ + (pos - cs) if copied else os_
+
+    def orig_end(self, pos: int) -> int:
+        i = max(0, bisect_right(self._starts, pos - 1) - 1) if pos > 0 else 0
+        cs, ce, os_, oe, copied = self.pieces[i]
+        if pos <= cs:
+            return os_
+        return os_ + (pos - cs) if copied else oe
+
+    def orig_span(self, start: int, end: int) -> tuple[int, int]:
+        s = self.orig_start(start)
+        e = self.orig_end(end) if end > start else s
+        return s, max(s, e)
+
+    def apply(self, edits: Iterable[Edit]) -> list[int]:
+        """Apply sorted, non-overlapping edits; return each edit's start in the new text."""
+        edits = list(edits)
+        if not edits:
+            return []
+        text = self.text
+        out: list[str] = []
+        new_pieces: list[tuple[int, int, int, int, bool]] = []
+        new_starts: list[int] = []
+        cursor = 0
+        length = 0
+
+        def copy(a: int, b: int) -> None:
+            nonlocal length
+            if b <= a:
+                return
+            out.append(text[a:b])
+            i = max(0, bisect_right(self._starts, a) - 1)
+            while a < b and i < len(self.pieces):
+                cs, ce, os_, oe, copied = self.pieces[i]
+                lo, hi = max(a, cs), min(b, ce)
+                if hi > lo:
+                    if copied:
+                        piece = (length, length + hi - lo, os_ + lo - cs, os_ + hi - cs, True)
+                    else:
+                        piece = (length, length + hi - lo, os_, oe, False)
+                    new_pieces.append(piece)
+                    new_starts.append(length)
+                    length += hi - lo
+                i += 1
+
+        positions = []
+        for start, end, replacement in edits:
+            copy(cursor, start)
+            positions.append(length)
+            if replacement:
+                os_, oe = self.orig_span(start, end)
+                out.append(replacement)
+                new_pieces.append((length, length + len(replacement), os_, oe, False))
+                new_starts.append(length)
+                length += len(replacement)
+            cursor = max(cursor, end)
+        copy(cursor, len(text))
+        base = self.orig_start(len(text)) if text else self.pieces[0][2]
+        self.text = "".join(out)
+        if not new_pieces:
+            new_pieces = [(0, 0, base, base, True)]
+            new_starts = [0]
+        self.pieces = new_pieces
+        self._starts = new_starts
+        return positions
+
+
+def fenced_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of fenced code blocks (``` or ~~~), an unclosed fence running to the end."""
+    spans: list[tuple[int, int]] = []
+    if "```" not in text and "~~~" not in text:
+        return spans
+    pos = 0
+    open_at = -1
+    marker = ""
+    n = len(text)
+    while pos < n:
+        nl = text.find("\n", pos)
+        line_end = n if nl < 0 else nl + 1
+        stripped = text[pos:line_end].lstrip(" ")
+        indent = line_end - pos - len(text[pos:line_end].lstrip(" "))
+        if open_at < 0:
+            if indent <= 3 and stripped[:3] in ("```", "~~~"):
+                ch = stripped[0]
+                run = len(stripped) - len(stripped.lstrip(ch))
+                if ch == "~" or "`" not in stripped[run:]:
+                    open_at, marker = pos, ch * run
+        else:
+            body = stripped.rstrip()
+            if indent <= 3 and body.startswith(marker) and not body.strip(marker[0]):
+                spans.append((open_at, line_end))
+                open_at = -1
+        pos = line_end
+    if open_at >= 0:
+        spans.append((open_at, n))
+    return spans
+
+
+def code_span_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inline code spans (backtick runs closed by a run of the same length), outside fences."""
+    if "`" not in text:
+        return []
+    runs: list[tuple[int, int]] = []
+    i = text.find("`")
+    n = len(text)
+    fence_i = 0
+    while 0 <= i < n:
+        while fence_i < len(fences) and fences[fence_i][1] <= i:
+            fence_i += 1
+        if fence_i < len(fences) and fences[fence_i][0] <= i:
+            i = text.find("`", fences[fence_i][1])
+            continue
+        j = i
+        while j < n and text[j] == "`":
+            j += 1
+        runs.append((i, j - i))
+        i = text.find("`", j)
+    by_len: dict[int, list[int]] = {}
+    for idx, (_, length) in enumerate(runs):
+        by_len.setdefault(length, []).append(idx)
+    pointers: dict[int, int] = {}
+    spans: list[tuple[int, int]] = []
+    k = 0
+    while k < len(runs):
+        start, length = runs[k]
+        backslashes = 0
+        b = start - 1
+        while b >= 0 and text[b] == "\\":
+            backslashes += 1
+            b -= 1
+        open_start, open_len = start, length
+        if backslashes % 2:  # an escaped backtick is literal; the rest of the run may open
+            open_start, open_len = start + 1, length - 1
+        if open_len == 0:
+            k += 1
+            continue
+        candidates = by_len.get(open_len, [])
+        p = pointers.get(open_len, 0)
+        while p < len(candidates) and candidates[p] <= k:
+            p += 1
+        pointers[open_len] = p
+        if p >= len(candidates):
+            k += 1
+            continue
+        close = candidates[p]
+        close_start, close_len = runs[close]
+        spans.append((open_start, close_start + close_len))
+        k = close + 1
+    return spans
+
+
+def merge_spans(*groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    spans = sorted(s for g in groups for s in g)
+    merged: list[tuple[int, int]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            if e > merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    return merged
+
+
+class SpanSet:
+    """Sorted, disjoint spans with O(log n) membership."""
+
+    __slots__ = ("spans", "_starts")
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans
+        self._starts = [s for s, _ in spans]
+
+    def containing(self, pos: int) -> tuple[int, int] | None:
+        i = bisect_right(self._starts, pos) - 1
+        if i >= 0 and self.spans[i][0] <= pos < self.spans[i][1]:
+            return self.spans[i]
+        return None
+
+    def covers(self, start: int, end: int) -> bool:
+        span = self.containing(start)
+        return span is not None and end <= span[1]
+
+    def __bool__(self) -> bool:
+        return bool(self.spans)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Evidence squeezed onto one trace line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
