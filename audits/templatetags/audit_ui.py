@@ -15,7 +15,7 @@ register = template.Library()
 SEVERITY_ICONS = {"info": "ℹ", "warning": "▲", "critical": "✖"}
 SEVERITY_LABELS = {"info": "Info", "warning": "Warning", "critical": "Critical"}
 STATUS_ICONS = {
-    "complete": "✓", "ok": "✓", "pending": "…", "running": "⟳", "failed": "✖", "timeout": "⏱",
+    "complete": "✓", "ok": "✓", "pending": "…", "running": "⟳", "failed": "✖", "timeout": "◷",
 }
 
 

@@ -42,7 +42,7 @@
         ctx.fillStyle = line.color;
         ctx.font = "12px system-ui, sans-serif";
         ctx.textAlign = line.value > 0.8 ? "right" : "left";
-        ctx.fillText(line.label, x + (line.value > 0.8 ? -4 : 4), area.top + 12);
+        ctx.fillText(line.label, x + (line.value > 0.8 ? -4 : 4), area.top + 12 + (line.offset || 0));
         ctx.restore();
       });
     },
@@ -146,7 +146,7 @@
               { label: "ℹ info", data: data.top_types.map(function (t) { return t.info; }), backgroundColor: info, stack: "s" },
             ],
           },
-          options: merge(baseOptions(), { indexAxis: "y", scales: { x: { stacked: true }, y: { stacked: true, ticks: { precision: undefined } } } }),
+          options: merge(baseOptions(), { indexAxis: "y", scales: { x: { stacked: true }, y: { stacked: true, ticks: { autoSkip: false } } } }),
         });
       } else if (kind === "surfaced") {
         draw(canvas, {
@@ -164,7 +164,7 @@
             labels: data.analyzers.map(function (a) { return a.analyzer_id; }),
             datasets: [
               { label: "✖ failed", data: data.analyzers.map(function (a) { return a.failed; }), backgroundColor: critical, stack: "s" },
-              { label: "⏱ timed out", data: data.analyzers.map(function (a) { return a.timeout; }), backgroundColor: warning, stack: "s" },
+              { label: "◷ timed out", data: data.analyzers.map(function (a) { return a.timeout; }), backgroundColor: warning, stack: "s" },
             ],
           },
           options: merge(baseOptions(), { scales: { x: { stacked: true }, y: { stacked: true } } }),
@@ -206,7 +206,7 @@
           legend: { display: false },
           thresholdLines: {
             lines: [
-              { value: data.current, color: css("--muted"), dash: [6, 4], label: "saved " + data.current.toFixed(2) },
+              { value: data.current, color: css("--muted"), dash: [6, 4], label: "saved " + data.current.toFixed(2), offset: 16 },
               { value: current, color: css("--text"), dash: [], label: current.toFixed(2) },
             ],
           },
