@@ -58,7 +58,9 @@ COMMON_STARTERS = frozenset(
     organizations enterprises ecommerce e-commerce online mobile web digital global local
     personalization recommendations relevance discovery implementation adoption integration
     onboarding setup support service services product products features feature platform
-    see read learn check note remember consider imagine let lets please try start""".split()
+    see read learn check note remember consider imagine let lets please try start use add
+    make get set go build run ask contact visit book compare choose pick find explore
+    discover enable configure install open click download sign join follow""".split()
 )
 STOP_CAPS = frozenset(
     """i i'm i've i'd january february march april may june july august september october
@@ -247,12 +249,20 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     sentence = text[s:e]
     if not case_links and not _DIGIT.search(sentence):
         return None
-    # the words of the sentence, links reduced to their labels
+    # the words of the sentence: links reduced to their labels, code spans left out
+    cuts = [(link.start, link.end, link.label if link.kind != "autolink" else "")
+            for link in inside]
+    code, _ = ctx.code()
+    if code:
+        cuts.extend((cs, ce, " ") for cs, ce in code.spans if cs < e and ce > s)
+        cuts.sort()
     parts, pos = [], s
-    for link in inside:
-        parts.append(text[pos:link.start])
-        parts.append(link.label if link.kind != "autolink" else "")
-        pos = link.end
+    for cs, ce, keep in cuts:
+        if cs < pos:
+            continue
+        parts.append(text[pos:cs])
+        parts.append(keep)
+        pos = min(ce, e)
     parts.append(text[pos:e])
     words_text = "".join(parts)
     metrics = find_metrics(words_text)
