@@ -14,7 +14,7 @@ from audits.schemas import ErrorOut
 from .config_store import ConfigError, export_config, parse_config, save_config
 
 router = Router(tags=["config"])
-ERRORS = {401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
 
 
 @router.get("/config", auth=admin_auth, response={200: dict[str, Any], **ERRORS})

@@ -26,7 +26,7 @@ from .schemas import AuditAccepted, AuditIn, AuditOut, AuditPage, ErrorOut
 
 router = Router(tags=["audits"])
 
-ERRORS = {401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
 EXPORT_BATCH = 500
 
 
