@@ -230,3 +230,12 @@ def test_parse_json_object_tolerates_chatter_but_wants_an_object():
         parse_json_object("[1, 2]")
     with pytest.raises(ValueError):
         parse_json_object("no json here")
+
+
+def test_one_client_serves_several_event_loops(server):
+    """Workers run audits in fresh event loops; a shared client must not break."""
+    server.responder = lambda request: {"ok": True}
+    client = make_client(server, max_concurrency=1)
+    for _ in range(2):
+        assert asyncio.run(client.complete_json(MESSAGES, Verdict)).ok
+    assert len(server.requests) == 2
