@@ -1,0 +1,139 @@
+"""`manage.py setup_demo`: a populated dashboard on first run, the same login every run.
+
+First run: loads the demo configuration (audits/demo/config.json), audits a few hundred
+demo responses through the real engine (audits/demo/cases.jsonl, spread over six weeks so
+the trends have shape) and creates an `admin` superuser with a generated password, kept in
+var/demo-admin.txt. Later runs change nothing and print the login again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
+USERNAME = "admin"
+
+
+class Command(BaseCommand):
+    help = "Load demo configuration, demo audits and an admin login (only on first run)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--audits", type=int, default=360, help="How many demo audits.")
+        parser.add_argument("--days", type=int, default=42, help="Spread them over this many days.")
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--url", default="http://127.0.0.1:8000/")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from analyzers.models import AnalyzerConfig
+        from audits.models import AuditRun
+
+        started = time.perf_counter()
+        if not AnalyzerConfig.objects.exists():
+            self.load_config()
+        if not AuditRun.objects.exists():
+            count = self.load_audits(options["audits"], options["days"], options["seed"])
+            self.stdout.write(f"Loaded {count} demo audits in {time.perf_counter() - started:.1f} s.")
+        password = self.ensure_admin()
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"Dashboard: {options['url']}"))
+        self.stdout.write(f"User:      {USERNAME}")
+        self.stdout.write(f"Password:  {password}")
+
+    def load_config(self) -> None:
+        from analyzers.config_store import save_config
+
+        data = json.loads((DEMO_DIR / "config.json").read_text())
+        save_config(data, actor="setup_demo", source="demo")
+        self.stdout.write("Loaded the demo configuration.")
+
+    def load_audits(self, n: int, days: int, seed: int) -> int:
+        from analyzers.config_store import load_config
+        from analyzers.engine.contract import AuditInput
+        from audits.models import AuditRun
+        from audits.services import build_auditor, store_report, submit_audit
+
+        cases = [
+            json.loads(line)
+            for line in (DEMO_DIR / "cases.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        rng = random.Random(seed)
+        auditor = build_auditor(load_config())
+        now = timezone.now()
+        span = timedelta(days=days)
+
+        async def audit_all(planned: list[tuple[AuditRun, dict]]) -> list:
+            reports = []
+            for run, case in planned:
+                reports.append(
+                    await auditor.audit(
+                        AuditInput(
+                            user_input=run.user_input,
+                            response=run.response,
+                            sources=run.sources,
+                            metadata=run.metadata,
+                        ),
+                        options=run.options or None,
+                        collision_key=run.collision_key,
+                    )
+                )
+            return reports
+
+        with transaction.atomic():
+            planned = []
+            for i in range(n):
+                case = rng.choice(cases)
+                # A few repeats of one question, so collision detection shows up too.
+                key = "demo-repeat" if rng.random() < 0.03 else f"demo-{seed}-{i}"
+                run = submit_audit(
+                    user_input=case["user_input"],
+                    response=case["response"],
+                    sources=case.get("sources") or [],
+                    metadata={"demo": True, "case": case["id"], "session": f"s{rng.randint(1, 40)}"},
+                    options=case.get("options") or {},
+                    collision_key=key,
+                    enqueue=False,
+                )
+                planned.append((run, case))
+            reports = async_to_sync(audit_all)(planned)
+            for (run, _case), report in zip(planned, reports, strict=True):
+                store_report(run, report)
+                # Busier recently and on weekdays: the trends page gets some shape.
+                while True:
+                    ago = span * (rng.random() ** 1.4)
+                    created = now - ago
+                    if created.weekday() < 5 or rng.random() < 0.35:
+                        break
+                finished = created + timedelta(milliseconds=rng.randint(40, 900))
+                AuditRun.objects.filter(pk=run.pk).update(
+                    created_at=created, started_at=created, finished_at=finished, attempts=1
+                )
+        return n
+
+    def ensure_admin(self) -> str:
+        User = get_user_model()
+        secret_file = Path(settings.VAR_DIR) / "demo-admin.txt"
+        user = User.objects.filter(username=USERNAME).first()
+        if user is not None and secret_file.exists():
+            return secret_file.read_text().strip()
+        if user is not None:
+            return "(unchanged: set one with `manage.py changepassword admin`)"
+        password = secrets.token_urlsafe(12)
+        User.objects.create_superuser(USERNAME, "admin@example.com", password)
+        secret_file.parent.mkdir(parents=True, exist_ok=True)
+        secret_file.write_text(password + "\n")
+        secret_file.chmod(0o600)
+        return password
