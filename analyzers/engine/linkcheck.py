@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import time
 import weakref
@@ -36,6 +37,7 @@ ALLOWED_PORTS = frozenset({80, 443})
 USER_AGENT = "response-auditor-linkcheck/1.0"
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_LEGACY_IPV4 = re.compile(r"[0-9a-fA-Fx.]+")
 
 
 class BlockedURL(Exception):
@@ -179,6 +181,9 @@ class LinkChecker:
             if task in done and not task.cancelled() and task.exception() is None:
                 health = task.result()
                 self._cache[url] = (time.monotonic() + self.cache_ttl_s, health)
+            elif task in done and not task.cancelled():
+                exc = task.exception()
+                health = LinkHealth(url, None, False, f"{type(exc).__name__}: {exc}"[:300])
             else:
                 health = LinkHealth(url, None, False, "audit deadline exceeded")
             results[url] = health
@@ -198,6 +203,8 @@ class LinkChecker:
             return LinkHealth(url, None, False, f"timed out after {timeout_s:g} s")
         except BlockedURL as exc:
             return LinkHealth(url, None, False, f"blocked: {exc}")
+        except httpx.InvalidURL as exc:
+            return LinkHealth(url, None, False, f"blocked: invalid URL ({exc})")
         except (httpx.HTTPError, OSError, ValueError) as exc:
             return LinkHealth(url, None, False, f"{type(exc).__name__}: {exc}"[:300])
 
@@ -220,6 +227,12 @@ class LinkChecker:
             return [str(ip)]
         except ValueError:
             pass
+        if _LEGACY_IPV4.fullmatch(host):
+            # "2130706433", "0x7f.1", "0177.0.0.1": what browsers and inet_aton read as IPv4
+            try:
+                return [socket.inet_ntoa(socket.inet_aton(host))]
+            except OSError as exc:
+                raise BlockedURL(f"invalid numeric host {host}") from exc
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
