@@ -153,6 +153,6 @@ def log_in(page, username: str = "staffer", password: str = PASSWORD, next_url: 
 
 
 @pytest.fixture
-def staff_page(page, staff_user):
-    log_in(page)
-    return page
+def login():
+    """`login(page, next_url="/")`: sign in through the real login form."""
+    return log_in
