@@ -233,6 +233,8 @@ def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
 def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     """None when the sentence is no claim; else (reasons, claim record, case-study url)."""
     settings = ctx.settings
+    if not _DIGIT.search(text, s, e) and "](" not in text[s:e]:
+        return None  # no number and no link: cannot be a claim
     first = bisect_left(link_starts, s)
     inside = []
     for link in links[first:]:
