@@ -52,11 +52,6 @@ class Auditor:
         self.collision_store = collision_store or InMemoryCollisionStore()
         self.services = services or {}
 
-    def enabled_analyzers(self) -> list[Analyzer]:
-        return [
-            a for a in self.registry if self.config.is_enabled(a.id, a.enabled_by_default)
-        ]
-
     async def audit(
         self,
         audit: AuditInput,
@@ -65,6 +60,7 @@ class Auditor:
         collision_key: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> AuditReport:
+        options = options or {}
         context = AuditContext(
             config=self.config,
             collision_key=audit.user_input if collision_key is None else collision_key,
@@ -72,13 +68,19 @@ class Auditor:
             services=self.services,
             progress=progress,
         )
-        options = options or {}
+        valid, option_errors = self._split_options(options)
+        # Analyzers that read shared configuration see this audit's options too.
+        context.config = self.config.with_options(valid)
         limit = asyncio.Semaphore(self.config.max_concurrency)
-        analyzers = self.enabled_analyzers()
+        analyzers = [
+            a for a in self.registry if context.config.is_enabled(a.id, a.enabled_by_default)
+        ]
 
         async def run_one(analyzer: Analyzer) -> AnalyzerRun:
             async with limit:
-                return await self._run_analyzer(analyzer, audit, options.get(analyzer.id), context)
+                return await self._run_analyzer(
+                    analyzer, audit, context, option_errors.get(analyzer.id)
+                )
 
         if len(analyzers) == 1:
             runs = [await run_one(analyzers[0])]
@@ -98,19 +100,38 @@ class Auditor:
         await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
         return report
 
+    def _split_options(
+        self, options: dict[str, Any]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """Per-audit options that may apply, and an error for each analyzer whose may not."""
+        valid: dict[str, dict[str, Any]] = {}
+        errors: dict[str, str] = {}
+        for analyzer_id, overrides in options.items():
+            analyzer = self.registry.get(analyzer_id)
+            try:
+                if not isinstance(overrides, dict):
+                    raise ValueError(f"options for {analyzer_id!r} must be an object")
+                if analyzer is not None:
+                    check_overrides(analyzer, overrides)
+                valid[analyzer_id] = overrides
+            except ValueError as exc:
+                errors[analyzer_id] = str(exc)
+        return valid, errors
+
     async def _run_analyzer(
         self,
         analyzer: Analyzer,
         audit: AuditInput,
-        overrides: dict[str, Any] | None,
         context: AuditContext,
+        option_error: str | None = None,
     ) -> AnalyzerRun:
         await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
         started = time.perf_counter()
         status, error, result = "ok", None, None
         try:
-            raw = {**self.config.analyzer_section(analyzer.id), **check_overrides(analyzer, overrides)}
-            settings = analyzer.parse_settings(raw)
+            if option_error:
+                raise ValueError(option_error)
+            settings = analyzer.parse_settings(context.config.analyzer_section(analyzer.id))
             async with asyncio.timeout(self.config.analyzer_timeout_s):
                 result = await analyzer.analyze(audit, settings, context)
         except TimeoutError:
@@ -136,16 +157,13 @@ class Auditor:
         return run
 
 
-def check_overrides(analyzer: Analyzer, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """Per-audit options, refusing keys that only the configuration may set."""
-    if not overrides:
-        return {}
-    if not isinstance(overrides, dict):
-        raise ValueError(f"options for {analyzer.id!r} must be an object")
+def check_overrides(analyzer: Analyzer, overrides: dict[str, Any]) -> None:
+    """Refuse per-audit options that only the configuration may set."""
     locked = sorted(analyzer.config_only_settings.intersection(overrides))
     if locked:
-        raise ValueError(f"{', '.join(locked)} can only be set in the configuration")
-    return overrides
+        raise ValueError(
+            f"{analyzer.id}: {', '.join(locked)} can only be set in the configuration"
+        )
 
 
 async def emit(progress: ProgressCallback | None, event: dict[str, Any]) -> None:

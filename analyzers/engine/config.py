@@ -66,5 +66,12 @@ class AuditorConfig(BaseModel):
         section.pop("enabled", None)
         return section
 
+    def with_options(self, options: dict[str, dict[str, Any]]) -> AuditorConfig:
+        """This configuration with one audit's per-analyzer `options` merged in."""
+        analyzers = dict(self.analyzers)
+        for analyzer_id, overrides in options.items():
+            analyzers[analyzer_id] = {**analyzers.get(analyzer_id, {}), **overrides}
+        return self.model_copy(update={"analyzers": analyzers})
+
     def is_enabled(self, analyzer_id: str, default: bool = True) -> bool:
         return bool(self.analyzers.get(analyzer_id, {}).get("enabled", default))

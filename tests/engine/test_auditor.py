@@ -194,3 +194,32 @@ def test_auditor_end_to_end_for_any_mix_of_scores_failures_and_timeouts(specs, t
     for run, (score, mode, surface) in zip(report.results, specs, strict=True):
         assert run.status == {"ok": "ok", "raise": "failed", "hang": "timeout"}[mode]
         assert run.surfaced == (mode == "ok" and (score >= threshold or surface))
+
+
+def test_options_can_switch_an_analyzer_off_for_one_audit():
+    auditor = make_auditor({"a": {"score": 0.1}, "b": {"score": 0.5}})
+    report = audit(auditor, options={"b": {"enabled": False}})
+    assert [r.analyzer_id for r in report.results] == ["a"]
+
+
+def test_a_bad_option_fails_only_its_own_analyzer():
+    auditor = make_auditor({"a": {"score": 0.1}, "b": {"score": 0.5}})
+    report = audit(auditor, options={"a": "not an object", "b": {"score": 0.7}})
+    by_id = {r.analyzer_id: r for r in report.results}
+    assert by_id["a"].status == "failed" and "must be an object" in by_id["a"].error
+    assert by_id["b"].score == pytest.approx(0.7)
+
+
+def test_options_reach_analyzers_that_share_configuration():
+    """The guardrail rules read the merged configuration, so options apply to them too."""
+    from analyzers.engine.registry import build_registry
+
+    auditor = Auditor(AuditorConfig(), build_registry(include_entry_points=False))
+    text = "Secret plan:\nDo not show this.\n\nVisible answer."
+    plain = asyncio.run(auditor.audit(AuditInput(response=text)))
+    assert "Secret plan:" in plain.cleaned_response
+    report = asyncio.run(
+        auditor.audit(AuditInput(response=text), options={"prompt_leak": {"patterns": ["Secret plan:"]}})
+    )
+    assert "Secret plan:" not in report.cleaned_response
+    assert "Visible answer." in report.cleaned_response
