@@ -9,8 +9,10 @@ configuration rows (the admin, the dashboard) wraps its writes in `recording_cha
 from __future__ import annotations
 
 import contextvars
+import copy
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -173,18 +175,43 @@ def _build_config() -> AuditorConfig:
     )
 
 
-def load_config() -> AuditorConfig:
-    """The engine configuration from the database (cached until the next change)."""
-    version = _current_version()
+# Other processes' changes are noticed within this many seconds (one cheap query).
+VERSION_CHECK_INTERVAL_S = 1.0
+
+
+def _cached() -> tuple[AuditorConfig, dict[str, Any]]:
+    """(config, its JSON) from the cache, rebuilt when the change log moved on."""
+    now = time.monotonic()
     with _cache_lock:
         cached = _cache.get("config")
-        if cached is not None and cached[0] == version and not _recording.get():
-            return cached[1].model_copy(deep=True)
-    config = _build_config()
-    if not _recording.get():
+    if cached is not None and now - cached[3] < VERSION_CHECK_INTERVAL_S:
+        return cached[1], cached[2]
+    version = _current_version()
+    if cached is not None and cached[0] == version:
         with _cache_lock:
-            _cache["config"] = (version, config)
-    return config.model_copy(deep=True)
+            _cache["config"] = (version, cached[1], cached[2], now)
+        return cached[1], cached[2]
+    config = _build_config()
+    snapshot = config_to_dict(config)
+    with _cache_lock:
+        _cache["config"] = (version, config, snapshot, now)
+    return config, snapshot
+
+
+def load_config() -> AuditorConfig:
+    """The engine configuration from the database (cached until the next change)."""
+    if _recording.get():
+        return _build_config()
+    return _cached()[0].model_copy(deep=True)
+
+
+def load_config_with_snapshot() -> tuple[AuditorConfig, dict[str, Any]]:
+    """The configuration and a fresh copy of its JSON (stored with every audit)."""
+    if _recording.get():
+        config = _build_config()
+        return config, config_to_dict(config)
+    config, snapshot = _cached()
+    return config, copy.deepcopy(snapshot)
 
 
 def custom_judges_data() -> list[dict[str, Any]]:

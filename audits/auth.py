@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.http import HttpRequest
 from ninja.errors import HttpError
@@ -46,6 +46,26 @@ def check_body_size(request: HttpRequest) -> None:
         raise PayloadTooLarge(size, limit)
 
 
+def _increment(bucket: str) -> int | None:
+    """Add one to the bucket's counter and return the new count (None: no such bucket).
+
+    One `UPDATE ... RETURNING` where the database supports it (SQLite >= 3.35, PostgreSQL).
+    """
+    if connection.features.can_return_columns_from_insert:
+        table = connection.ops.quote_name(RateLimitCounter._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET count = count + 1 WHERE bucket = %s RETURNING count",
+                [bucket],
+            )
+            row = cursor.fetchone()
+        return row[0] if row else None
+    counters = RateLimitCounter.objects.filter(bucket=bucket)
+    if not counters.update(count=F("count") + 1):
+        return None
+    return counters.values_list("count", flat=True).first()
+
+
 def hit_rate_limit(key: ApiKey) -> None:
     """Count one request for `key` in the current minute (atomic UPDATE); 429 over the limit."""
     limit = key.rate_limit_per_minute or settings.AUDITOR_RATE_LIMIT_PER_MINUTE
@@ -54,17 +74,17 @@ def hit_rate_limit(key: ApiKey) -> None:
     now = time.time()
     window = int(now // WINDOW_S)
     bucket = f"{key.pk}:{window}"
-    counters = RateLimitCounter.objects.filter(bucket=bucket)
-    if not counters.update(count=F("count") + 1):
+    count = _increment(bucket)
+    if count is None:
         start = datetime.fromtimestamp(window * WINDOW_S, tz=UTC)
         try:
             with transaction.atomic():
                 RateLimitCounter.objects.create(bucket=bucket, count=1, window_start=start)
+            count = 1
             # A new window: forget the old ones.
             RateLimitCounter.objects.filter(window_start__lt=start - timedelta(minutes=2)).delete()
         except IntegrityError:
-            counters.update(count=F("count") + 1)
-    count = counters.values_list("count", flat=True).first() or 0
+            count = _increment(bucket) or 0
     if count > limit:
         raise RateLimited(max(1, math.ceil((window + 1) * WINDOW_S - now)))
 

@@ -105,7 +105,7 @@ def submit_audit(
     False); another body raises ExternalIdConflict. Concurrent duplicates are resolved by
     the unique constraint.
     """
-    from analyzers.config_store import config_to_dict, load_config
+    from analyzers.config_store import load_config_with_snapshot
 
     sources = [Source.model_validate(s).model_dump() for s in sources or []]
     metadata = dict(metadata or {})
@@ -126,7 +126,7 @@ def submit_audit(
             existing.was_created = False
             return existing
 
-    config = load_config()
+    config, snapshot = load_config_with_snapshot()
     run = AuditRun(
         api_key=api_key,
         external_id=external_id,
@@ -139,7 +139,7 @@ def submit_audit(
         collision_key=collision_key,
         options=options,
         threshold=config.threshold,
-        config_snapshot=config_to_dict(config),
+        config_snapshot=snapshot,
         incomplete=incomplete,
         rerun_of=rerun_of,
     )
@@ -164,7 +164,7 @@ def submit_audit(
 
 
 def _after_submit(run_id: Any) -> None:
-    publish({"type": "audit_submitted", "audit_id": str(run_id), "status": "pending"})
+    # No event here: the request path stays cheap; "audit_started" follows at once.
     enqueue_audit(run_id)
 
 

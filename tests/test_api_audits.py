@@ -261,18 +261,22 @@ def test_export_csv_has_a_header_and_neutralises_formulas(api_client):
     assert api_client.get("/api/audits/export", {"format": "xml"}).status_code == 422
 
 
-def test_database_outage_is_503(api_client, ingest_key, monkeypatch):
-    from django.db import OperationalError
+@pytest.mark.django_db(transaction=True)
+def test_database_outage_is_503(api_client, ingest_key):
+    """A real outage: the database file cannot be opened."""
+    from django.db import connections
 
-    from audits import services
-
-    def down(**kwargs):
-        raise OperationalError("database is locked")
-
-    monkeypatch.setattr(services, "load_config", down, raising=False)
-    import analyzers.config_store as store
-
-    monkeypatch.setattr(store, "load_config", down)
-    r = api_client.post("/api/audits", BODY, key=ingest_key)
+    conn = connections["default"]
+    name = conn.settings_dict["NAME"]
+    conn.close()
+    conn.settings_dict["NAME"] = "/nonexistent-dir/auditor.sqlite3"
+    try:
+        r = api_client.post("/api/audits", BODY, key=ingest_key)
+        listing = api_client.get("/api/audits")
+    finally:
+        conn.close()
+        conn.settings_dict["NAME"] = name
     assert r.status_code == 503
     assert "unavailable" in r.json()["detail"]
+    assert listing.status_code == 503
+    assert AuditRun.objects.count() == 0

@@ -1,0 +1,323 @@
+"""API benchmarks: ingest, export and list, against daphne on 127.0.0.1 with SQLite.
+
+    .venv/bin/python bench/bench_api.py [--rows 100000] [--ingest 2000]
+
+- ingest: POST /api/audits (wait=false) audits/s through HTTP, against a raw ORM bulk
+  insert of the same rows in the same run (target >= 300/s);
+- export: GET /api/audits/export?format=jsonl over N stored audits: rows/s (target
+  >= 20,000) and the server's peak RSS for N/10 and N rows (must not grow with rows);
+- list: GET /api/audits with filters: p50 latency (target < 50 ms) and SQL queries per
+  request for page sizes 10 and 100 (constant).
+
+Uses its own SQLite file under var/bench/ (DATABASE_URL for the server subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+BENCH_DIR = BASE_DIR / "var" / "bench"
+BENCH_DIR.mkdir(parents=True, exist_ok=True)
+DB_PATH = Path(os.environ.get("BENCH_DB", BENCH_DIR / f"bench-api-{os.getpid()}.sqlite3"))
+os.environ["DATABASE_URL"] = f"sqlite:///{DB_PATH}"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+sys.path.insert(0, str(BASE_DIR))
+
+import django  # noqa: E402
+
+django.setup()
+
+import httpx  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from analyzers.models import ApiKey  # noqa: E402
+from audits.models import AnalyzerRunRecord, Annotation, AuditRun, TraceLine  # noqa: E402
+
+BODY = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Decathlon grew conversion by 50% with Acme. See https://www.acme.example.",
+    "sources": [{"title": "Case study", "url": "https://www.acme.example/c", "text": "x"}],
+    "metadata": {"session": "bench"},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def start_server(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, **env_extra, "PYTHONPATH": str(BASE_DIR)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "auditor_site.asgi:application"],
+        cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/api/openapi.json", timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("daphne did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+# --- ingest ------------------------------------------------------------------------------
+
+
+def bench_ingest(n: int, key: str) -> dict:
+    # Baseline: the same rows by a raw ORM bulk insert.
+    rows = [
+        AuditRun(user_input=BODY["user_input"], response=BODY["response"],
+                 sources=BODY["sources"], metadata=BODY["metadata"], request_hash="x" * 64,
+                 config_snapshot={"threshold": 0.3})
+        for _ in range(n)
+    ]
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        AuditRun.objects.bulk_create(rows, batch_size=1000)
+    bulk_rate = n / (time.perf_counter() - t0)
+    AuditRun.objects.all().delete()
+
+    # The queue: "database" (django-tasks-db) keeps the measurement to ingest alone;
+    # with the default in-process thread pool the analysis competes for the same 2 cores.
+    out = {"bulk_orm_per_s": bulk_rate}
+    for backend in ("database", "thread"):
+        proc, url = start_server({"AUDITOR_TASK_BACKEND": backend})
+        try:
+            done = []
+
+            def worker(count: int) -> None:
+                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                  timeout=30) as client:
+                    for _ in range(count):
+                        r = client.post("/api/audits", json=BODY)
+                        assert r.status_code == 202, r.text
+                        done.append(1)
+
+            threads = 8
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(worker, [n // threads] * threads))
+            elapsed = time.perf_counter() - t0
+            out[f"http_{backend}_per_s"] = len(done) / elapsed
+        finally:
+            stop(proc)
+        AuditRun.objects.all().delete()
+    return out
+
+
+# --- data for export and list ------------------------------------------------------------
+
+
+def populate(n: int) -> None:
+    rng = random.Random(7)
+    now = timezone.now()
+    types = ["UNGROUNDED_CUSTOMER_CLAIM", "LINK_HOST_NOT_ALLOWED", "PROMPT_LEAK", "sycophancy"]
+    batch = 5000
+    for start in range(0, n, batch):
+        runs, results, annotations, trace = [], [], [], []
+        for i in range(start, min(n, start + batch)):
+            score = rng.random()
+            run = AuditRun(
+                id=uuid.uuid4(), status="complete",
+                user_input=f"Question {i} about Acme search",
+                response=BODY["response"], cleaned_response=BODY["response"],
+                sources=BODY["sources"], metadata={"i": i}, threshold=0.3,
+                overall_score=score, has_card=score >= 0.3,
+                created_at=now - timedelta(seconds=n - i), finished_at=now,
+            )
+            runs.append(run)
+            for pos, analyzer in enumerate(("redflag", "grounding")):
+                rec = AnalyzerRunRecord(audit=run, position=pos, analyzer_id=analyzer,
+                                        category="structure", score=score, surfaced=score >= 0.3)
+                results.append(rec)
+            trace.append(TraceLine(audit=run, position=0, text=f"[AUDIT] audit {i}"))
+        with transaction.atomic():
+            AuditRun.objects.bulk_create(runs)
+            AnalyzerRunRecord.objects.bulk_create(results)
+            for rec in results[1::2]:
+                if rec.score >= 0.3:
+                    annotations.append(Annotation(
+                        audit=rec.audit, result=rec, analyzer_id=rec.analyzer_id,
+                        type=rng.choice(types), label="finding",
+                        severity=rng.choice(["info", "warning", "critical"]),
+                        evidence="Decathlon", start=0, end=9))
+            Annotation.objects.bulk_create(annotations)
+            TraceLine.objects.bulk_create(trace)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+
+
+def bench_export(url: str, pid: int, key: str, n: int) -> dict:
+    headers = {"Authorization": f"Bearer {key}"}
+    out = {}
+    newest_tenth = (timezone.now() - timedelta(seconds=n // 10)).isoformat()
+    for label, params in (("tenth", {"since": newest_tenth}), ("all", {})):
+        peak = [rss_kb(pid)]
+        stop_flag = threading.Event()
+
+        def sample() -> None:
+            while not stop_flag.is_set():
+                peak.append(rss_kb(pid))
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        lines = 0
+        t0 = time.perf_counter()
+        with httpx.stream("GET", url + "/api/audits/export",
+                          params={"format": "jsonl", **params}, headers=headers,
+                          timeout=120) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line:
+                    lines += 1
+        elapsed = time.perf_counter() - t0
+        stop_flag.set()
+        sampler.join()
+        out[label] = {"rows": lines, "rows_per_s": lines / elapsed, "peak_rss_mb": max(peak) / 1024}
+
+    # Baseline: the raw ORM reading the same audit rows (values, no related tables).
+    t0 = time.perf_counter()
+    count = sum(1 for _ in AuditRun.objects.values_list("id", "user_input").iterator(2000))
+    out["orm_values_rows_per_s"] = count / (time.perf_counter() - t0)
+    return out
+
+
+LIST_FILTERS = [
+    ("none", {}),
+    ("min_score", {"min_score": 0.5}),
+    ("surfaced", {"surfaced": "true"}),
+    ("type+severity", {"type": "PROMPT_LEAK", "severity": "critical"}),
+    ("analyzer", {"analyzer": "grounding"}),
+    ("q", {"q": "Question 99"}),
+]
+
+
+def bench_list(url: str, key: str) -> dict:
+    headers = {"Authorization": f"Bearer {key}"}
+    out = {}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        for label, params in LIST_FILTERS:
+            timings = []
+            cursor = None
+            for i in range(40):
+                q = {"limit": 50, **params}
+                if cursor and i % 2:
+                    q["cursor"] = cursor
+                t0 = time.perf_counter()
+                r = client.get("/api/audits", params=q)
+                timings.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 200, r.text
+                cursor = r.json()["next"]
+            out[label] = statistics.median(timings)
+    return out
+
+
+def queries_per_request(key: str) -> dict:
+    client = Client(HTTP_HOST="127.0.0.1")
+    out = {}
+    for limit in (10, 100):
+        with CaptureQueriesContext(connection) as ctx:
+            r = client.get("/api/audits", {"limit": limit, "surfaced": "true"},
+                           headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200
+        out[limit] = len(ctx.captured_queries)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--ingest", type=int, default=2000)
+    args = parser.parse_args()
+    try:
+        call_command("migrate", verbosity=0)
+        _, key = ApiKey.create_key("bench", scope="read", rate_limit_per_minute=10_000_000)
+
+        ingest = bench_ingest(args.ingest, key)
+        print("== ingest (POST /api/audits, wait=false, 8 client threads)")
+        print(f"  raw ORM bulk insert      {ingest['bulk_orm_per_s']:10.0f} rows/s (baseline)")
+        for backend in ("database", "thread"):
+            rate = ingest[f"http_{backend}_per_s"]
+            print(f"  HTTP, {backend:8s} queue    {rate:10.0f} audits/s  "
+                  f"ratio to baseline {rate / ingest['bulk_orm_per_s']:.3f}  "
+                  f"(target >= 300/s: {'ok' if rate >= 300 else 'MISSED'})")
+
+        t0 = time.perf_counter()
+        populate(args.rows)
+        print(f"== stored {args.rows} audits in {time.perf_counter() - t0:.1f} s")
+
+        proc, url = start_server({"AUDITOR_TASK_BACKEND": "database"})
+        try:
+            export = bench_export(url, proc.pid, key, args.rows)
+            print("== export (GET /api/audits/export?format=jsonl)")
+            for label in ("tenth", "all"):
+                e = export[label]
+                print(f"  {e['rows']:7d} rows  {e['rows_per_s']:10.0f} rows/s  "
+                      f"server peak RSS {e['peak_rss_mb']:.0f} MB")
+            ratio = export["all"]["peak_rss_mb"] / export["tenth"]["peak_rss_mb"]
+            print(f"  peak RSS all/tenth ratio {ratio:.2f} (constant memory: ~1.0)")
+            print(f"  baseline raw ORM values() read {export['orm_values_rows_per_s']:.0f} rows/s; "
+                  f"export ratio {export['all']['rows_per_s'] / export['orm_values_rows_per_s']:.3f}"
+                  f"  (target >= 20000 rows/s: "
+                  f"{'ok' if export['all']['rows_per_s'] >= 20000 else 'MISSED'})")
+            listing = bench_list(url, key)
+            print("== list (GET /api/audits, limit=50), p50 latency")
+            for label, p50 in listing.items():
+                print(f"  {label:14s} {p50:7.1f} ms  (target < 50 ms: "
+                      f"{'ok' if p50 < 50 else 'MISSED'})")
+        finally:
+            stop(proc)
+        qpr = queries_per_request(key)
+        print(f"  SQL queries per request: limit=10 -> {qpr[10]}, limit=100 -> {qpr[100]} "
+              f"({'constant' if qpr[10] == qpr[100] else 'GROWS WITH ROWS'})")
+        print(json.dumps({"ingest": ingest, "export": export, "list_p50_ms": listing,
+                          "queries": qpr}, default=str))
+    finally:
+        connection.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(DB_PATH) + suffix).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
