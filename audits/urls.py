@@ -15,4 +15,5 @@ urlpatterns = [
     path("audits/<uuid:pk>/rerun/", views.audit_rerun, name="rerun"),
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
+    path("live/", views.live, name="live"),
 ]

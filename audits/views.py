@@ -108,7 +108,15 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "trace_lines": list(run.trace_lines.all()),
         "reruns": list(run.reruns.all()),
         "can_rerun": can_rerun,
+        # The live parts while it runs (audits/live.html#connector, #stream).
+        **_stream_context(run),
     }
+
+
+def _stream_context(run: AuditRun) -> dict[str, Any]:
+    from .stream_render import stream_context
+
+    return {k: v for k, v in stream_context(run).items() if k != "audit"}
 
 
 @require_GET
@@ -252,3 +260,32 @@ def tuning(request: HttpRequest) -> HttpResponse:
     if _is_partial(request):
         return render(request, "audits/tuning.html#preview", context)
     return render(request, "audits/tuning.html", context)
+
+
+# --- live feed ----------------------------------------------------------------------------
+
+
+@require_GET
+@staff_required
+def live(request: HttpRequest) -> HttpResponse:
+    """New audits as they arrive (WebSocket /ws/audits/, audits.consumers)."""
+    from django.utils import timezone
+
+    from .stream_render import LIVE_ROWS, counters
+
+    filters = dashboard.ListFilters.from_query(request.GET)
+    cursor = timezone.now()  # before the reads: whatever commits later is caught up
+    page = dashboard.audit_page(filters, None, size=LIVE_ROWS)
+    query = urlencode(filters.as_params())
+    context = {
+        "nav": "live",
+        "filters": filters,
+        "cards": page.audits,
+        "counters": counters(),
+        "cursor": cursor.isoformat(),
+        "ws_url": "/ws/audits/" + (f"?{query}" if query else ""),
+        "cap": LIVE_ROWS,
+        "choices": dashboard.filter_choices(filters),
+        "severities": dashboard.SEVERITIES,
+    }
+    return render(request, "audits/live.html", context)

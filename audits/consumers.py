@@ -1,0 +1,205 @@
+"""WebSocket consumers of the live pages: `/ws/audits/` (the feed) and `/ws/audits/<id>/`.
+
+Staff only (others are closed at connect); the origin is checked by
+`AllowedHostsOriginValidator` in auditor_site.asgi. Events on the channel layer are small
+(`audits.events`); the consumers read the database and send `hx-swap-oob` fragments
+rendered from the pages' partials (`audits.stream_render`).
+
+No gaps: the client sends what it last saw (the feed's cursor, or the last trace position
+of an audit) as `{"after": ...}` / `{"after_trace": n}` when the socket opens (or in the
+connect URL's query string); the consumer has joined its group before it reads the
+database, and answers with everything since. Rows are swapped by id, so an overlap is
+harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
+
+from . import stream_render
+from .events import ALL_AUDITS_GROUP, audit_group
+from .models import AuditRun
+
+logger = logging.getLogger(__name__)
+
+FEED_EVENTS = frozenset({"audit_submitted", "audit_started", "audit_finished"})
+
+
+class RenderCache:
+    """One render per (event, filters) per process, however many watchers (short-lived)."""
+
+    def __init__(self, size: int = 512, ttl: float = 2.0):
+        self.size, self.ttl = size, ttl
+        self.entries: OrderedDict[str, tuple[float, asyncio.Future]] = OrderedDict()
+
+    async def get(self, key: str, render) -> Any:
+        now = time.monotonic()
+        entry = self.entries.get(key)
+        if entry is not None and now - entry[0] < self.ttl:
+            return await asyncio.shield(entry[1])
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.entries[key] = (now, future)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        try:
+            value = await render()
+        except BaseException as exc:
+            self.entries.pop(key, None)
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning
+            raise
+        future.set_result(value)
+        return value
+
+
+feed_cache = RenderCache()
+
+
+def _is_staff(scope: dict[str, Any]) -> bool:
+    user = scope.get("user")
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+def _query(scope: dict[str, Any]) -> dict[str, str]:
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return {k: v[-1] for k, v in parse_qs(raw).items()}
+
+
+class LiveFeedConsumer(AsyncWebsocketConsumer):
+    """The Live page: new and changed audit cards, counters, the cursor."""
+
+    groups: list[str] = []
+
+    async def connect(self) -> None:
+        if not _is_staff(self.scope):
+            await self.close()
+            return
+        raw = self.scope.get("query_string", b"")
+        self.filters = stream_render.parse_filters(raw)
+        self.filter_key = json.dumps(self.filters.as_params(), sort_keys=True)
+        await self.channel_layer.group_add(ALL_AUDITS_GROUP, self.channel_name)
+        self.joined = True
+        await self.accept()
+        after = stream_render.parse_cursor(_query(self.scope).get("after"))
+        if after is not None:
+            await self.catch_up(after)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "joined", False):
+            await self.channel_layer.group_discard(ALL_AUDITS_GROUP, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if isinstance(message, dict):
+            after = stream_render.parse_cursor(message.get("after"))
+            if after is not None:
+                await self.catch_up(after)
+
+    async def catch_up(self, after) -> None:
+        await self.send(text_data=await self._catch_up(after))
+
+    @database_sync_to_async
+    def _catch_up(self, after) -> str:
+        now = timezone.now()
+        cards = stream_render.changed_since(self.filters, after)
+        return stream_render.feed_rows(cards) + stream_render.feed_status(now)
+
+    async def audit_event(self, message: dict[str, Any]) -> None:
+        event = message.get("event") or {}
+        if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
+            return
+        key = json.dumps(event, sort_keys=True, default=str) + self.filter_key
+        filters = self.filters
+        html = await feed_cache.get(key, lambda: self._render(filters, event["audit_id"]))
+        if html:
+            await self.send(text_data=html)
+
+    @staticmethod
+    @database_sync_to_async
+    def _render(filters, audit_id: str) -> str:
+        now = timezone.now()
+        cards = stream_render.matching_cards(filters, [audit_id])
+        return stream_render.feed_rows(cards) + stream_render.feed_status(now)
+
+
+class AuditConsumer(AsyncWebsocketConsumer):
+    """One audit's page while it runs: streamed text, trace lines, analyzer progress."""
+
+    async def connect(self) -> None:
+        if not _is_staff(self.scope):
+            await self.close()
+            return
+        try:
+            self.audit_id = str(uuid.UUID(str(self.scope["url_route"]["kwargs"]["audit_id"])))
+        except (KeyError, ValueError):
+            await self.close()
+            return
+        self.group = audit_group(self.audit_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.joined = True
+        self.trace_sent = -1
+        self.lock = asyncio.Lock()
+        await self.accept()
+        after = _query(self.scope).get("after_trace")
+        if after is not None and after.lstrip("-").isdigit():
+            await self.catch_up(int(after))
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "joined", False):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        after = message.get("after_trace") if isinstance(message, dict) else None
+        if isinstance(after, int) and not isinstance(after, bool):
+            await self.catch_up(after)
+
+    async def catch_up(self, after: int) -> None:
+        """Everything since trace position `after`: the sections as they are now."""
+        async with self.lock:
+            self.trace_sent = after
+            html = await self._state()
+            if html:
+                await self.send(text_data=html)
+
+    @database_sync_to_async
+    def _state(self) -> str:
+        run = AuditRun.objects.filter(pk=self.audit_id).only("status").first()
+        if run is None:
+            return ""
+        finished = run.is_finished
+        html = stream_render.detail_sections(
+            self.audit_id, finished=finished, user=self.scope.get("user")
+        )
+        if not finished:
+            lines, self.trace_sent = stream_render.trace_lines_after(self.audit_id, self.trace_sent)
+            html += lines
+        return html
+
+    async def audit_event(self, message: dict[str, Any]) -> None:
+        event = message.get("event") or {}
+        kind = event.get("type")
+        if kind in ("analyzer_started", "analyzer_finished"):
+            await self.send(text_data=stream_render.analyzer_progress(self.audit_id, event))
+        elif kind in ("stream_progress", "audit_started", "audit_finished"):
+            async with self.lock:
+                html = await self._state()
+                if html:
+                    await self.send(text_data=html)

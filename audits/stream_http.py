@@ -1,0 +1,147 @@
+"""`POST /api/audits/stream`: the same stream as `/ws/ingest/`, as an HTTP body + SSE answer.
+
+A plain ASGI app routed in front of Django (Django's handler reads the whole body before
+the view runs). The body is NDJSON: the head object on the first line, then one
+`{"text": ...}` or `{"source": {...}}` object per line; the end of the body ends the
+response. The answer is `text/event-stream` with events `accepted`, `chunk`,
+`audit_trace`, `audit` (and `error`).
+
+Note: daphne (Twisted) buffers a request body completely before calling the app, so
+behind daphne this endpoint audits once the upload ends and cannot see a client that
+drops mid-upload; ASGI servers that stream bodies (uvicorn, hypercorn) get it live.
+`/ws/ingest/` is the live transport on daphne.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django.conf import settings
+
+from .stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
+
+logger = logging.getLogger(__name__)
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Disconnected(Exception):
+    pass
+
+
+class LineReader:
+    """Lines of the request body as they arrive (bytes, without the newline)."""
+
+    def __init__(self, receive: Receive, limit: int):
+        self.receive, self.limit = receive, limit
+        self.buffer = b""
+        self.more = True
+        self.size = 0
+
+    async def readline(self) -> bytes | None:
+        """The next line; None at the end of the body; Disconnected if the client left."""
+        while True:
+            nl = self.buffer.find(b"\n")
+            if nl >= 0:
+                line, self.buffer = self.buffer[:nl], self.buffer[nl + 1 :]
+                return line
+            if not self.more:
+                line, self.buffer = self.buffer, b""
+                return line if line.strip() else None
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise Disconnected
+            chunk = message.get("body", b"")
+            self.size += len(chunk)
+            if self.size > self.limit:
+                raise StreamError(413, f"request body too large: the limit is {self.limit} bytes")
+            self.buffer += chunk
+            self.more = message.get("more_body", False)
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def _json_response(send: Send, status: int, detail: Any) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    if scope["method"] != "POST":
+        await _json_response(send, 405, "use POST")
+        return
+    limit = settings.AUDITOR_MAX_BODY_BYTES
+    headers = scope.get("headers", [])
+    try:
+        # The key first: nothing is read or stored for a bad one.
+        api_key = await authenticate(bearer_token(headers))
+        length = dict(headers).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise StreamError(413, f"request body too large: the limit is {limit} bytes")
+        reader = LineReader(receive, limit)
+        first = await reader.readline()
+        if first is None:
+            raise StreamError(400, "the body is empty: send the head object on the first line")
+        session = await StreamSession.open(api_key=api_key, head=parse_head(first))
+    except StreamError as exc:
+        await _json_response(send, exc.status, exc.detail)
+        return
+    except Disconnected:
+        return
+
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),
+            ],
+        }
+    )
+
+    async def emit(events: list[tuple[str, dict[str, Any]]]) -> None:
+        if events:
+            body = b"".join(sse(name, data) for name, data in events)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+
+    await emit([("accepted", {"id": session.audit_id, "status": "running"})])
+    complete = True
+    try:
+        while (line := await reader.readline()) is not None:
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                raise StreamError(400, "every line after the head must be a JSON object") from None
+            if not isinstance(message, dict):
+                raise StreamError(400, "every line after the head must be a JSON object")
+            if isinstance(message.get("source"), dict):
+                await session.add_source(message["source"])
+            if "text" in message:
+                if not isinstance(message["text"], str):
+                    raise StreamError(422, "text must be a string")
+                await emit(await session.feed(message["text"]))
+    except Disconnected:
+        complete = False
+    except StreamError as exc:
+        complete = False
+        await emit([("error", {"status": exc.status, "detail": exc.detail})])
+    final = await session.close(complete=complete)
+    try:
+        await emit(final)
+        await send({"type": "http.response.body", "body": b""})
+    except Exception:  # the client is gone; the audit is stored
+        logger.debug("client left before the end of stream %s", session.audit_id)

@@ -1,0 +1,185 @@
+"""HTML fragments of the live pages: rendered from the pages' own partials, read from the DB.
+
+Every fragment is an `hx-swap-oob` element: replaced by id (`hx-swap-oob="true"`) or, for
+new rows, inserted (`afterbegin:#live-rows`, the client turns an insert of an id it already
+shows into a replacement). Model text is escaped by the templates, never marked safe.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q
+from django.http import QueryDict
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from . import dashboard, selectors
+from .models import AuditRun, TraceLine
+
+LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
+CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+# --- the live feed ------------------------------------------------------------------------
+
+
+def parse_filters(query: str | bytes) -> dashboard.ListFilters:
+    if isinstance(query, bytes):
+        query = query.decode("latin-1")
+    return dashboard.ListFilters.from_query(QueryDict(query))
+
+
+def parse_cursor(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        return None
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, timezone.UTC)
+    return parsed
+
+
+def counters() -> dict[str, Any]:
+    """Audits in the last minute, surfaced % and failures over the last hour (one query)."""
+    now = timezone.now()
+    hour = now - timedelta(hours=1)
+    data = AuditRun.objects.aggregate(
+        last_minute=Count("pk", filter=Q(created_at__gte=now - timedelta(minutes=1))),
+        finished=Count("pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.COMPLETE)),
+        surfaced=Count(
+            "pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.COMPLETE, has_card=True)
+        ),
+        failed=Count("pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.FAILED)),
+    )
+    finished = data["finished"]
+    return {
+        "per_minute": data["last_minute"],
+        "surfaced_pct": round(100 * data["surfaced"] / finished) if finished else None,
+        "failed": data["failed"],
+        "finished": finished,
+    }
+
+
+def matching_cards(filters: dashboard.ListFilters, ids: list[Any]) -> list[AuditRun]:
+    qs = selectors.filter_audits(filters.to_selector(), dashboard.card_queryset())
+    return [dashboard.prepare_card(run) for run in qs.filter(pk__in=ids)]
+
+
+def changed_since(filters: dashboard.ListFilters, after: datetime) -> list[AuditRun]:
+    """Cards of the audits created, started or finished after `after` (newest first)."""
+    since = after - CURSOR_MARGIN
+    qs = selectors.filter_audits(filters.to_selector(), dashboard.card_queryset()).filter(
+        Q(created_at__gt=since) | Q(started_at__gt=since) | Q(finished_at__gt=since)
+    )
+    rows = list(qs.order_by("-created_at", "-id")[:LIVE_ROWS])
+    return [dashboard.prepare_card(run) for run in rows]
+
+
+def feed_rows(cards: list[AuditRun]) -> str:
+    """New or changed cards (newest first), inserted at the top of the Live list."""
+    if not cards:
+        return ""
+    inner = "".join(render_to_string("audits/list.html#audit-card", {"audit": c}) for c in cards)
+    return f'<div hx-swap-oob="afterbegin:#live-rows">{inner}</div>'
+
+
+def feed_status(now: datetime | None = None) -> str:
+    """The counters and the cursor (what the client sends back when it reconnects)."""
+    now = now or timezone.now()
+    return render_to_string(
+        "audits/live.html#live-status", {"counters": counters(), "cursor": now.isoformat()}
+    )
+
+
+# --- one audit ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    kind: str  # "same" | "removed" | "added"
+    text: str
+
+
+def marked_pieces(original: str, cleaned: str) -> list[Piece]:
+    """The cleaned text with what the rules removed (and put in its place) marked."""
+    if original == cleaned:
+        return [Piece("same", cleaned)] if cleaned else []
+    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
+    pieces: list[Piece] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            pieces.append(Piece("same", "".join(b[j1:j2])))
+            continue
+        if i2 > i1:
+            pieces.append(Piece("removed", "".join(a[i1:i2])))
+        if j2 > j1:
+            pieces.append(Piece("added", "".join(b[j1:j2])))
+    return pieces
+
+
+def stream_context(run: AuditRun) -> dict[str, Any]:
+    live = run.status in (AuditRun.Status.PENDING, AuditRun.Status.RUNNING)
+    return {
+        "audit": run,
+        "stream_live": live,
+        "stream_pieces": marked_pieces(run.response, run.cleaned_response) if live else [],
+    }
+
+
+def audit_stream(run: AuditRun) -> str:
+    return render_to_string("audits/live.html#stream", stream_context(run))
+
+
+def trace_lines_after(run_id: Any, after: int) -> tuple[str, int]:
+    """Trace lines after position `after`, appended in order; and the last position."""
+    lines = list(TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position"))
+    if not lines:
+        return "", after
+    html = render_to_string(
+        "audits/live.html#trace-lines", {"audit_id": run_id, "trace_lines": lines}
+    )
+    return html, lines[-1].position
+
+
+def analyzer_progress(audit_id: str, event: dict[str, Any]) -> str:
+    """One analyzer's progress pill (from the event: results are stored at the end)."""
+    return render_to_string(
+        "audits/live.html#analyzer-progress", {"audit_id": audit_id, "event": event}
+    )
+
+
+def detail_sections(run_id: Any, *, finished: bool, user: Any = None) -> str:
+    """The detail page's sections as they are now (the state a reload shows)."""
+    from types import SimpleNamespace
+
+    from .views import detail_context
+
+    run = dashboard.detail_queryset().get(pk=run_id)
+    context = detail_context(run, SimpleNamespace(user=user) if user is not None else None)
+    names = ["header", "results"]
+    if finished:
+        names += ["response", "diff", "links", "trace"]
+    html = [render_to_string(f"audits/detail.html#{name}", context) for name in names]
+    html.append(audit_stream(run))
+    html.append(render_to_string("audits/live.html#connector", {"audit": run}))
+    # Every top-level element is swapped by its id.
+    return "".join(_oob(fragment) for fragment in html)
+
+
+_FIRST_TAG = re.compile(r"^(\s*<[a-zA-Z][\w-]*)")
+
+
+def _oob(fragment: str) -> str:
+    """Mark the fragment's root element `hx-swap-oob="true"` (replace by id)."""
+    if "hx-swap-oob" in fragment.split(">", 1)[0]:
+        return fragment
+    return _FIRST_TAG.sub(r'\1 hx-swap-oob="true"', fragment.strip(), count=1)

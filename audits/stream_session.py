@@ -1,0 +1,274 @@
+"""One streamed response being audited, whatever carries it (WebSocket or HTTP body).
+
+The transport authenticates, parses the head and then hands text over as it arrives::
+
+    session = await StreamSession.open(api_key=key, head=head)
+    for name, data in await session.feed("some text\\n\\nmore"):   # ("chunk"|"audit_trace", dict)
+        send(name, data)
+    for name, data in await session.close(complete=True):         # ... then ("audit", Audit)
+        send(name, data)
+
+Paragraphs are audited by the engine's InlineStreamAuditor as soon as they are complete;
+only audited text leaves as `chunk` events. Progress (the audited part of the response, its
+cleaned text, the trace lines) is written to the run as it goes and announced with a small
+`stream_progress` event, so audit pages watch it live from the database. `close()` runs
+the full engine Auditor over the assembled response (`services.execute_run`, the same code
+as a batch audit, link health included) and stores its report; `complete=False` (the
+client went away) marks the run `incomplete`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+from pydantic import ValidationError
+
+from analyzers.engine.guardrails.stream import InlineStreamAuditor
+
+from . import services
+from .events import apublish
+from .models import AuditRun, TraceLine
+from .schemas import AuditIn
+
+logger = logging.getLogger(__name__)
+
+Event = tuple[str, dict[str, Any]]
+
+
+class StreamError(Exception):
+    """A request the stream cannot accept: `status` and `detail` as the API would answer."""
+
+    def __init__(self, status: int, detail: Any):
+        self.status, self.detail = status, detail
+        super().__init__(str(detail))
+
+
+def parse_head(raw: bytes | str) -> AuditIn:
+    """The first JSON object of a stream: the audit without its response."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise StreamError(400, "the first line must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise StreamError(400, "the first line must be a JSON object")
+    if "response" in data:
+        raise StreamError(422, "send the response as chunks after the first line, not in it")
+    try:
+        head = AuditIn.model_validate({**data, "response": ""})
+    except ValidationError as exc:
+        errors = [
+            {"loc": ["head", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()
+        ]
+        raise StreamError(422, errors) from None
+    return head
+
+
+@database_sync_to_async
+def authenticate(token: str | None, scope: str = "ingest") -> Any:
+    """The API key for `token` with `scope`, counted against its rate limit; or StreamError."""
+    from analyzers.models import ApiKey
+
+    from .auth import RateLimited, hit_rate_limit
+
+    key = ApiKey.authenticate(token or "")
+    if key is None:
+        raise StreamError(401, "a valid API key is required (Authorization: Bearer <key>)")
+    if not key.allows(scope):
+        raise StreamError(403, f"this API key has the {key.scope!r} scope; this call needs {scope!r}")
+    try:
+        hit_rate_limit(key)
+    except RateLimited as exc:
+        raise StreamError(429, f"rate limit exceeded; retry in {exc.retry_after} s") from None
+    return key
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def _validate_options(options: dict[str, dict[str, Any]]) -> None:
+    from ninja.errors import HttpError
+
+    from .api import _validate_options as validate
+
+    try:
+        validate(options)
+    except HttpError as exc:
+        raise StreamError(exc.status_code, exc.message) from None
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise StreamError(422, "NUL characters are not allowed")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StreamError(422, "invalid unicode (lone surrogate)") from None
+
+
+@database_sync_to_async
+def _create_run(api_key: Any, head: AuditIn) -> tuple[AuditRun, dict[str, Any]]:
+    _validate_options(head.options)
+    run = services.submit_audit(
+        user_input=head.user_input,
+        response="",
+        sources=[s.model_dump() for s in head.sources],
+        metadata=head.metadata,
+        external_id=head.external_id,
+        collision_key=head.collision_key,
+        options=head.options,
+        api_key=api_key,
+        enqueue=False,
+    )
+    if not run.was_created:
+        raise StreamError(409, f"external_id {head.external_id!r} was already used (audit {run.pk})")
+    AuditRun.objects.filter(pk=run.pk).update(
+        status=AuditRun.Status.RUNNING, started_at=timezone.now()
+    )
+    run.status = AuditRun.Status.RUNNING
+    return run, dict(run.config_snapshot or {})
+
+
+@database_sync_to_async
+def _save_progress(run_id: Any, response: str, cleaned: str, trace: list[tuple[int, str]]) -> None:
+    AuditRun.objects.filter(pk=run_id).update(response=response, cleaned_response=cleaned)
+    if trace:
+        TraceLine.objects.bulk_create(
+            [TraceLine(audit_id=run_id, position=p, text=t) for p, t in trace],
+            ignore_conflicts=True,
+        )
+
+
+def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
+    """Store the whole response, audit it like a batch audit and return the Audit (a thread)."""
+    from .serializers import audit_queryset, audit_to_dict
+
+    close_old_connections()
+    try:
+        # Back to pending so execute_run claims it the usual way (one winner).
+        AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
+            response=response, incomplete=incomplete, status=AuditRun.Status.PENDING
+        )
+        services.execute_run(run_id)
+        return audit_to_dict(audit_queryset().get(pk=run_id))
+    finally:
+        close_old_connections()
+
+
+@dataclass
+class StreamSession:
+    run_id: Any
+    auditor: InlineStreamAuditor
+    received: list[str] = field(default_factory=list)  # complete lines fed to the auditor
+    fed_chars: int = 0
+    partial: str = ""  # the unfinished last line
+    audited_chars: int = 0  # raw characters whose paragraphs are audited
+    cleaned: list[str] = field(default_factory=list)
+    trace_count: int = 0
+    paragraphs: int = 0
+    size: int = 0
+    closed: bool = False
+
+    @classmethod
+    async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
+        from analyzers.engine.config import AuditorConfig
+
+        run, snapshot = await _create_run(api_key, head)
+        snapshot.pop("custom_judges", None)
+        config = AuditorConfig.model_validate(snapshot)
+        auditor = InlineStreamAuditor.from_config(config, head.sources)
+        audit_id = str(run.pk)
+        await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
+        await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
+                        "streaming": True})
+        return cls(run_id=run.pk, auditor=auditor)
+
+    @property
+    def audit_id(self) -> str:
+        return str(self.run_id)
+
+    async def add_source(self, source: dict[str, Any]) -> None:
+        """A tool result arrived mid-stream: it grounds the paragraphs that follow."""
+        try:
+            self.auditor.add_source(source)
+        except ValidationError as exc:
+            raise StreamError(422, f"invalid source: {exc.errors()[0]['msg']}") from None
+
+    async def feed(self, text: str) -> list[Event]:
+        """Audit the paragraphs `text` completes; the events to send, in order."""
+        _check_text(text)
+        self.size += len(text.encode())
+        limit = settings.AUDITOR_MAX_BODY_BYTES
+        if self.size > limit:
+            raise StreamError(413, f"response too large: the limit is {limit} bytes")
+        events: list[Event] = []
+        data = self.partial + text
+        lines = data.split("\n")
+        self.partial = lines.pop()
+        # Line by line: the auditor flushes a paragraph only at a blank line, so whenever it
+        # returns output, everything fed so far is audited.
+        for line in lines:
+            line += "\n"
+            self.received.append(line)
+            self.fed_chars += len(line)
+            out = self.auditor.feed(line)
+            if out:
+                self.audited_chars = self.fed_chars
+                events.extend(self._events(out))
+        if events:
+            await self._persist(events)
+        return events
+
+    async def close(self, *, complete: bool) -> list[Event]:
+        """Flush the last paragraph, run the post-stream audit, store it: the last events."""
+        if self.closed:
+            return []
+        self.closed = True
+        if self.partial:
+            self.received.append(self.partial)
+            self.fed_chars += len(self.partial)
+            self.partial = ""
+        out = self.auditor.finish()
+        self.audited_chars = self.fed_chars
+        events = self._events(out)
+        await self._persist(events)
+        response = "".join(self.received)
+        audit = await sync_to_async(_finish_run, thread_sensitive=False)(
+            self.run_id, response, not complete
+        )
+        events.append(("audit", audit))
+        return events
+
+    def _events(self, paragraphs) -> list[Event]:
+        events: list[Event] = []
+        for paragraph in paragraphs:
+            if paragraph.text:
+                events.append(("chunk", {"index": self.paragraphs, "text": paragraph.text}))
+                self.paragraphs += 1
+                self.cleaned.append(paragraph.text)
+            for line in paragraph.trace:
+                events.append(("audit_trace", {"position": self.trace_count, "text": line}))
+                self.trace_count += 1
+        return events
+
+    async def _persist(self, events: list[Event]) -> None:
+        trace = [(d["position"], d["text"]) for name, d in events if name == "audit_trace"]
+        response = "".join(self.received)[: self.audited_chars]
+        await _save_progress(self.run_id, response, "".join(self.cleaned), trace)
+        await apublish(
+            {"type": "stream_progress", "audit_id": self.audit_id,
+             "paragraphs": self.paragraphs, "trace": self.trace_count}
+        )

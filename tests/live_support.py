@@ -1,0 +1,86 @@
+"""Helpers of the live tests: sessions for WebSocket clients, a daphne server process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.test import Client
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+ORIGIN = b"http://127.0.0.1"
+
+
+def session_headers(user=None, origin: bytes | None = ORIGIN) -> list[tuple[bytes, bytes]]:
+    """Headers of a browser WebSocket handshake (same-site origin, the user's session)."""
+    headers = [(b"host", b"127.0.0.1")]
+    if origin is not None:
+        headers.append((b"origin", origin))
+    if user is not None:
+        client = Client()
+        client.force_login(user)
+        sid = client.cookies[settings.SESSION_COOKIE_NAME].value
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={sid}".encode()))
+    return headers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_daphne(port: int, log: Path, **env_extra: str) -> subprocess.Popen:
+    db_name = settings.DATABASES["default"]["NAME"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
+        "DATABASE_URL": f"sqlite:///{db_name}",
+        "AUDITOR_TASK_BACKEND": "thread",
+        "PYTHONUNBUFFERED": "1",
+        **env_extra,
+    }
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "auditor_site.asgi:application"],
+            cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited; log: {log.read_text()}")
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1.0)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"daphne did not answer; log: {log.read_text()}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def daphne(tmp_path: Path, **env_extra: str):
+    """A daphne server on a free port using this run's (file) test database: its base URL."""
+    port = free_port()
+    proc = start_daphne(port, tmp_path / f"daphne-{port}.log", **env_extra)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(proc)

@@ -1,0 +1,219 @@
+"""The live pages' WebSocket consumers, through the real ASGI stack (origin check, session auth)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.utils import timezone
+
+from auditor_site.asgi import application
+from audits import services
+from audits.events import apublish
+from audits.models import AuditRun, TraceLine
+from tests.live_support import session_headers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_layer(settings):
+    # A new in-memory layer per test (each test has its own event loop).
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+async def connect(path: str, headers) -> tuple[WebsocketCommunicator, bool]:
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await communicator.connect(timeout=5)
+    return communicator, connected
+
+
+async def receive_until(communicator, needle: str, timeout: float = 5.0) -> str:
+    """Concatenated messages until one contains `needle`."""
+    seen = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise AssertionError(f"{needle!r} never arrived; got {seen!r}")
+        seen.append(await communicator.receive_from(timeout=left))
+        if needle in seen[-1]:
+            return "".join(seen)
+
+
+async def drain(communicator, timeout: float = 0.3) -> str:
+    out = []
+    while not await communicator.receive_nothing(timeout=timeout):
+        out.append(await communicator.receive_from())
+    return "".join(out)
+
+
+def make_run(**fields) -> AuditRun:
+    return AuditRun.objects.create(
+        user_input=fields.pop("user_input", "question"), response="", **fields
+    )
+
+
+@pytest.fixture
+def staff_headers(staff_user):
+    return session_headers(staff_user)
+
+
+async def test_it_refuses_anonymous_users():
+    communicator, connected = await connect("/ws/audits/", session_headers(None))
+    assert not connected
+
+
+async def test_it_refuses_non_staff_users(plain_user):
+    headers = await sync_to_async(session_headers)(plain_user)
+    for path in ("/ws/audits/", "/ws/audits/8c3f1f9e-8f1a-4c55-9d0e-2f6d3c1b7a10/"):
+        communicator, connected = await connect(path, headers)
+        assert not connected
+
+
+async def test_it_refuses_foreign_origins(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user, origin=b"http://evil.example")
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert not connected
+
+
+async def test_staff_are_accepted(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert connected
+    await communicator.disconnect()
+
+
+async def test_a_submitted_audit_reaches_the_feed_as_an_escaped_card(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert connected
+    run = await sync_to_async(services.submit_audit)(
+        user_input="<script>alert(1)</script> retailers?", response="Acme is easy to set up."
+    )
+    html = await receive_until(communicator, f'id="audit-card-{run.pk}"')
+    assert 'hx-swap-oob="afterbegin:#live-rows"' in html
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;" in html
+    assert 'id="live-status"' in html  # the counters tick with every card
+    # ImmediateBackend ran it: the card ends complete.
+    await receive_until(communicator, 'data-status="complete"')
+    await communicator.disconnect()
+
+
+async def test_the_feed_honours_its_filters(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    communicator, connected = await connect("/ws/audits/?q=needle-xyz", headers)
+    assert connected
+    other = await sync_to_async(make_run)(user_input="something else")
+    match = await sync_to_async(make_run)(user_input="has needle-xyz inside")
+    await apublish({"type": "audit_submitted", "audit_id": str(other.pk)})
+    await apublish({"type": "audit_submitted", "audit_id": str(match.pk)})
+    html = await receive_until(communicator, f"audit-card-{match.pk}")
+    html += await drain(communicator)
+    assert f"audit-card-{other.pk}" not in html
+    await communicator.disconnect()
+
+
+async def test_messages_for_an_audit_reach_its_group_only(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    run = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
+    other = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
+    communicator, connected = await connect(f"/ws/audits/{run.pk}/", headers)
+    assert connected
+    await apublish({"type": "analyzer_finished", "audit_id": str(other.pk), "analyzer_id": "tone",
+                    "status": "ok", "score": 0.1, "surfaced": False})
+    await apublish({"type": "analyzer_finished", "audit_id": str(run.pk), "analyzer_id": "redflag",
+                    "status": "ok", "score": 0.5, "surfaced": True})
+    html = await receive_until(communicator, f"progress-{run.pk}-redflag")
+    assert f'beforeend:#progress-{run.pk}' in html
+    assert "surfaced" in html
+    assert "tone" not in html + await drain(communicator)
+    await communicator.disconnect()
+
+
+async def test_stream_progress_sends_new_trace_lines_and_the_audited_text(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    run = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
+    communicator, connected = await connect(f"/ws/audits/{run.pk}/", headers)
+    assert connected
+
+    def progress(response: str, cleaned: str, lines: list[str]):
+        AuditRun.objects.filter(pk=run.pk).update(response=response, cleaned_response=cleaned)
+        start = TraceLine.objects.filter(audit=run).count()
+        TraceLine.objects.bulk_create(
+            [TraceLine(audit=run, position=start + i, text=t) for i, t in enumerate(lines)]
+        )
+
+    await sync_to_async(progress)("See evil.example now.\n", "See now.\n", ["[AUDIT] stripped link"])
+    await apublish({"type": "stream_progress", "audit_id": str(run.pk)})
+    html = await receive_until(communicator, f"trace-{run.pk}-0")
+    assert f'<section hx-swap-oob="true" id="stream-{run.pk}"' in html
+    assert re.search(r"<del[^>]*>\s*evil\.example\s*</del>", html)
+    await sync_to_async(progress)("See evil.example now.\n\nMore.\n", "See now.\n\nMore.\n", ["[AUDIT] ok"])
+    await apublish({"type": "stream_progress", "audit_id": str(run.pk)})
+    html = await receive_until(communicator, f"trace-{run.pk}-1")
+    assert f"trace-{run.pk}-0" not in html  # only what this client has not seen
+    await communicator.disconnect()
+
+
+async def test_the_feed_catches_up_after_a_reconnect_without_duplicates(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    old = await sync_to_async(make_run)(user_input="before the page")
+    await sync_to_async(AuditRun.objects.filter(pk=old.pk).update)(
+        created_at=timezone.now() - timezone.timedelta(minutes=5)
+    )
+    cursor = timezone.now().isoformat()
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert connected
+    await communicator.disconnect()
+    # While the client was away (no events reach it):
+    missed = [await sync_to_async(make_run)(user_input=f"missed {i}") for i in range(3)]
+
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert connected
+    await communicator.send_to(text_data=json.dumps({"after": cursor}))
+    html = await receive_until(communicator, 'id="live-status"')
+    for run in missed:
+        assert html.count(f'id="audit-card-{run.pk}"') == 1
+    assert f"audit-card-{old.pk}" not in html
+    # Newest first: prepended as a block, the newest ends on top.
+    positions = [html.index(f"audit-card-{run.pk}") for run in missed]
+    assert positions == sorted(positions, reverse=True)
+    await communicator.disconnect()
+
+
+async def test_an_audit_page_catches_up_from_its_last_trace_line(staff_user):
+    headers = await sync_to_async(session_headers)(staff_user)
+    run = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
+    await sync_to_async(TraceLine.objects.bulk_create)(
+        [TraceLine(audit=run, position=i, text=f"[AUDIT] line {i}") for i in range(5)]
+    )
+    communicator, connected = await connect(f"/ws/audits/{run.pk}/?after_trace=2", headers)
+    assert connected
+    html = await receive_until(communicator, f"trace-{run.pk}-4")
+    for i in range(3):
+        assert f'id="trace-{run.pk}-{i}"' not in html
+    assert html.count(f'id="trace-{run.pk}-3"') == 1
+    assert f'id="live-audit-{run.pk}"' in html  # still live: the connector stays
+    await communicator.disconnect()
+
+
+async def test_a_finished_audit_ends_in_the_reloaded_state(staff_user, client):
+    headers = await sync_to_async(session_headers)(staff_user)
+    run = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
+    communicator, connected = await connect(f"/ws/audits/{run.pk}/", headers)
+    assert connected
+    await sync_to_async(AuditRun.objects.filter(pk=run.pk).update)(
+        status=AuditRun.Status.COMPLETE, finished_at=timezone.now(), overall_score=0.1
+    )
+    await apublish({"type": "audit_finished", "audit_id": str(run.pk), "status": "complete"})
+    html = await receive_until(communicator, f'id="live-audit-{run.pk}"')
+    # The connector is replaced by a hidden placeholder: the socket closes, as after a reload.
+    assert f'<div hx-swap-oob="true" id="live-audit-{run.pk}" hidden>' in html
+    assert f'<section hx-swap-oob="true" class="card" id="trace-section-{run.pk}"' in html
+    await communicator.disconnect()
