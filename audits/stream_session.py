@@ -237,11 +237,13 @@ class StreamSession:
         if self.closed:
             return []
         self.closed = True
+        out = []
         if self.partial:
             self.received.append(self.partial)
             self.fed_chars += len(self.partial)
+            out += self.auditor.feed(self.partial)
             self.partial = ""
-        out = self.auditor.finish()
+        out += self.auditor.finish()
         self.audited_chars = self.fed_chars
         events = self._events(out)
         await self._persist(events)
