@@ -255,8 +255,8 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
 
 
 def detail_queryset() -> QuerySet[AuditRun]:
-    """An audit with results, annotations, trace lines, links and reruns (6 queries)."""
-    return AuditRun.objects.select_related("rerun_of").prefetch_related(
+    """An audit with results, annotations, trace lines and links (5 queries)."""
+    return AuditRun.objects.prefetch_related(
         Prefetch(
             "results",
             queryset=AnalyzerRunRecord.objects.order_by("position", "id").prefetch_related(
@@ -265,12 +265,6 @@ def detail_queryset() -> QuerySet[AuditRun]:
         ),
         Prefetch("trace_lines", queryset=TraceLine.objects.order_by("position")),
         Prefetch("links", queryset=LinkCheck.objects.order_by("position", "id")),
-        Prefetch(
-            "reruns",
-            queryset=AuditRun.objects.only(
-                "id", "created_at", "status", "overall_score", "rerun_of"
-            ).order_by("-created_at"),
-        ),
     )
 
 

@@ -41,9 +41,9 @@ def locate(text: str, span: Span) -> tuple[int, int] | None:
     """Where the span's evidence sits in `text`: its offsets when they agree with the
     evidence (or when there is no evidence), else the first occurrence of the evidence."""
     start, end, evidence = span.start, span.end, span.evidence
-    if start is not None and end is not None and 0 <= start < end <= len(text):
-        if not evidence or text[start:end] == evidence:
-            return start, end
+    offsets_ok = start is not None and end is not None and 0 <= start < end <= len(text)
+    if offsets_ok and (not evidence or text[start:end] == evidence):
+        return start, end
     if evidence:
         found = text.find(evidence)
         if found != -1:
@@ -67,7 +67,7 @@ def highlight_segments(text: str, spans: Iterable[tuple[str, Span]]) -> list[Seg
 
     bounds = sorted({0, len(text), *(s for s, _, _, _ in located), *(e for _, e, _, _ in located)})
     segments: list[Segment] = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
         covering = [(ann_id, sev) for s, e, ann_id, sev in located if s <= lo and hi <= e]
         if covering:
             severity = max((sev for _, sev in covering), key=lambda s: SEVERITY_RANK.get(s, 0))

@@ -106,7 +106,6 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         else None,
         "links": list(run.links.all()),
         "trace_lines": list(run.trace_lines.all()),
-        "reruns": list(run.reruns.all()),
         "can_rerun": can_rerun,
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),

@@ -77,7 +77,7 @@ class Command(BaseCommand):
 
         async def audit_all(planned: list[tuple[AuditRun, dict]]) -> list:
             reports = []
-            for run, case in planned:
+            for run, _case in planned:
                 reports.append(
                     await auditor.audit(
                         AuditInput(

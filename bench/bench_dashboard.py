@@ -1,0 +1,179 @@
+"""Dashboard server time with 100,000 stored audits: list page and detail page (p50).
+
+Uses its own SQLite file under var/bench/ (built once, reused by later runs; the first
+run inserts the rows in well under a minute), and django.test.Client in-process (the full middleware stack, templates included).
+Baseline in the same run: the login page (a template render without any audit query).
+
+    .venv/bin/python bench/bench_dashboard.py [--audits 100000] [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BENCH_DIR = ROOT / "var" / "bench"
+TARGET_MS = 60.0
+
+
+def setup_django(db_path: Path) -> None:
+    os.environ["DATABASE_URL"] = f"sqlite:///{db_path}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+    os.environ["DEBUG"] = "false"
+    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1")
+    import django
+
+    django.setup()
+
+
+def _insert(cursor, model, columns: list[str], rows: list[tuple]) -> None:
+    table = model._meta.db_table
+    cols = ", ".join(f'"{model._meta.get_field(c).column}"' for c in columns)
+    marks = ", ".join(["%s"] * len(columns))
+    cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", rows)
+
+
+def populate(n: int) -> None:
+    """Insert `n` varied audits with results, annotations, trace lines and links.
+
+    Raw executemany on the SQLite file (values in SQLite's storage format: uuid hex,
+    naive UTC timestamps): about 10x faster than bulk_create for a million rows.
+    """
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from audits.models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+
+    rng = random.Random(1)
+    analyzers = ["redflag", "links", "grounding", "prompt_leak", "bias", "tone"]
+    types = {
+        "redflag": "TOO_MANY_CHARS", "links": "LINK_HOST_NOT_ALLOWED",
+        "grounding": "UNGROUNDED_CUSTOMER_CLAIM", "prompt_leak": "PROMPT_LEAK",
+        "bias": "sycophancy", "tone": "condescending",
+    }
+    severities = ["info", "warning", "critical"]
+    response = (
+        "Decathlon grew conversion by 50%. Everyone agrees Acme is the best search engine. "
+        "See [the docs](https://docs.acme.example/api) for details. " * 3
+    )
+    now = timezone.now().replace(tzinfo=None)
+    batch = 5000
+    started = time.perf_counter()
+    result_id = 0
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous=OFF")
+    for offset in range(0, n, batch):
+        runs, results, annotations, traces, links = [], [], [], [], []
+        for i in range(offset, min(n, offset + batch)):
+            created = (now - timedelta(seconds=i * 36)).isoformat(" ")  # ~6 weeks for 100k
+            run_id = uuid.uuid4().hex
+            scores = []
+            for pos, analyzer in enumerate(analyzers):
+                score = round(rng.random() ** 3, 3)
+                scores.append(score)
+                result_id += 1
+                results.append((result_id, run_id, pos, analyzer, "c", "ok", rng.random() * 20,
+                                score, False, score >= 0.3, "{}"))
+                if score >= 0.2:
+                    annotations.append((run_id, result_id, 0, analyzer, types[analyzer], "Label",
+                                        rng.choice(severities), "Why it matters.", "Decathlon",
+                                        0, 9))
+            runs.append((run_id, "complete", False, "", f"Question {i} about Acme?", response,
+                         response, "[]", "{}", "{}", 0.3, "{}", sum(scores) / len(scores),
+                         any(s >= 0.3 for s in scores), created, created, created, "", 1))
+            traces += [(run_id, p, f"[AUDIT] step {p}") for p in range(3)]
+            links.append((run_id, 0, "https://docs.acme.example/api", "the docs", "keep", 200,
+                          True))
+        with transaction.atomic(), connection.cursor() as cursor:
+            _insert(cursor, AuditRun, [
+                "id", "status", "incomplete", "request_hash", "user_input", "response",
+                "cleaned_response", "sources", "metadata", "options", "threshold",
+                "config_snapshot", "overall_score", "has_card", "created_at", "started_at",
+                "finished_at", "error", "attempts"], runs)
+            _insert(cursor, AnalyzerRunRecord, [
+                "id", "audit", "position", "analyzer_id", "category", "status", "duration_ms",
+                "score", "should_surface", "surfaced", "supplementary"], results)
+            _insert(cursor, Annotation, [
+                "audit", "result", "position", "analyzer_id", "type", "label", "severity",
+                "description", "evidence", "start", "end"], annotations)
+            _insert(cursor, TraceLine, ["audit", "position", "text"], traces)
+            _insert(cursor, LinkCheck, [
+                "audit", "position", "url", "label", "decision", "http_status", "healthy"], links)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    print(f"inserted {n} audits in {time.perf_counter() - started:.1f} s")
+
+
+def timed(client, url: str, rounds: int) -> list[float]:
+    client.get(url)  # warm up (template loading, caches)
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - t) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--audits", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    db_path = BENCH_DIR / f"dashboard-{args.audits}.sqlite3"
+    setup_django(db_path)
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test import Client
+
+    from audits.models import AuditRun
+
+    call_command("migrate", verbosity=0)
+    if AuditRun.objects.count() != args.audits:
+        AuditRun.objects.all().delete()
+        populate(args.audits)
+    User = get_user_model()
+    user = User.objects.filter(username="bench").first() or User.objects.create_superuser(
+        "bench", "bench@example.com", "bench-password-1"
+    )
+    client = Client()
+    client.force_login(user)
+    flagged = AuditRun.objects.filter(has_card=True).order_by("-created_at").first()
+    middle = AuditRun.objects.order_by("-created_at")[args.audits // 2]
+
+    cases = {
+        "login page (baseline)": ("/accounts/login/", Client()),
+        "list page": ("/", client),
+        "list page, surfaced only": ("/?surfaced=1", client),
+        "list page, severity=critical": ("/?severity=critical", client),
+        "detail page (newest card)": (f"/audits/{flagged.pk}/", client),
+        "detail page (mid-table audit)": (f"/audits/{middle.pk}/", client),
+    }
+    results = {}
+    print(f"{args.audits} audits, {args.rounds} rounds each, django.test.Client in-process")
+    for name, (url, c) in cases.items():
+        times = timed(c, url, args.rounds)
+        results[name] = statistics.median(times)
+    baseline = results["login page (baseline)"]
+    for name, p50 in results.items():
+        print(f"  {name:34s} p50 {p50:7.2f} ms   x{p50 / baseline:5.1f} baseline")
+    worst = max(results["list page"], results["detail page (newest card)"])
+    verdict = "OK" if worst < TARGET_MS else "OVER TARGET"
+    print(f"target: list and detail p50 < {TARGET_MS:.0f} ms -> {verdict}")
+
+
+if __name__ == "__main__":
+    main()
