@@ -21,8 +21,17 @@ from analyzers.config_store import get_registry, load_config, validate_analyzer_
 
 from . import selectors, services
 from .auth import ingest_auth, read_auth
+from .export import export_page
 from .models import AuditRun
-from .schemas import AuditAccepted, AuditIn, AuditOut, AuditPage, ErrorOut
+from .schemas import (
+    AuditAccepted,
+    AuditBatchIn,
+    AuditBatchOut,
+    AuditIn,
+    AuditOut,
+    AuditPage,
+    ErrorOut,
+)
 
 router = Router(tags=["audits"])
 
@@ -113,6 +122,44 @@ def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
     return Status(202, {"id": str(run.pk), "status": run.status})
 
 
+@router.post(
+    "/audits/batch",
+    auth=ingest_auth,
+    response={202: AuditBatchOut, **ERRORS},
+    summary="Submit up to 500 audits at once",
+)
+def submit_batch(request: HttpRequest, body: AuditBatchIn):
+    """Like `POST /api/audits` (without `wait`) for many audits in one request. Items are
+    independent: each answer says whether it was `created` (false: the stored audit of a
+    repeated `external_id`) or why it was refused (`error`, e.g. an external_id conflict)."""
+    items = []
+    for item in body.audits:
+        try:
+            _validate_options(item.options)
+            run = services.submit_audit(
+                user_input=item.user_input,
+                response=item.response,
+                sources=[s.model_dump() for s in item.sources],
+                metadata=item.metadata,
+                external_id=item.external_id,
+                collision_key=item.collision_key,
+                options=item.options,
+                api_key=request.auth,
+            )
+        except services.ExternalIdConflict:
+            items.append({"id": None, "status": None, "created": False,
+                          "error": f"external_id {item.external_id!r} was already used with "
+                                   "a different body"})
+            continue
+        except HttpError as exc:
+            items.append({"id": None, "status": None, "created": False,
+                          "error": json.dumps(exc.message)})
+            continue
+        items.append({"id": str(run.pk), "status": run.status, "created": run.was_created,
+                      "error": None})
+    return Status(202, {"items": items})
+
+
 @router.get("/audits", auth=read_auth, response={200: AuditPage, **ERRORS}, summary="List audits")
 def list_audits(
     request: HttpRequest,
@@ -175,6 +222,9 @@ def _header(fmt: str) -> bytes:
 
 
 def _next_batch(qs, cursor, fmt):
+    if fmt == "jsonl":
+        text, next_cursor = export_page(qs, cursor, EXPORT_BATCH)
+        return text.encode(), next_cursor
     items, next_cursor = selectors.page(qs, cursor, EXPORT_BATCH)
     return _encode_batch(items, fmt), next_cursor
 

@@ -124,3 +124,20 @@ class AuditPage(Schema):
 
 class ErrorOut(Schema):
     detail: Any
+
+
+class AuditBatchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    audits: list[AuditIn] = Field(min_length=1, max_length=500)
+
+
+class BatchItemOut(Schema):
+    id: str | None
+    status: Literal["pending", "running", "complete", "failed"] | None
+    created: bool
+    error: str | None
+
+
+class AuditBatchOut(Schema):
+    items: list[BatchItemOut]

@@ -82,6 +82,11 @@ def encode_cursor(run: dict[str, Any] | AuditRun) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+def encode_cursor_raw(created_at_iso: str, run_id: str) -> str:
+    raw = f"{created_at_iso}|{run_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)

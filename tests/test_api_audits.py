@@ -280,3 +280,57 @@ def test_database_outage_is_503(api_client, ingest_key):
     assert "unavailable" in r.json()["detail"]
     assert listing.status_code == 503
     assert AuditRun.objects.count() == 0
+
+
+def test_batch_submission_stores_each_audit_and_reports_per_item(api_client, ingest_key):
+    api_client.post("/api/audits", {**BODY, "external_id": "known"}, key=ingest_key)
+    r = api_client.post(
+        "/api/audits/batch",
+        {"audits": [BODY, {**BODY, "external_id": "known"},
+                    {**BODY, "response": "other", "external_id": "known"},
+                    {**BODY, "options": {"nonexistent": {}}}]},
+        key=ingest_key,
+    )
+    assert r.status_code == 202, r.content
+    items = r.json()["items"]
+    assert items[0]["created"] is True and items[0]["status"] == "pending"
+    assert items[1]["created"] is False and items[1]["error"] is None
+    assert items[2]["id"] is None and "already used" in items[2]["error"]
+    assert items[3]["id"] is None and "nonexistent" in items[3]["error"]
+    assert AuditRun.objects.count() == 2
+
+
+def test_batch_limits(api_client, ingest_key, read_key):
+    assert api_client.post("/api/audits/batch", {"audits": []}, key=ingest_key).status_code == 422
+    too_many = {"audits": [BODY] * 501}
+    assert api_client.post("/api/audits/batch", too_many, key=ingest_key).status_code == 422
+    assert api_client.post("/api/audits/batch", {"audits": [BODY]}, key="").status_code == 401
+
+
+def test_the_fast_export_lines_equal_the_serializer():
+    from audits.export import export_page
+    from audits.serializers import audit_queryset, audit_to_dict
+
+    runs = [
+        make_audit(
+            results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT", evidence="é\"x\n<",
+                                                          start=0, end=3)],
+                            supplementary={"stats": {"chars": 3}, "ünï": ["ç"]}),
+                     result("tone", 0.0, status="timeout", error="timed out")],
+            links=[{"url": "https://x.example", "label": "x", "decision": "strip",
+                    "reason": "host", "http_status": 404, "healthy": False}],
+            metadata={"nested": {"a": [1, 2.5, None, True]}}, external_id="ext",
+            sources=[{"title": "t", "url": None, "text": "s", "company": "Acme"}],
+        ),
+        make_audit(status="pending"),
+        make_audit(status="failed", error="boom"),
+    ]
+    text, cursor = export_page(AuditRun.objects.all(), None, 10)
+    assert cursor is None
+    exported = {d["id"]: d for d in map(json.loads, text.splitlines())}
+    for run in runs:
+        assert exported[str(run.id)] == audit_to_dict(audit_queryset().get(pk=run.pk))
+    first, cursor = export_page(AuditRun.objects.all(), None, 2)
+    rest, end = export_page(AuditRun.objects.all(), cursor, 2)
+    assert end is None
+    assert len((first + rest).splitlines()) == 3

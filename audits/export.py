@@ -1,0 +1,148 @@
+"""Fast JSON lines for exports: raw database rows spliced into JSON text.
+
+The Audit JSON is the same (parsed) as `serializers.audit_to_dict`; JSON columns are copied
+as stored instead of being decoded and encoded again, and UUID/datetime columns are
+formatted from their raw values. Works with SQLite (text values) and PostgreSQL (native).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections
+from django.db.models import QuerySet
+
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .selectors import after_cursor, encode_cursor_raw
+
+_dumps = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _uuid(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    text = str(value)
+    return str(uuid.UUID(text)) if len(text) == 32 else text
+
+
+def _dt(value: Any) -> str | None:
+    """ISO 8601 like `datetime.isoformat()` of the aware UTC value Django would return."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    return str(value).replace(" ", "T") + "+00:00"
+
+
+def _raw_json(value: Any, empty: str) -> str:
+    if value is None:
+        return empty
+    if isinstance(value, (str, bytes)):
+        text = value.decode() if isinstance(value, bytes) else value
+        return text if text not in ("null", "") else empty
+    return _dumps(value) if value else empty
+
+
+def _s(value: Any) -> str:
+    return "null" if value is None else _dumps(value)
+
+
+def _num(value: Any) -> str:
+    return "null" if value is None else repr(float(value))
+
+
+def _bool(value: Any) -> str:
+    return "null" if value is None else ("true" if value else "false")
+
+
+def _raw(qs: QuerySet) -> list[tuple]:
+    sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    with connections[qs.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+RUN_COLUMNS = (
+    "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
+    "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
+    "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
+)
+
+
+def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[str, str | None]:
+    """JSON lines of one keyset page and the cursor of the next one (or None)."""
+    rows = _raw(after_cursor(qs, cursor).values_list(*RUN_COLUMNS)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if not rows:
+        return "", None
+    raw_ids = [r[0] for r in rows]
+    results: dict[Any, list[tuple[str, bool]]] = {i: [] for i in raw_ids}
+    annotations: dict[Any, list[str]] = {}
+    for a in _raw(
+        Annotation.objects.filter(audit_id__in=[uuid.UUID(_uuid(i)) for i in raw_ids])
+        .order_by("result_id", "position", "id")
+        .values_list("result_id", "type", "label", "severity", "description", "evidence",
+                     "start", "end")
+    ):
+        annotations.setdefault(a[0], []).append(
+            f'{{"type":{_s(a[1])},"label":{_s(a[2])},"severity":{_s(a[3])},'
+            f'"description":{_s(a[4])},"evidence":{_s(a[5])},"start":{_s(a[6])},'
+            f'"end":{_s(a[7])}}}'
+        )
+    ids = [uuid.UUID(_uuid(i)) for i in raw_ids]
+    for r in _raw(
+        AnalyzerRunRecord.objects.filter(audit_id__in=ids)
+        .order_by("audit_id", "position", "id")
+        .values_list("id", "audit_id", "analyzer_id", "category", "score", "should_surface",
+                     "supplementary", "status", "error", "duration_ms", "surfaced")
+    ):
+        text = (
+            f'{{"analyzer_id":{_s(r[2])},"category":{_s(r[3])},"score":{_num(r[4])},'
+            f'"should_surface":{_bool(r[5])},'
+            f'"annotations":[{",".join(annotations.get(r[0], ()))}],'
+            f'"supplementary":{_raw_json(r[6], "{}")},"status":{_s(r[7])},'
+            f'"error":{_s(r[8])},"duration_ms":{_num(r[9])},"surfaced":{_bool(r[10])}}}'
+        )
+        results.setdefault(r[1], []).append((text, bool(r[10])))
+    trace: dict[Any, list[str]] = {}
+    for t in _raw(
+        TraceLine.objects.filter(audit_id__in=ids).order_by("audit_id", "position")
+        .values_list("audit_id", "text")
+    ):
+        trace.setdefault(t[0], []).append(_s(t[1]))
+    links: dict[Any, list[str]] = {}
+    for link in _raw(
+        LinkCheck.objects.filter(audit_id__in=ids).order_by("audit_id", "position", "id")
+        .values_list("audit_id", "url", "label", "decision", "reason", "http_status", "healthy")
+    ):
+        links.setdefault(link[0], []).append(
+            f'{{"url":{_s(link[1])},"label":{_s(link[2])},"decision":{_s(link[3])},'
+            f'"reason":{_s(link[4])},"http_status":{_s(link[5])},"healthy":{_bool(link[6])}}}'
+        )
+    lines = []
+    for r in rows:
+        res = results.get(r[0], [])
+        lines.append(
+            f'{{"id":{_s(_uuid(r[0]))},"external_id":{_s(r[1])},"created_at":{_s(_dt(r[2]))},'
+            f'"started_at":{_s(_dt(r[3]))},"finished_at":{_s(_dt(r[4]))},'
+            f'"status":{_s(r[5])},"incomplete":{_bool(r[6])},"error":{_s(r[7] or None)},'
+            f'"attempts":{int(r[8])},"rerun_of":{_s(_uuid(r[9]))},'
+            f'"user_input":{_s(r[10])},"response":{_s(r[11])},'
+            f'"cleaned_response":{_s(r[12])},"sources":{_raw_json(r[13], "[]")},'
+            f'"metadata":{_raw_json(r[14], "{}")},"collision_key":{_s(r[15])},'
+            f'"options":{_raw_json(r[16], "{}")},"threshold":{_num(r[17])},'
+            f'"overall_score":{_num(r[18])},"has_card":{_bool(r[19])},'
+            f'"results":[{",".join(t for t, _ in res)}],'
+            f'"surfaced_results":[{",".join(t for t, s in res if s)}],'
+            f'"links":[{",".join(links.get(r[0], ()))}],'
+            f'"trace":[{",".join(trace.get(r[0], ()))}]}}\n'
+        )
+    last = rows[-1]
+    next_cursor = encode_cursor_raw(_dt(last[2]), _uuid(last[0])) if more else None
+    return "".join(lines), next_cursor
