@@ -20,9 +20,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# `make run DEMO_STREAM=0` skips the streamed demo audits (manage.py demo_stream).
+DEMO_STREAM ?= 1
+
 run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py setup_demo
+	@demo=""; if [ "$(DEMO_STREAM)" != "0" ]; then \
+		$(PY) manage.py demo_stream --url http://$(HOST):$(PORT) & demo=$$!; fi; \
+	trap '[ -n "$$demo" ] && kill $$demo 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m daphne -b $(HOST) -p $(PORT) auditor_site.asgi:application
 
 # Unit, API and WebSocket tests first; real-browser tests in their own pytest run

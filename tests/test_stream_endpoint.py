@@ -7,7 +7,6 @@ import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
