@@ -59,7 +59,6 @@ def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
     redis_url, staff_user, ingest_key, tmp_path
 ):
     import websockets
-
     from django.test import Client
 
     client = Client()
