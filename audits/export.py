@@ -26,8 +26,8 @@ def _uuid(value: Any) -> str | None:
         return None
     if isinstance(value, uuid.UUID):
         return str(value)
-    text = str(value)
-    return str(uuid.UUID(text)) if len(text) == 32 else text
+    t = str(value)
+    return f"{t[:8]}-{t[8:12]}-{t[12:16]}-{t[16:20]}-{t[20:]}" if len(t) == 32 else t
 
 
 def _dt(value: Any) -> str | None:
@@ -76,16 +76,18 @@ RUN_COLUMNS = (
 
 def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[str, str | None]:
     """JSON lines of one keyset page and the cursor of the next one (or None)."""
-    rows = _raw(after_cursor(qs, cursor).values_list(*RUN_COLUMNS)[: limit + 1])
+    page = after_cursor(qs, cursor)
+    rows = _raw(page.values_list(*RUN_COLUMNS)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
         return "", None
-    raw_ids = [r[0] for r in rows]
-    results: dict[Any, list[tuple[str, bool]]] = {i: [] for i in raw_ids}
+    # The child rows of this page, selected by the page query itself (no id parameters).
+    ids = page.values("id")[:limit]
+    results: dict[Any, list[tuple[str, bool]]] = {}
     annotations: dict[Any, list[str]] = {}
     for a in _raw(
-        Annotation.objects.filter(audit_id__in=[uuid.UUID(_uuid(i)) for i in raw_ids])
+        Annotation.objects.filter(audit_id__in=ids)
         .order_by("result_id", "position", "id")
         .values_list("result_id", "type", "label", "severity", "description", "evidence",
                      "start", "end")
@@ -95,7 +97,6 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
             f'"description":{_s(a[4])},"evidence":{_s(a[5])},"start":{_s(a[6])},'
             f'"end":{_s(a[7])}}}'
         )
-    ids = [uuid.UUID(_uuid(i)) for i in raw_ids]
     for r in _raw(
         AnalyzerRunRecord.objects.filter(audit_id__in=ids)
         .order_by("audit_id", "position", "id")

@@ -105,7 +105,11 @@ def after_cursor(qs: QuerySet[AuditRun], cursor: str | None) -> QuerySet[AuditRu
     qs = qs.order_by("-created_at", "-id")
     if cursor:
         created_at, run_id = decode_cursor(cursor)
-        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=run_id))
+        # `created_at <= X AND (...)` lets the database range-scan the created_at index
+        # (a bare OR makes SQLite scan from the newest row on every page).
+        qs = qs.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(id__lt=run_id)
+        )
     return qs
 
 
