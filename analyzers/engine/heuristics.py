@@ -3,16 +3,21 @@
 A rule is a regular expression with a type, a weight (how strongly one match suggests the
 problem) and a description. Matches become findings with exact offsets; the findings'
 weights combine into a score as independent signals: 1 - prod(1 - w).
+
+A rule only scans a text that holds the words it needs (`heuristics_gate`), or, for a rule
+without such words, that its cheaper `gate` pattern finds something in.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
 
 from .contract import Annotation, Severity
+from .heuristics_gate import Clause, Probe, may_match, required_literals
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
@@ -24,6 +29,18 @@ class Rule:
     weight: float
     description: str
     severity: Severity = "warning"
+    # For a rule that needs no word: a cheap test that is true of every text it matches.
+    gate: Callable[[str], bool] | None = None
+    literals: tuple[Clause, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "literals", required_literals(self.pattern))
+
+    def may_match(self, probe: Probe) -> bool:
+        """False only when the pattern cannot match the probed text."""
+        if self.literals:
+            return may_match(self.literals, probe)
+        return self.gate is None or self.gate(probe.text)
 
 
 def rule(
@@ -34,8 +51,9 @@ def rule(
     severity: Severity = "warning",
     *,
     flags: int = FLAGS,
+    gate: Callable[[str], bool] | None = None,
 ) -> Rule:
-    return Rule(type, re.compile(pattern, flags), weight, description, severity)
+    return Rule(type, re.compile(pattern, flags), weight, description, severity, gate)
 
 
 @dataclass(frozen=True)
@@ -48,20 +66,45 @@ class Finding:
     severity: Severity = "warning"
 
 
-def find(text: str, rules: Iterable[Rule]) -> list[Finding]:
-    """Every match of every rule, in text order, overlaps of one type merged (heaviest kept)."""
+def find(text: str, rules: Iterable[Rule], probe: Probe | None = None) -> list[Finding]:
+    """Every match of every rule, in text order, overlaps of one type merged (heaviest kept).
+
+    `probe` is `Probe(text)` when the caller has one already.
+    """
+    if probe is None:
+        probe = Probe.of(text)
     found = [
         Finding(r.type, m.start(), m.end(), r.weight, r.description, r.severity)
         for r in rules
+        if r.may_match(probe)
         for m in r.pattern.finditer(text)
         if m.end() > m.start()
     ]
-    return dedupe(found)
+    return dedupe(found) if found else found
 
 
 def dedupe(findings: Iterable[Finding]) -> list[Finding]:
+    """Heaviest first (then leftmost), drop a finding that overlaps a kept one of its type."""
+    ordered = sorted(findings, key=lambda f: (-f.weight, f.start))
+    if any(f.end <= f.start for f in ordered):
+        return _dedupe_slow(ordered)
+    # The kept spans of one type are disjoint, so sorted by start they are sorted by end
+    # too, and only the last kept span starting before `f.end` can overlap `f`.
+    kept_by_type: dict[str, list[tuple[int, int]]] = {}
     kept: list[Finding] = []
-    for f in sorted(findings, key=lambda f: (-f.weight, f.start)):
+    for f in ordered:
+        spans = kept_by_type.setdefault(f.type, [])
+        i = bisect_left(spans, (f.end,))
+        if i and spans[i - 1][1] > f.start:
+            continue
+        insort(spans, (f.start, f.end))
+        kept.append(f)
+    return sorted(kept, key=lambda f: (f.start, f.type))
+
+
+def _dedupe_slow(ordered: list[Finding]) -> list[Finding]:
+    kept: list[Finding] = []
+    for f in ordered:
         if not any(k.type == f.type and k.start < f.end and f.start < k.end for k in kept):
             kept.append(f)
     return sorted(kept, key=lambda f: (f.start, f.type))

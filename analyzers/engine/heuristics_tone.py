@@ -6,6 +6,9 @@ import re
 
 from .heuristics import Finding, Rule, find, rule
 
+# Capital letters A-Z as "A", every other byte as a space: shouting needs "AAAA" at least.
+_CAPITALS = bytes(65 if 65 <= i <= 90 else 32 for i in range(256))
+
 TONE_RULES: list[Rule] = [
     rule(
         "condescending",
@@ -69,7 +72,14 @@ TONE_RULES: list[Rule] = [
         "Slang unfit for a business assistant.",
         "info",
     ),
-    rule("unprofessional", r"[!?]{3,}", 0.15, "Excessive punctuation.", "info"),
+    rule(
+        "unprofessional",
+        r"[!?]{3,}",
+        0.15,
+        "Excessive punctuation.",
+        "info",
+        gate=lambda text: "!!" in text or "??" in text or "!?" in text or "?!" in text,
+    ),
     rule(
         "unprofessional",
         r"\b[A-Z]{4,}(?:[ ,]+[A-Z]{4,}){2,}\b",
@@ -77,6 +87,7 @@ TONE_RULES: list[Rule] = [
         "Shouting in capitals.",
         "info",
         flags=re.MULTILINE,
+        gate=lambda text: b"AAAA" in text.encode("ascii", "replace").translate(_CAPITALS),
     ),
 ]
 

@@ -13,7 +13,6 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
 from .links import canonical
-from .markdown import scan_links
 from .pipeline import PendingClaim
 from .settings import Customer, SourceIndex
 
@@ -163,11 +162,12 @@ def unknown_companies(words_text: str, brand: str, skip: list[tuple[int, int]]) 
 
 def audit_grounding(ctx: Ctx) -> None:
     text = ctx.doc.text
-    if not _DIGIT.search(text) and "/" not in text:
+    # A sentence without a digit and without "](" is no claim (`_judge`), so neither is
+    # a paragraph without them. (The "/" test is the historical gate, kept as it was.)
+    if not _DIGIT.search(text) and ("](" not in text or "/" not in text):
         return
-    settings = ctx.settings
-    code, fences = ctx.code()
-    links = [link for link in scan_links(text, code) if link.kind != "definition"]
+    _, fences = ctx.code()
+    links = [link for link in ctx.links() if link.kind != "definition"]
     link_starts = [link.start for link in links]
     link_ends = [link.end for link in links]
     matcher = _matcher(ctx.sources)

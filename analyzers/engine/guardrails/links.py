@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..contract import LinkRecord
-from .markdown import MdLink, escape_label, format_destination, scan_anchors, scan_links
+from .markdown import MdLink, escape_label, format_destination, scan_anchors
 from .urls import (
     USERINFO,
     CanonicalURL,
@@ -148,8 +148,7 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     text = ctx.doc.text
     if "](" not in text and "<" not in text and "]:" not in text:
         return []
-    code, _ = ctx.code()
-    links = scan_links(text, code)
+    links = ctx.links()
     if not links:
         return []
     edits: list[tuple[int, int, str]] = []
@@ -233,16 +232,14 @@ def _strip(
 
 
 def _any_unsafe(ctx: Ctx) -> bool:
-    code, _ = ctx.code()
-    return any(classify(canonical(link.dest), ctx)[0] for link in scan_links(ctx.doc.text, code))
+    return any(classify(canonical(link.dest), ctx)[0] for link in ctx.links())
 
 
 def _neutralise(ctx: Ctx) -> None:
     """Strip links that stripping formed, then, if still needed, escape every bracket."""
     for _ in range(2):
-        code, _ = ctx.code()
         edits = []
-        for link in scan_links(ctx.doc.text, code):
+        for link in ctx.links():
             code_, severity, why = classify(canonical(link.dest), ctx)
             if code_ is not None:
                 ctx.annotate("links", code_, severity, why, link.start, link.end)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Annotation, LinkRecord
+from .markdown import MdLink, scan_links
 from .settings import GuardrailSettings, SourceIndex
 from .text import Doc, SpanSet, code_span_spans, fenced_spans, merge_spans, one_line
 
@@ -64,6 +65,7 @@ class Ctx:
         self.doc = Doc(text, base)
         self.out = ParagraphResult(text)
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
+        self._links: tuple[str, list[MdLink]] | None = None
 
     def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
         """Code regions (fences and code spans) and fences of the current text, cached."""
@@ -73,6 +75,17 @@ class Ctx:
             spans = merge_spans(fences, code_span_spans(text, fences))
             self._code = (text, SpanSet(spans), fences)
         return self._code[1], self._code[2]
+
+    def links(self) -> list[MdLink]:
+        """The markdown links of the current text, cached: several rules read them.
+
+        Callers must not change the list or its links.
+        """
+        text = self.doc.text
+        if self._links is None or self._links[0] is not text:
+            code, _ = self.code()
+            self._links = (text, scan_links(text, code))
+        return self._links[1]
 
     def annotate(
         self,

@@ -1,0 +1,246 @@
+"""Cheap necessary conditions for phrase rules, so most rules never scan most texts.
+
+Python's `re` tries a case-insensitive pattern that starts with `\\b` at every position of
+the text; a dozen such rules over a 2 KB answer cost milliseconds. Yet nearly every rule
+needs some literal word ("expert", "google it", ...) to match at all. `required_literals`
+reads that out of the compiled pattern as clauses: every match satisfies every clause,
+and a clause holds when one of its words is in the text. A word is either a whole token
+(a maximal run of letters a-z in the folded text, looked up in a set built once per
+text) or, when the pattern does not pin down where the word ends, a substring.
+
+`Probe` holds one text in the form these words are looked for in: lower case, with the
+few non-ASCII letters that `re.IGNORECASE` matches to ASCII letters folded to them.
+A rule whose clauses fail is skipped: it could not have matched, so nothing changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+try:  # the parser behind `re.compile`; its shape has been stable since Python 3.0
+    from re import _constants as _c
+    from re import _parser
+except ImportError:  # pragma: no cover - a future Python without it: no gates, same results
+    _parser = None  # type: ignore[assignment]
+
+# Non-ASCII characters that `re.IGNORECASE` matches to an ASCII letter (checked against
+# every code point in tests/engine/test_heuristics_gate.py).
+FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+_FOLD_TABLE = str.maketrans(FOLD)
+_LETTERS_ONLY = bytes(i if 97 <= i <= 122 else 32 for i in range(256))
+_NON_LETTER = re.compile(r"[^a-z]")
+MAX_CLAUSES = 3
+
+Word = tuple[bool, str | bytes]  # (is_token, word): a bytes token or a str substring
+Clause = frozenset[Word]
+
+
+def fold(text: str) -> str:
+    """The text as the words are looked for in: lower case, IGNORECASE twins folded."""
+    return (text if text.isascii() else text.translate(_FOLD_TABLE)).lower()
+
+
+class Probe:
+    """One text, folded once, its letter tokens built on first use."""
+
+    __slots__ = ("text", "folded", "_tokens")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.folded = fold(text)
+        self._tokens: set[bytes] | None = None
+
+    @classmethod
+    def of(cls, text: str) -> Probe:
+        """The probe of `text`, shared with the previous caller that probed the same object
+        (the analyzers of one audit all read one response)."""
+        last = _last_probe
+        if last is not None and last.text is text:
+            return last
+        probe = globals()["_last_probe"] = cls(text)
+        return probe
+
+    @property
+    def tokens(self) -> set[bytes]:
+        if self._tokens is None:
+            raw = self.folded.encode("ascii", "replace")  # other characters become "?"
+            self._tokens = set(raw.translate(_LETTERS_ONLY).split())
+        return self._tokens
+
+
+_last_probe: Probe | None = None
+
+
+def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
+    """False only when a pattern with these clauses cannot match the probed text."""
+    for clause in clauses:
+        for is_token, word in clause:
+            if word in probe.tokens if is_token else word in probe.folded:  # type: ignore[operator]
+                break
+        else:
+            return False
+    return True
+
+
+# -- reading the clauses out of a pattern -------------------------------------------------
+
+
+# Words too frequent to say anything: a clause made of them is a poor gate.
+COMMON_WORDS = frozenset(
+    """a an and are as at be but by can do for from have i if in is it its of on or so
+    that the their there these they this those to was we what when which who will with
+    would you your""".split()
+)
+
+
+def _strength(word: Word) -> float:
+    """Longer words are rarer in ordinary text (common ones aside); tokens are cheaper."""
+    is_token, raw = word
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if not any(c.isalnum() for c in text):
+        return 0.0
+    if text.strip(" '") in COMMON_WORDS:
+        return 0.5
+    # Past a few letters a word is rare enough; then a set lookup beats a text scan.
+    return len(text) + 3.0 if is_token else min(len(text), 8.0)
+
+
+def _quality(clause: Clause) -> tuple[float, int]:
+    return min(map(_strength, clause)), -len(clause)
+
+
+def _bounding(item: tuple | None) -> bool:
+    """Whether this item guarantees that the character next to it is no letter a-z."""
+    if item is None:
+        return False
+    op, av = item
+    if op is _c.AT:
+        return av in (
+            _c.AT_BOUNDARY, _c.AT_BEGINNING, _c.AT_BEGINNING_LINE, _c.AT_BEGINNING_STRING,
+            _c.AT_END, _c.AT_END_LINE, _c.AT_END_STRING,
+        )  # fmt: skip
+    if op is _c.LITERAL:
+        char = chr(av)
+        return char not in FOLD and _NON_LETTER.fullmatch(fold(char)) is not None
+    return False
+
+
+_REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT)
+
+
+def _edge_bounded(items: list, last: bool) -> bool:
+    """Whether the last (first) character a non-empty match of `items` ends (starts)
+    with is no letter."""
+    if not items:
+        return False
+    op, av = items[-1 if last else 0]
+    if op is _c.LITERAL:
+        return _bounding(items[-1 if last else 0])
+    if op is _c.BRANCH:
+        return all(_edge_bounded(alt.data, last) for alt in av[1])
+    if op is _c.SUBPATTERN:
+        return _edge_bounded(av[-1].data, last)
+    return False
+
+
+def _before(items: list, i: int, left: bool) -> bool:
+    """Whether the character before `items[i]` is no letter (or there is none)."""
+    while i:
+        op, av = items[i - 1]
+        if _bounding(items[i - 1]):
+            return True
+        # an optional group that ends with a non-letter: bounded if what precedes it is
+        if op in _REPEATS and av[0] == 0 and _edge_bounded(av[2].data, last=True):
+            i -= 1
+            continue
+        return False
+    return left
+
+
+def _after(items: list, i: int, right: bool) -> bool:
+    """Whether the character after `items[i]` is no letter (or there is none)."""
+    n = len(items)
+    while i + 1 < n:
+        op, av = items[i + 1]
+        if _bounding(items[i + 1]):
+            return True
+        if op in _REPEATS and av[0] == 0 and _edge_bounded(av[2].data, last=False):
+            i += 1
+            continue
+        return False
+    return right
+
+
+def _run_clauses(run: str, left: bool, right: bool) -> list[Clause]:
+    """A run of literal characters: itself as a substring, and its complete tokens."""
+    clauses: list[Clause] = [frozenset([(False, run)])]
+    pieces = _NON_LETTER.split(run)
+    for i, piece in enumerate(pieces):
+        complete = (i > 0 or left) and (i < len(pieces) - 1 or right)
+        if piece and complete:
+            clauses.append(frozenset([(True, piece.encode())]))
+    return clauses
+
+
+def _branch_clause(alternatives: list[list[Clause]]) -> list[Clause]:
+    """One clause for "one of these alternatives matched": a word from each, united."""
+    united: set[Word] = set()
+    for clauses in alternatives:
+        if not clauses:
+            return []
+
+        def cost(clause: Clause) -> tuple[float, int]:
+            new = clause - united  # words already in the union cost nothing
+            return (-min(map(_strength, new)), len(new)) if new else (float("-inf"), 0)
+
+        united |= min(clauses, key=cost)
+    return [frozenset(united)]
+
+
+def _required(items: list, left: bool, right: bool) -> list[Clause]:
+    """Clauses every match of the sequence `items` satisfies.
+
+    `left`/`right`: whether the characters just before/after the sequence are no letters.
+    """
+    clauses: list[Clause] = []
+    run: list[str] = []
+    run_left = False
+    n = len(items)
+    for i, (op, av) in enumerate(items):
+        before = _before(items, i, left)
+        after = _after(items, i, right)
+        if op is _c.LITERAL and chr(av).isascii():
+            if not run:
+                run_left = before
+            run.append(chr(av).lower())
+            if i + 1 < n and items[i + 1][0] is _c.LITERAL and chr(items[i + 1][1]).isascii():
+                continue
+            clauses.extend(_run_clauses("".join(run), run_left, after))
+            run = []
+        elif op is _c.SUBPATTERN:
+            clauses.extend(_required(av[-1].data, before, after))
+        elif op is _c.ATOMIC_GROUP:
+            clauses.extend(_required(av.data, before, after))
+        elif op is _c.BRANCH:
+            clauses.extend(
+                _branch_clause([_required(alt.data, before, after) for alt in av[1]])
+            )
+        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+            low, high, body = av
+            if low >= 1:
+                clauses.extend(_required(body.data, before, after and high == 1))
+        # anything else (classes, anchors, lookarounds, ...) requires no word
+    return clauses
+
+
+def required_literals(pattern: re.Pattern[str]) -> tuple[Clause, ...]:
+    """The most selective clauses every match of `pattern` satisfies; () when unknown."""
+    if _parser is None or not isinstance(pattern.pattern, str):
+        return ()
+    try:
+        parsed = _parser.parse(pattern.pattern, pattern.flags)
+        clauses = set(_required(parsed.data, False, False))
+    except Exception:  # pragma: no cover - unknown parser shape: no gate, same results
+        return ()
+    return tuple(sorted(clauses, key=_quality, reverse=True)[:MAX_CLAUSES])
