@@ -36,7 +36,7 @@ from .schemas import (
 router = Router(tags=["audits"])
 
 ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
-EXPORT_BATCH = 500
+EXPORT_BATCH = 1000
 
 
 class ListFilters(Schema):

@@ -19,6 +19,7 @@ from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLin
 from .selectors import after_cursor, encode_cursor_raw
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
+_encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses
 
 
 def _uuid(value: Any) -> str | None:
@@ -49,7 +50,11 @@ def _raw_json(value: Any, empty: str) -> str:
 
 
 def _s(value: Any) -> str:
-    return "null" if value is None else _dumps(value)
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return _encode_str(value)
+    return _dumps(value)
 
 
 def _num(value: Any) -> str:

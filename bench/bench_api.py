@@ -222,9 +222,8 @@ def bench_export(url: str, pid: int, key: str, n: int) -> dict:
                           params={"format": "jsonl", **params}, headers=headers,
                           timeout=120) as r:
             assert r.status_code == 200
-            for line in r.iter_lines():
-                if line:
-                    lines += 1
+            for chunk in r.iter_bytes():
+                lines += chunk.count(b"\n")
         elapsed = time.perf_counter() - t0
         stop_flag.set()
         sampler.join()
