@@ -19,7 +19,6 @@ _EMAIL_AUTOLINK = re.compile(
     r"<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)>"
 )
-_DEST_STOP = re.compile(r"[\x00-\x20()\\]")
 _DEFINITION = re.compile(
     r"^ {0,3}\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)[^\n]*(?:\n|$)",
     re.MULTILINE,
@@ -29,6 +28,46 @@ _ANCHOR = re.compile(
     re.IGNORECASE,
 )
 MAX_PAREN_DEPTH = 32
+
+
+def _destination_pattern(depth: int) -> re.Pattern[str]:
+    """A bare destination: balanced parentheses nested at most `depth` deep, backslash
+    escapes, no whitespace or control characters.
+
+    Possessive repeats and alternatives told apart by their first character make the
+    match deterministic: it consumes exactly what a left-to-right scan with a depth
+    counter would, in C, with no backtracking.
+    """
+    atom = r"[^\x00-\x20()\\]|\\[\s\S]|\\\Z"  # a backslash escapes the next character
+    content = f"(?:{atom})*+"
+    for _ in range(depth):
+        content = rf"(?:{atom}|\({content}\))*+"
+    return re.compile(content)
+
+
+_BARE_DESTINATION = _destination_pattern(MAX_PAREN_DEPTH)
+_FLAT_DESTINATION = re.compile(r"(?:[^\x00-\x20()\\]|\\[\s\S]|\\\Z)*+")
+_ANGLE_DESTINATION = re.compile(r"(?:[^<>\n\\]|\\[\s\S])*+")
+_CLOSER_OR_STOP = re.compile(r"[\x00-\x20)\\]")
+
+
+class _NextCloser:
+    """Where the next ")", backslash or whitespace is, for positions asked in increasing
+    order: one scan of the text in all, however many links are tried."""
+
+    __slots__ = ("text", "asked", "found")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.asked = len(text) + 1
+        self.found = len(text)
+
+    def __call__(self, pos: int) -> int:
+        if not self.asked <= pos <= self.found:
+            m = _CLOSER_OR_STOP.search(self.text, pos)
+            self.found = m.start() if m else len(self.text)
+        self.asked = pos
+        return self.found
 
 
 @dataclass(slots=True)
@@ -77,49 +116,35 @@ def _parse_title(text: str, i: int, n: int) -> int:
     return -1
 
 
-def parse_destination(text: str, i: int) -> tuple[int, str, int, int] | None:
-    """Parse `dest "title")` starting right after `(`; return (end, dest, dest_start, dest_end)."""
+def parse_destination(
+    text: str, i: int, next_closer: _NextCloser | None = None
+) -> tuple[int, str, int, int] | None:
+    """Parse `dest "title")` starting right after `(`; return (end, dest, dest_start, dest_end).
+
+    `next_closer`, shared by the calls of one scan, makes hopeless destinations cheap.
+    """
     n = len(text)
     i = _skip_space(text, i, n)
     if i >= n:
         return None
     if text[i] == "<":
-        j = i + 1
-        while j < n and text[j] not in "<>\n":
-            j += 2 if text[j] == "\\" else 1
+        j = _ANGLE_DESTINATION.match(text, i + 1).end()  # type: ignore[union-attr]
         if j >= n or text[j] != ">":
             return None
         dest_start, dest_end = i + 1, j
         j += 1
     else:
-        depth = 0
-        j = i
-        while j < n:
-            m = _DEST_STOP.search(text, j)
-            if m is None:
-                j = n
-                break
-            j = m.start()
-            c = text[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "(":
-                depth += 1
-                if depth > MAX_PAREN_DEPTH:
-                    return None
-                j += 1
-                continue
-            if c == ")":
-                if depth == 0:
-                    break
-                depth -= 1
-                j += 1
-                continue
-            break  # whitespace or control
-        j = min(j, n)
-        if depth:
-            return None
+        j = _FLAT_DESTINATION.match(text, i).end()  # type: ignore[union-attr]
+        if j < n and text[j] == "(":
+            # A nested "(" can only close if a ")" (or an escape) comes before the next
+            # whitespace; otherwise the destination is unbalanced, whatever its depth.
+            stop = (next_closer or _NextCloser(text))(j)
+            if stop >= n or text[stop] == " " or text[stop] < " ":
+                return None
+            # Balanced up to MAX_PAREN_DEPTH; stopping at "(" means unclosed or too deep.
+            j = _BARE_DESTINATION.match(text, i).end()  # type: ignore[union-attr]
+            if j < n and text[j] == "(":
+                return None
         dest_start, dest_end = i, j
     k = _skip_space(text, j, n)
     if k < n and k > j and text[k] in "\"'(":
@@ -139,6 +164,7 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
     # stack entries: [first_pos, count, image_first]
     stack: list[list] = []
     deactivated_below = 0
+    next_closer: _NextCloser | None = None
     i = 0
     while i < n:
         m = _SPECIAL.search(text, i)
@@ -181,7 +207,9 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
                 i += 1
                 continue
             if i + 1 < n and text[i + 1] == "(":
-                parsed = parse_destination(text, i + 2)
+                if next_closer is None:
+                    next_closer = _NextCloser(text)
+                parsed = parse_destination(text, i + 2, next_closer)
                 if parsed is not None:
                     end, dest, _, _ = parsed
                     start = pos - 1 if image else pos
