@@ -25,7 +25,8 @@ DEMO_STREAM ?= 1
 
 run: venv
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py setup_demo
+	$(PY) manage.py setup_demo --url http://$(HOST):$(PORT)/
+	$(PY) manage.py recover_audits --stale-after 0 --pending-after 0
 	@demo=""; if [ "$(DEMO_STREAM)" != "0" ]; then \
 		$(PY) manage.py demo_stream --url http://$(HOST):$(PORT) & demo=$$!; fi; \
 	trap '[ -n "$$demo" ] && kill $$demo 2>/dev/null' EXIT INT TERM; \
