@@ -37,7 +37,8 @@ ALLOWED_PORTS = frozenset({80, 443})
 USER_AGENT = "response-auditor-linkcheck/1.0"
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_LEGACY_IPV4 = re.compile(r"[0-9a-fA-Fx.]+")
+# Hosts that inet_aton reads as IPv4: 1 to 4 dot-separated decimal, octal or 0x-hex numbers.
+_LEGACY_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]*|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]*|[0-9]+)){0,3}\.?")
 
 
 class BlockedURL(Exception):

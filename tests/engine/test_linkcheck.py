@@ -239,3 +239,16 @@ async def test_results_are_cached_across_audits(server):
     await expired.check(f"{server}/ok")
     await expired.check(f"{server}/ok")
     assert len(Handler.hits) == 3
+
+
+@pytest.mark.parametrize("host", ["cafe.be", "dead.beef", "face.bad", "add.ec"])
+async def test_hex_looking_domain_names_are_resolved_not_read_as_numbers(host):
+    from analyzers.engine.linkcheck import _LEGACY_IPV4
+
+    assert _LEGACY_IPV4.fullmatch(host) is None
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f.1", "0177.0.0.1", "127.1", "0x7f000001"])
+async def test_numeric_hosts_are_read_as_ipv4(host):
+    checker = LinkChecker()
+    assert await checker.resolve(host, 80) == ["127.0.0.1"]
