@@ -36,6 +36,7 @@ _PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each
                             re.IGNORECASE)
 _WORD = re.compile(r"[^\W\d_][\w&'’\-]*")
 _DIGIT = re.compile(r"\d")
+_METRIC_CHAR = re.compile(r"[%$x×]")  # one of these is in every `_METRIC` match
 
 COMMON_STARTERS = frozenset(
     """a an the this that these those it its it's our we you your they their there here
@@ -235,13 +236,15 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     settings = ctx.settings
     if not _DIGIT.search(text, s, e) and "](" not in text[s:e]:
         return None  # no number and no link: cannot be a claim
-    first = bisect_left(link_starts, s)
     inside = []
-    for link in links[first:]:
+    i, n_links = bisect_left(link_starts, s), len(links)
+    while i < n_links:
+        link = links[i]
         if link.start >= e:
             break
         if link.end <= e:
             inside.append(link)
+        i += 1
     case_links: dict[str, str] = {}  # slug -> canonical url
     for link in inside:
         canon = canonical(link.dest)
@@ -251,6 +254,9 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     sentence = text[s:e]
     if not case_links and not _DIGIT.search(sentence):
         return None
+    unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
+    if not unknown_slugs and not _METRIC_CHAR.search(sentence):
+        return None  # every metric has a "%", "$" or "x": no claim
     # the words of the sentence: links reduced to their labels, code spans left out
     cuts = [(link.start, link.end, link.label if link.kind != "autolink" else "")
             for link in inside]
@@ -268,7 +274,6 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     parts.append(text[pos:e])
     words_text = "".join(parts)
     metrics = find_metrics(words_text)
-    unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
     known: list[Customer] = []
     spans: list[tuple[int, int]] = []
     if matcher.regex is not None:
