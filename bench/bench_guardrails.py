@@ -1,7 +1,17 @@
 """Guardrail benchmarks: per-paragraph latency, full-engine throughput, linear time.
 
 Run: .venv/bin/python bench/bench_guardrails.py
-Targets: paragraph p99 < 1 ms; >= 2000 audits/s per core; each 1 MB adversarial input < 1 s.
+Targets (issue 3):
+- inline audit of one realistic 400-character paragraph (links and claims): p99 < 1 ms;
+- the full engine (every built-in deterministic analyzer, no network: link health checks
+  off, no model so bias and tone run their heuristics) on a 2 KB response with 6 links
+  and 3 claims: >= 2,000 audits/s on one core, with the ratio to a one-regex-pass
+  baseline measured in the same run;
+- each 1 MB adversarial input through the guardrail pipeline in < 1 s.
+
+Throughput is printed as medians of several runs, by wall clock and by CPU time of this
+process (`time.process_time`): on a shared machine the CPU figure is the one that says
+what one core does; on an idle machine the two agree.
 """
 
 from __future__ import annotations
@@ -20,19 +30,31 @@ sys.path.insert(0, str(ROOT))
 from analyzers.engine.auditor import Auditor  # noqa: E402
 from analyzers.engine.config import AuditorConfig  # noqa: E402
 from analyzers.engine.contract import AuditInput, Source  # noqa: E402
-from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config  # noqa: E402
 from analyzers.engine.guardrails.pipeline import audit_paragraph  # noqa: E402
+from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config  # noqa: E402
 from analyzers.engine.guardrails.stream import audit_text  # noqa: E402
 from analyzers.engine.registry import build_registry  # noqa: E402
 
 SAMPLES = ROOT.parent / "shared" / "samples" / "config.json"
+RUNS = 7
+AUDITS_PER_RUN = 300
+PARAGRAPH_SAMPLES = 5000
+TARGET_P99_MS = 1.0
+TARGET_RATE = 2000
+TARGET_LINEAR_S = 1.0
 
-PARAGRAPH = (
-    "Decathlon grew conversion by 50% ([case study](https://www.acme.example/customers/"
-    "decathlon)), and Globex reported +206% revenue. Read [this article](https://www.acme."
-    "example/blog/faceting) or the [API reference](https://docs.acme.example/api/search) "
-    "before you start; see also [Faceting 101 | Acme | Acme](https://www.acme.example/blog/x)."
-)
+
+def paragraph_400() -> str:
+    """A realistic paragraph of exactly 400 characters: 4 links, 3 claims."""
+    text = (
+        "Decathlon grew conversion by 50% ([case study](https://www.acme.example/customers/"
+        "decathlon)), and Globex reported +206% revenue. Read [this article](https://www.acme."
+        "example/blog/faceting) or the [API reference](https://docs.acme.example/api/search) "
+        "before you start; see also [Faceting 101 | Acme | Acme](https://www.acme.example/blog/"
+        "x). PcComponentes lifted revenue by 12%. Tune the synonyms now."
+    )
+    assert len(text) == 400, len(text)
+    return text
 
 
 def load_config() -> AuditorConfig:
@@ -68,61 +90,77 @@ def response_2kb() -> str:
 
 def bench_paragraph(config: AuditorConfig) -> None:
     settings = settings_from_config(config)
-    sources = SourceIndex(settings, [Source(title="Faceting 101",
-                                            url="https://www.acme.example/blog/faceting")])
-    text = PARAGRAPH[:400]
+    sources = SourceIndex(
+        settings, [Source(title="Faceting 101", url="https://www.acme.example/blog/faceting")]
+    )
+    text = paragraph_400()
+    result = audit_paragraph(text, 0, settings, sources)
+    print(f"paragraph: {len(text)} chars, {len(result.links)} links, {len(result.claims)} claims")
     for _ in range(200):
         audit_paragraph(text, 0, settings, sources)
     times = []
-    for _ in range(5000):
+    for _ in range(PARAGRAPH_SAMPLES):
         t0 = time.perf_counter()
         audit_paragraph(text, 0, settings, sources)
         times.append(time.perf_counter() - t0)
     times.sort()
     p50 = times[len(times) // 2] * 1e3
     p99 = times[int(len(times) * 0.99)] * 1e3
-    print(f"paragraph ({len(text)} chars): p50 {p50:.3f} ms  p99 {p99:.3f} ms  "
-          f"(target p99 < 1 ms: {'OK' if p99 < 1 else 'MISSED'})")
+    verdict = "OK" if p99 < TARGET_P99_MS else "MISSED"
+    print(f"paragraph latency: median {p50:.3f} ms, p99 {p99:.3f} ms "
+          f"over {PARAGRAPH_SAMPLES} audits (target p99 < {TARGET_P99_MS:g} ms: {verdict})")
 
 
 def bench_engine(config: AuditorConfig) -> None:
     registry = build_registry(include_entry_points=False)
     auditor = Auditor(config, registry)
-    ids = [a.id for a in auditor.enabled_analyzers()]
+    ids = [a.id for a in registry if config.is_enabled(a.id, a.enabled_by_default)]
     text = response_2kb()
     audit = AuditInput(response=text, user_input="How do I tune search?")
     links = text.count("](")
     result = audit_text(text, settings_from_config(config))
-    print(f"engine analyzers: {ids}")
-    print(f"response: {len(text)} chars, {links} links, "
-          f"{len(result.claims)} claims, {len(result.annotations)} guardrail annotations")
+    report = asyncio.run(auditor.audit(audit))
+    print(f"engine analyzers: {ids} (statuses: {[r.status for r in report.results]})")
+    print(f"response: {len(text)} chars, {links} links, {len(result.claims)} claims, "
+          f"{sum(len(r.annotations) for r in report.results)} annotations")
 
-    async def run(n: int) -> float:
-        t0 = time.perf_counter()
+    async def run(n: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(n):
             await auditor.audit(audit)
-        return time.perf_counter() - t0
-
-    asyncio.run(run(50))
-    rates = [300 / asyncio.run(run(300)) for _ in range(3)]
-    rate = statistics.median(rates)
+        return n / (time.perf_counter() - wall), n / (time.process_time() - cpu)
 
     baseline = re.compile(r"\[([^\]\n]*)\]\(([^)\s]*)\)|\d+%|\$\d+[MBK]?|\d+x")
-    n = 20000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        baseline.findall(text)
-    base_rate = n / (time.perf_counter() - t0)
-    print(f"full engine: {rate:,.0f} audits/s on one core "
-          f"(target >= 2000: {'OK' if rate >= 2000 else 'MISSED'})")
-    print(f"baseline one-regex pass: {base_rate:,.0f} passes/s; "
-          f"engine / baseline = 1/{base_rate / rate:,.1f}")
+
+    def base_run(n: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            baseline.findall(text)
+        return n / (time.perf_counter() - wall), n / (time.process_time() - cpu)
+
+    asyncio.run(run(50))
+    engine_wall, engine_cpu, base_wall, base_cpu = [], [], [], []
+    for _ in range(RUNS):
+        wall, cpu = asyncio.run(run(AUDITS_PER_RUN))
+        engine_wall.append(wall)
+        engine_cpu.append(cpu)
+        wall, cpu = base_run(AUDITS_PER_RUN * 20)
+        base_wall.append(wall)
+        base_cpu.append(cpu)
+    rate_wall, rate_cpu = statistics.median(engine_wall), statistics.median(engine_cpu)
+    bw, bc = statistics.median(base_wall), statistics.median(base_cpu)
+    verdict = "OK" if rate_cpu >= TARGET_RATE else "MISSED"
+    print(f"full engine: median {rate_cpu:,.0f} audits per CPU-second on one core "
+          f"({rate_wall:,.0f}/s by wall clock) over {RUNS} runs of {AUDITS_PER_RUN} "
+          f"(target >= {TARGET_RATE:,}: {verdict})")
+    print(f"baseline, one compiled regex pass: median {bc:,.0f} passes per CPU-second "
+          f"({bw:,.0f}/s by wall clock)")
+    print(f"ratio engine / baseline: {rate_cpu / bc:.4f} (1/{bc / rate_cpu:,.1f})")
 
 
-def bench_linear(config: AuditorConfig) -> None:
-    settings = settings_from_config(config)
+def adversarial_inputs() -> dict[str, str]:
     mb = 10**6
-    inputs = {
+    return {
         "'[' * 10**6": "[" * mb,
         "'(' nesting": "[x](" + "(" * (mb - 4),
         "'http://' repeated": "http://" * (mb // 7),
@@ -131,12 +169,20 @@ def bench_linear(config: AuditorConfig) -> None:
         "one 1 MB sentence": ("Globex grew 30% with [x](https://evil.test/) and more " * 20000)[:mb],
         "backticks": "` `` ``` " * (mb // 9),
     }
-    for name, text in inputs.items():
-        t0 = time.perf_counter()
-        audit_text(text, settings)
-        elapsed = time.perf_counter() - t0
-        print(f"linear: {name:<22} {len(text) / 1e6:.2f} MB in {elapsed:.3f} s "
-              f"({'OK' if elapsed < 1 else 'MISSED'})")
+
+
+def bench_linear(config: AuditorConfig) -> None:
+    settings = settings_from_config(config)
+    for name, text in adversarial_inputs().items():
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            audit_text(text, settings)
+            times.append(time.perf_counter() - t0)
+        elapsed = statistics.median(times)
+        verdict = "OK" if elapsed < TARGET_LINEAR_S else "MISSED"
+        print(f"linear: {name:<22} {len(text) / 1e6:.2f} MB in median {elapsed:.3f} s "
+              f"of 3 ({verdict})")
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .links import canonical
 from .pipeline import PendingClaim
 from .settings import Customer, SourceIndex
+from .text import has_digit
 
 if TYPE_CHECKING:
     from .pipeline import Ctx
@@ -165,7 +166,7 @@ def audit_grounding(ctx: Ctx) -> None:
     text = ctx.doc.text
     # A sentence without a digit and without "](" is no claim (`_judge`), so neither is
     # a paragraph without them. (The "/" test is the historical gate, kept as it was.)
-    if not _DIGIT.search(text) and ("](" not in text or "/" not in text):
+    if ("](" not in text or "/" not in text) and not has_digit(text):
         return
     _, fences = ctx.code()
     links = [link for link in ctx.links() if link.kind != "definition"]
@@ -252,7 +253,7 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
         if slug is not None:
             case_links.setdefault(slug, canon.url or link.dest)
     sentence = text[s:e]
-    if not case_links and not _DIGIT.search(sentence):
+    if not case_links and not has_digit(sentence):
         return None
     unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
     if not unknown_slugs and not _METRIC_CHAR.search(sentence):
@@ -274,6 +275,12 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
     parts.append(text[pos:e])
     words_text = "".join(parts)
     metrics = find_metrics(words_text)
+    claim: dict[str, Any] = {"sentence": sentence, "metrics": metrics}
+    if unknown_slugs:
+        claim["company"] = unknown_slugs[0]
+        return [UNKNOWN_COMPANY], claim, None
+    if not metrics:
+        return None
     known: list[Customer] = []
     spans: list[tuple[int, int]] = []
     if matcher.regex is not None:
@@ -282,12 +289,6 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
             if customer is not None and customer not in known:
                 known.append(customer)
             spans.append(m.span())
-    claim: dict[str, Any] = {"sentence": sentence, "metrics": metrics}
-    if unknown_slugs:
-        claim["company"] = unknown_slugs[0]
-        return [UNKNOWN_COMPANY], claim, None
-    if not metrics:
-        return None
     if known:
         best: tuple[list[str], Customer, str | None] | None = None
         norms = {metric_norm(m) for m in metrics}

@@ -83,8 +83,11 @@ class Ctx:
         """
         text = self.doc.text
         if self._links is None or self._links[0] is not text:
-            code, _ = self.code()
-            self._links = (text, scan_links(text, code))
+            if "](" in text or "<" in text or "]:" in text:
+                code, _ = self.code()
+                self._links = (text, scan_links(text, code))
+            else:  # no inline link, autolink or definition can be there
+                self._links = (text, [])
         return self._links[1]
 
     def annotate(
@@ -110,7 +113,7 @@ class Ctx:
         return annotation
 
     def trace(self, *parts: str) -> None:
-        self.out.trace.append("[AUDIT] " + " | ".join(one_line(p) for p in parts))
+        self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
 
 
 def audit_paragraph(

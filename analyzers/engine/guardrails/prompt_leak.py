@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,11 +24,17 @@ def heading_match(line: str, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
+@lru_cache(maxsize=64)
+def _first_words(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """A line can only start with a heading if the heading's first word is in the text."""
+    return tuple(p.lower().rstrip(":").split(" ")[0] for p in patterns)
+
+
 def strip_prompt_leaks(ctx: Ctx) -> None:
     text = ctx.doc.text
     patterns = ctx.settings.patterns
     lowered = text.lower()
-    if not any(p.lower().rstrip(":").split(" ")[0] in lowered for p in patterns):
+    if not any(word in lowered for word in _first_words(patterns)):
         return
     _, fences = ctx.code()
     edits = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Iterable
 
@@ -217,6 +218,17 @@ class SpanSet:
 
     def __bool__(self) -> bool:
         return bool(self.spans)
+
+
+_DIGIT = re.compile(r"\d")
+_ASCII_DIGITS = b"0123456789"
+
+
+def has_digit(text: str) -> bool:
+    """Whether `text` holds a digit (`\\d`), several times faster on ASCII text."""
+    if text.isascii():
+        return len(text.encode("ascii").translate(None, _ASCII_DIGITS)) != len(text)
+    return _DIGIT.search(text) is not None
 
 
 def one_line(text: str, limit: int = 300) -> str:
