@@ -28,12 +28,16 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
 from . import stream_render
-from .events import ALL_AUDITS_GROUP, audit_group
+from .events import (
+    ALL_AUDITS_GROUP,
+    FEED_EVENTS,
+    MESSAGE_TYPE,
+    audit_group,
+    remember_server_loop,
+)
 from .models import AuditRun
 
 logger = logging.getLogger(__name__)
-
-FEED_EVENTS = frozenset({"audit_submitted", "audit_started", "audit_finished"})
 
 
 class RenderCache:
@@ -66,6 +70,22 @@ class RenderCache:
 feed_cache = RenderCache()
 
 
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Channels closes old DB connections before every message, through the one thread
+    sync code shares (`aclose_old_connections`): with 200 watchers that is 200 thread
+    hops, one after the other, per event. Channel-layer events skip it here; the handlers
+    read the database only through `database_sync_to_async`, which closes them itself."""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") == MESSAGE_TYPE:
+            await self.audit_event(message)
+        else:
+            await super().dispatch(message)
+
+    async def audit_event(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def _is_staff(scope: dict[str, Any]) -> bool:
     user = scope.get("user")
     return bool(user is not None and user.is_authenticated and user.is_staff)
@@ -76,7 +96,7 @@ def _query(scope: dict[str, Any]) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw).items()}
 
 
-class LiveFeedConsumer(AsyncWebsocketConsumer):
+class LiveFeedConsumer(LiveConsumer):
     """The Live page: new and changed audit cards, counters, the cursor."""
 
     groups: list[str] = []
@@ -85,6 +105,7 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
         if not _is_staff(self.scope):
             await self.close()
             return
+        remember_server_loop()
         raw = self.scope.get("query_string", b"")
         self.filters = stream_render.parse_filters(raw)
         self.filter_key = json.dumps(self.filters.as_params(), sort_keys=True)
@@ -136,7 +157,7 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
         return stream_render.feed_rows(cards) + stream_render.feed_status(now)
 
 
-class AuditConsumer(AsyncWebsocketConsumer):
+class AuditConsumer(LiveConsumer):
     """One audit's page while it runs: streamed text, trace lines, analyzer progress."""
 
     async def connect(self) -> None:
@@ -148,6 +169,7 @@ class AuditConsumer(AsyncWebsocketConsumer):
         except (KeyError, ValueError):
             await self.close()
             return
+        remember_server_loop()
         self.group = audit_group(self.audit_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True

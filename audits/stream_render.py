@@ -170,7 +170,10 @@ def detail_sections(run_id: Any, *, finished: bool, user: Any = None) -> str:
         names += ["response", "diff", "links", "trace"]
     html = [render_to_string(f"audits/detail.html#{name}", context) for name in names]
     html.append(audit_stream(run))
-    html.append(render_to_string("audits/live.html#connector", {"audit": run}))
+    if finished:
+        # Only to retire it: the connector holds the page's socket and its progress pills,
+        # and swapping in a new one would open a new socket (whose catch-up swaps it again).
+        html.append(render_to_string("audits/live.html#connector", {"audit": run}))
     # Every top-level element is swapped by its id.
     return "".join(_oob(fragment) for fragment in html)
 

@@ -199,7 +199,8 @@ async def test_an_audit_page_catches_up_from_its_last_trace_line(staff_user):
     for i in range(3):
         assert f'id="trace-{run.pk}-{i}"' not in html
     assert html.count(f'id="trace-{run.pk}-3"') == 1
-    assert f'id="live-audit-{run.pk}"' in html  # still live: the connector stays
+    # Still live: the connector (it holds the page's socket) is left alone, not re-sent.
+    assert f'id="live-audit-{run.pk}"' not in html
     await communicator.disconnect()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import time
@@ -49,10 +50,8 @@ def redis_url():
                 time.sleep(0.1)
         yield url
     finally:
-        try:
+        with contextlib.suppress(Exception):
             redis.Redis.from_url(url).shutdown(nosave=True)
-        except Exception:
-            pass
 
 
 def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
