@@ -19,6 +19,7 @@ from pydantic import Field
 
 from .base import Analyzer, AnalyzerSettings, AuditContext
 from .contract import AnalyzerResult, Annotation, AuditInput
+from .heuristics_gate import Probe, may_match, required_literals
 from .registry import RegistryError, import_dotted
 
 SEVERITY_WEIGHT = {"info": 0.1, "warning": 0.4}
@@ -31,6 +32,9 @@ _NOT_CERTAIN = re.compile(
 _CERTAIN = re.compile(r"\b(?:certainly|definitely|clearly)\b", re.IGNORECASE)
 _THE_ANSWER_IS = re.compile(r"\bthe\s+answer\s+is\s+\S", re.IGNORECASE)
 _HEDGE = re.compile(r"\b(?:i\s+think|maybe|perhaps)\b", re.IGNORECASE)
+# Words without which the two patterns above cannot match: most answers skip both scans.
+_NOT_CERTAIN_WORDS = required_literals(_NOT_CERTAIN)
+_THE_ANSWER_IS_WORDS = required_literals(_THE_ANSWER_IS)
 _FENCED_JSON = re.compile(r"\A```(?:json)?[ \t]*\n(.*?)\n?```\Z", re.DOTALL | re.IGNORECASE)
 _EVIDENCE_SPAN_MAX = 300
 
@@ -111,7 +115,8 @@ def _span_evidence(text: str, a: re.Match[str], b: re.Match[str]) -> tuple[str, 
 
 
 def find_self_contradiction(text: str) -> Annotation | None:
-    not_certain = _NOT_CERTAIN.search(text)
+    probe = Probe.of(text)
+    not_certain = _NOT_CERTAIN.search(text) if may_match(_NOT_CERTAIN_WORDS, probe) else None
     if not_certain:
         certain = _CERTAIN.search(text)
         if certain:
@@ -127,7 +132,7 @@ def find_self_contradiction(text: str) -> Annotation | None:
                 start=start,
                 end=end,
             )
-    answer = _THE_ANSWER_IS.search(text)
+    answer = _THE_ANSWER_IS.search(text) if may_match(_THE_ANSWER_IS_WORDS, probe) else None
     if answer:
         hedge = _HEDGE.search(text)
         if hedge:

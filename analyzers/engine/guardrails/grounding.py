@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .links import canonical
+from .links import canonical, fragmentless
 from .pipeline import PendingClaim
 from .settings import Customer, SourceIndex
 from .text import has_digit
@@ -94,9 +95,11 @@ def find_metrics(text: str) -> list[str]:
 class _CompanyMatcher:
     """Known customer names and aliases, plus source companies, as one regex."""
 
-    def __init__(self, sources: SourceIndex) -> None:
+    def __init__(
+        self, customers: tuple[Customer, ...], texts: tuple[tuple[str, ...], ...]
+    ) -> None:
         self.by_name: dict[str, Customer] = {}
-        for customer in sources.all_customers():
+        for customer in customers:
             for name in customer.names:
                 self.by_name.setdefault(name, customer)
         names = sorted(self.by_name, key=len, reverse=True)
@@ -107,17 +110,26 @@ class _CompanyMatcher:
             else None
         )
         self.metrics: dict[str, set[str]] = {}
-        for customer in sources.all_customers():
-            texts = sources.company_texts.get(customer.slug, [])
+        for customer, company_texts in zip(customers, texts, strict=True):
             self.metrics[customer.slug] = {
-                metric_norm(t) for text in texts for t in find_metrics(text)
+                metric_norm(t) for text in company_texts for t in find_metrics(text)
             }
+
+
+@lru_cache(maxsize=256)
+def _build_matcher(
+    customers: tuple[Customer, ...], texts: tuple[tuple[str, ...], ...]
+) -> _CompanyMatcher:
+    """Shared by every audit with the same customers and company texts (most audits)."""
+    return _CompanyMatcher(customers, texts)
 
 
 def _matcher(sources: SourceIndex) -> _CompanyMatcher:
     cached = getattr(sources, "_matcher", None)
     if cached is None or cached[0] != sources.version:
-        cached = (sources.version, _CompanyMatcher(sources))
+        customers = tuple(sources.all_customers())
+        texts = tuple(tuple(sources.company_texts.get(c.slug, ())) for c in customers)
+        cached = (sources.version, _build_matcher(customers, texts))
         sources._matcher = cached  # type: ignore[attr-defined]
     return cached[1]
 
@@ -248,10 +260,9 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
         i += 1
     case_links: dict[str, str] = {}  # slug -> canonical url
     for link in inside:
-        canon = canonical(link.dest)
-        slug = settings.case_study_slug(canon.without_fragment or "")
+        slug = settings.case_study_slug(fragmentless(link.dest))
         if slug is not None:
-            case_links.setdefault(slug, canon.url or link.dest)
+            case_links.setdefault(slug, canonical(link.dest).url or link.dest)
     sentence = text[s:e]
     if not case_links and not has_digit(sentence):
         return None

@@ -51,6 +51,12 @@ def canonical(dest: str) -> CanonicalURL:
     return canonicalize(dest)
 
 
+@lru_cache(maxsize=8192)
+def fragmentless(dest: str) -> str:
+    """`canonical(dest).without_fragment`, or "" for an unusable URL."""
+    return canonical(dest).without_fragment or ""
+
+
 @lru_cache(maxsize=4096)
 def is_generic(label: str, brand: str) -> bool:
     norm = " ".join(_NON_WORD.sub(" ", label.lower()).split())
@@ -169,7 +175,7 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
         label = link.label
         new_label = None
         if link.kind in ("inline", "image") and is_generic(label, brand):
-            title = ctx.sources.titles.get(canon.without_fragment or "")
+            title = ctx.sources.titles.get(fragmentless(link.dest))
             if title:
                 new_label = escape_label(with_suffix(title, suffix))
                 ctx.annotate(

@@ -192,6 +192,8 @@ def is_tech_doc(url: CanonicalURL, prefixes: tuple[str, ...]) -> bool:
 
 
 def tech_doc_path_allowed(url: CanonicalURL, allowed: tuple[str, ...]) -> bool:
+    if not allowed:
+        return False
     path = url.path.rstrip("/") or "/"
     full = (url.host + url.path).rstrip("/")
     return any(entry == path or entry == full for entry in allowed)
