@@ -422,7 +422,12 @@ def recover_stale_runs(
                 error=f"the worker stopped during the run; gave up after {attempts} attempts",
             ):
                 failed += 1
-        elif same.update(status=AuditRun.Status.PENDING):
+        elif same.update(
+            status=AuditRun.Status.PENDING,
+            # Never claimed: a stream whose server went away (its heartbeat stopped). What
+            # arrived is audited, marked incomplete.
+            **({"incomplete": True} if attempts == 0 else {}),
+        ):
             requeued.append(run_id)
     if pending_after is not None:
         pending = list(

@@ -19,6 +19,7 @@ client went away) marks the run `incomplete`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -41,6 +42,12 @@ from .schemas import AuditIn
 logger = logging.getLogger(__name__)
 
 Event = tuple[str, dict[str, Any]]
+
+# While a stream is open its run is `running`; `services.recover_stale_runs` takes a
+# running run whose `started_at` is older than 5 minutes for one a dead worker left. A
+# stream can last longer (or wait on a slow model), so the session keeps `started_at`
+# fresh. (The claim at the end sets it again: it ends as the start of the final audit.)
+HEARTBEAT_SECONDS = 60.0
 
 
 class StreamError(Exception):
@@ -152,6 +159,22 @@ def _save_progress(run_id: Any, response: str, cleaned: str, trace: list[tuple[i
         )
 
 
+@database_sync_to_async
+def _heartbeat(run_id: Any) -> None:
+    AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
+        started_at=timezone.now()
+    )
+
+
+async def _beat(run_id: Any) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+        try:
+            await _heartbeat(run_id)
+        except Exception:
+            logger.warning("stream %s: heartbeat failed", run_id, exc_info=True)
+
+
 def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
     """Store the whole response, audit it like a batch audit and return the Audit (a thread)."""
     from .serializers import audit_queryset, audit_to_dict
@@ -181,6 +204,7 @@ class StreamSession:
     paragraphs: int = 0
     size: int = 0
     closed: bool = False
+    heartbeat: asyncio.Task | None = None
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -194,7 +218,9 @@ class StreamSession:
         await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
-        return cls(run_id=run.pk, auditor=auditor)
+        session = cls(run_id=run.pk, auditor=auditor)
+        session.heartbeat = asyncio.create_task(_beat(run.pk))
+        return session
 
     @property
     def audit_id(self) -> str:
@@ -237,6 +263,8 @@ class StreamSession:
         if self.closed:
             return []
         self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
         out = []
         if self.partial:
             self.received.append(self.partial)

@@ -7,15 +7,18 @@ import json
 import random
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.utils import timezone
 
 from analyzers.config_store import load_config, save_config
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from auditor_site.asgi import application
+from audits import services
 from audits.models import AuditRun
 from audits.stream_http import stream_endpoint
 from tests.conftest import ApiClient
@@ -137,6 +140,44 @@ async def test_a_client_that_leaves_midway_leaves_an_incomplete_audit(make_key):
     assert run.incomplete is True
     assert run.response == "".join(sent)
     assert "Second one was cut" in run.cleaned_response
+
+
+async def test_a_long_stream_is_not_taken_for_a_stale_run(make_key, monkeypatch):
+    from audits import stream_session
+
+    monkeypatch.setattr(stream_session, "HEARTBEAT_SECONDS", 0.1)
+    key = await sync_to_async(make_key)("ingest")
+    ws, _ = await ingest(key, ["A paragraph.\n\n"], done=False)
+    accepted = json.loads(await ws.receive_from(timeout=5))
+    run_id = accepted["data"]["id"]
+    first = (await sync_to_async(AuditRun.objects.get)(pk=run_id)).started_at
+    await asyncio.sleep(0.6)  # the model is slow: no text for a while
+    run = await sync_to_async(AuditRun.objects.get)(pk=run_id)
+    assert run.status == "running" and run.started_at > first
+    outcome = await sync_to_async(services.recover_stale_runs)(
+        stale_after=timedelta(seconds=0.3), enqueue=False
+    )
+    assert outcome["requeued"] == 0
+    await ws.send_to(text_data=json.dumps({"text": "The end."}))
+    await ws.send_to(text_data=json.dumps({"done": True}))
+    while (await ws.receive_output(timeout=20))["type"] != "websocket.close":
+        pass
+    run = await sync_to_async(AuditRun.objects.get)(pk=run_id)
+    assert run.status == "complete" and not run.incomplete
+
+
+def test_a_stream_whose_server_died_is_recovered_as_incomplete():
+    # As the stream session leaves it: running, never claimed, the audited part stored.
+    run = AuditRun.objects.create(
+        user_input="q", response="A paragraph.\n\n", status=AuditRun.Status.RUNNING,
+        started_at=timezone.now() - timedelta(minutes=10),
+    )
+    outcome = services.recover_stale_runs(enqueue=False)
+    assert outcome["requeued"] == 1
+    services.execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "complete" and run.incomplete
+    assert run.cleaned_response == "A paragraph.\n\n"
 
 
 async def test_a_bad_key_is_refused_before_any_work(make_key):

@@ -8,6 +8,7 @@ JSON, length), and arrives a few words at a time. Runs until interrupted (or `--
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import random
@@ -64,10 +65,8 @@ class Command(BaseCommand):
         url = options["url"].rstrip("/")
         self._wait_for_server(url, options["wait"])
         self.stdout.write(f"demo_stream: streaming to {url}/ws/ingest/ (Ctrl-C to stop)")
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(self._run(url, key, options))
-        except KeyboardInterrupt:
-            pass
 
     def _demo_key(self) -> str:
         from analyzers.models import ApiKey
