@@ -97,7 +97,8 @@ class Auditor:
             links=context.links,
             trace=context.trace,
         )
-        await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
+        if progress is not None:
+            await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
         return report
 
     def _split_options(
@@ -125,7 +126,8 @@ class Auditor:
         context: AuditContext,
         option_error: str | None = None,
     ) -> AnalyzerRun:
-        await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
+        if context.progress is not None:
+            await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
         started = time.perf_counter()
         status, error, result = "ok", None, None
         try:
@@ -150,10 +152,11 @@ class Auditor:
                 error=error,
                 duration_ms=duration_ms,
             )
-        await emit(
-            context.progress,
-            {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
-        )
+        if context.progress is not None:
+            await emit(
+                context.progress,
+                {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
+            )
         return run
 
 

@@ -97,6 +97,22 @@ def strip_suffixes(label: str, suffix: str) -> tuple[str, int]:
     return (rest, count) if rest else (label, 0)
 
 
+@lru_cache(maxsize=64)
+def _suffix_last_token(suffix: str) -> str:
+    tokens = _suffix_core(suffix)
+    return tokens[-1].lower() if tokens else ""
+
+
+def _may_repeat_suffix(label: str, suffix: str) -> bool:
+    """False when the suffix cannot be there twice: each repeat holds its last word.
+
+    (Only trusted for an ASCII word: lower-casing a whole label and lower-casing its
+    slices agree on ASCII letters, not on every letter, e.g. the Greek final sigma.)
+    """
+    token = _suffix_last_token(suffix)
+    return not token.isascii() or label.lower().count(token) >= 2
+
+
 def with_suffix(title: str, suffix: str) -> str:
     base, _ = strip_suffixes(title.strip(), suffix)
     return base + suffix if suffix.strip() else base
@@ -187,7 +203,12 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                     link.end,
                 )
                 ctx.trace("REPLACE", f"{label} -> {new_label}")
-        if new_label is None and link.kind in ("inline", "image") and suffix.strip():
+        if (
+            new_label is None
+            and link.kind in ("inline", "image")
+            and suffix.strip()
+            and _may_repeat_suffix(label, suffix)
+        ):
             base, count = strip_suffixes(label, suffix)
             if count >= 2:
                 new_label = base + suffix

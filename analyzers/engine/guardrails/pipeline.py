@@ -116,13 +116,26 @@ class Ctx:
         self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
 
 
-def audit_paragraph(
-    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
-) -> ParagraphResult:
+_RULES: tuple[Any, ...] = ()
+
+
+def _load_rules() -> tuple[Any, ...]:
+    """The rule functions, imported on first use (their modules import this one)."""
+    global _RULES
     from .grounding import audit_grounding
     from .links import audit_links, convert_anchors, strip_dangling
     from .prompt_leak import strip_prompt_leaks
 
+    _RULES = (strip_prompt_leaks, convert_anchors, audit_links, strip_dangling, audit_grounding)
+    return _RULES
+
+
+def audit_paragraph(
+    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+) -> ParagraphResult:
+    strip_prompt_leaks, convert_anchors, audit_links, strip_dangling, audit_grounding = (
+        _RULES or _load_rules()
+    )
     ctx = Ctx(text, base, settings, sources)
     ctx.out.trace.append(PARAGRAPH_IN)
     if settings.prompt_leak and settings.patterns:
