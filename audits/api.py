@@ -20,7 +20,8 @@ from pydantic import Field
 from analyzers.config_store import get_registry, load_config, validate_analyzer_settings
 
 from . import selectors, services
-from .auth import ingest_auth, read_auth
+from .auth import ingest_auth, ingest_auth_async, read_auth
+from .db_pool import run_in_db_thread
 from .export import export_page
 from .models import AuditRun
 from .schemas import (
@@ -85,16 +86,8 @@ def _full(run_id) -> dict:
     return selectors.serialize_runs(rows)[0]
 
 
-@router.post(
-    "/audits",
-    auth=ingest_auth,
-    response={200: AuditOut, 201: AuditOut, 202: AuditAccepted, 404: ErrorOut, 409: ErrorOut, **ERRORS},
-    summary="Submit an audit",
-)
-def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
-    """Store the audit and analyse it in the background (`202 {id, status}`), or with
-    `?wait=true` analyse it now and return the complete Audit (`201`). The same
-    `external_id` again returns the stored audit (`200`); with another body, `409`."""
+def _submit(request: HttpRequest, body: AuditIn, wait: bool):
+    """The synchronous body of `submit`: every query of a submission, in one thread."""
     _validate_options(body.options)
     try:
         run = services.submit_audit(
@@ -120,6 +113,21 @@ def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
         services.execute_run(run.pk)
         return Status(201, _full(run.pk))
     return Status(202, {"id": str(run.pk), "status": run.status})
+
+
+@router.post(
+    "/audits",
+    auth=ingest_auth_async,
+    response={200: AuditOut, 201: AuditOut, 202: AuditAccepted, 404: ErrorOut, 409: ErrorOut, **ERRORS},
+    summary="Submit an audit",
+)
+async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
+    """Store the audit and analyse it in the background (`202 {id, status}`), or with
+    `?wait=true` analyse it now and return the complete Audit (`201`). The same
+    `external_id` again returns the stored audit (`200`); with another body, `409`."""
+    # An async view: authentication (cached key, in-memory rate limit) and body parsing
+    # run on the event loop; the database work is one hop to a thread.
+    return await run_in_db_thread(request, _submit, request, body, wait)
 
 
 @router.post(

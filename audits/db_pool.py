@@ -1,0 +1,80 @@
+"""A few long-lived threads for the database work of hot API views under ASGI.
+
+Django runs every sync step of an ASGI request on a thread made for that request, so each
+request also opens (and closes) its own database connection: for SQLite that is a new
+file handle, the WAL pragmas and ~30 SQL functions registered again, a sizeable share of
+a small request. `run_in_db_thread` runs a function on one of `AUDITOR_API_DB_THREADS`
+threads that keep their connection between calls instead, under Django's own health
+rules: closed after an error that left it unusable, when a transaction was left open, and
+after `MAX_CONNECTION_AGE` seconds.
+
+Under the test client (a sync request) the function runs through the usual
+`sync_to_async(thread_sensitive=True)`, on the test's own connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from asgiref.sync import SyncToAsync, sync_to_async
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
+
+T = TypeVar("T")
+
+MAX_CONNECTION_AGE = 60.0
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+_opened: threading.local = threading.local()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(
+                max_workers=getattr(settings, "AUDITOR_API_DB_THREADS", 4),
+                thread_name_prefix="api-db",
+            )
+        return _executor
+
+
+def _tidy_connections() -> None:
+    """Keep this thread's connections unless broken, mid-transaction or too old."""
+    now = time.monotonic()
+    opened = getattr(_opened, "at", None)
+    if opened is None:
+        opened = _opened.at = now
+    too_old = now - opened > MAX_CONNECTION_AGE
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if too_old or conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+            conn.close()
+        elif conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+    if too_old:
+        _opened.at = None
+
+
+def _call(func: Callable[..., T], *args: Any) -> T:
+    try:
+        return func(*args)
+    finally:
+        _tidy_connections()
+
+
+async def run_in_db_thread(request: Any, func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)` on a pooled thread (ASGI) or the request's sync thread (tests)."""
+    if isinstance(request, ASGIRequest):
+        return await SyncToAsync(_call, thread_sensitive=False, executor=_pool())(func, *args)
+    return await sync_to_async(func)(*args)
