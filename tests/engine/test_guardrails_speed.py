@@ -1,0 +1,102 @@
+"""The fast paths of the guardrail scanner agree with the plain algorithm, and stay linear."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzers.engine.config import AuditorConfig
+from analyzers.engine.guardrails.links import _may_repeat_suffix, strip_suffixes
+from analyzers.engine.guardrails.markdown import MAX_PAREN_DEPTH, parse_destination
+from analyzers.engine.guardrails.settings import settings_from_config
+from analyzers.engine.guardrails.stream import audit_text
+from analyzers.engine.guardrails.text import has_digit
+
+
+def reference_bare_destination(text: str, i: int) -> int | None:
+    """The destination scan as specified: left to right with a depth counter."""
+    n, depth, j = len(text), 0, i
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "(":
+            depth += 1
+            if depth > MAX_PAREN_DEPTH:
+                return None
+        elif c == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        elif c <= " ":
+            break
+        j += 1
+    j = min(j, n)
+    return None if depth else j
+
+
+DESTINATIONS = st.text(alphabet="()()\\ ax\n\t", max_size=40) | st.builds(
+    lambda d, tail: "(" * d + "a" + ")" * d + tail,
+    st.integers(MAX_PAREN_DEPTH - 2, MAX_PAREN_DEPTH + 2),
+    st.sampled_from(["", ")", " x", "\\", "(", "))"]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=DESTINATIONS)
+def test_bare_destinations_end_where_the_depth_counting_scan_ends(text):
+    full = "x" + text + ")"  # closed, as after a link destination
+    end = reference_bare_destination(full, 0)
+    parsed = parse_destination(full, 0)
+    if end is None:
+        assert parsed is None
+    elif end < len(full) and full[end] == ")":
+        assert parsed == (end + 1, full[:end], 0, end)
+    elif parsed is not None:  # stopped at whitespace: a title may follow
+        assert parsed[3] == end
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from("a1٣ é\n0") | st.characters(), max_size=30))
+def test_has_digit_is_the_regex_digit_test(text):
+    assert has_digit(text) == bool(re.search(r"\d", text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.text(max_size=10),
+    repeats=st.lists(st.sampled_from([" | Acme", " | ACME", "|acme", " |  Acme ", " | Acmé"]),
+                     max_size=4),
+    suffix=st.sampled_from([" | Acme", " | Acmé", " | Σίγμας"]),
+)
+def test_the_suffix_precheck_never_hides_a_repeated_suffix(base, repeats, suffix):
+    if strip_suffixes(base + "".join(repeats), suffix)[1] >= 2:
+        assert _may_repeat_suffix(base + "".join(repeats), suffix)
+
+
+def cpu_seconds(text: str) -> float:
+    settings_ = settings_from_config(AuditorConfig(allowed_hosts=["acme.example"]))
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        audit_text(text, settings_)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def test_repeated_link_openers_take_linear_time():
+    small = cpu_seconds("[a](" * 12_500)  # 50 KB
+    large = cpu_seconds("[a](" * 50_000)  # 200 KB
+    # Linear work quadruples; quadratic work would grow sixteenfold.
+    assert large < max(small, 0.005) * 9
+    assert large < 0.5  # about 4.5 s per MB before the scanner matched destinations in C
+
+
+def test_deep_and_unclosed_parentheses_take_linear_time():
+    small = cpu_seconds("[x](" + "(" * 50_000 + "[a](" * 1_000)
+    large = cpu_seconds("[x](" + "(" * 200_000 + "[a](" * 4_000)
+    assert large < max(small, 0.005) * 9

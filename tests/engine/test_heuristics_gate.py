@@ -1,0 +1,122 @@
+"""The word gates of the phrase rules: sound (never skip a rule that would match) and useful."""
+
+from __future__ import annotations
+
+import re
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzers.engine import heuristics_bias, heuristics_tone, redflag
+from analyzers.engine.heuristics import Finding, _dedupe_slow, dedupe, find
+from analyzers.engine.heuristics_gate import FOLD, Probe, fold, may_match, required_literals
+
+RULES = heuristics_bias.SYCOPHANCY_RULES + heuristics_bias.OTHER_RULES + heuristics_tone.TONE_RULES
+GATED_PATTERNS = [
+    heuristics_bias.CORRECTION,
+    redflag._NOT_CERTAIN,
+    redflag._THE_ANSWER_IS,
+]
+ALL_CODE_POINTS = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+# IGNORECASE twins of ASCII letters, to smuggle into generated matches.
+TWINS = {"i": ["\u0130", "\u0131", "I"], "s": ["\u017f", "S"], "k": ["\u212a", "K"]}
+
+
+def test_fold_covers_every_ignorecase_twin_of_an_ascii_letter():
+    twins = {}
+    for letter in string.ascii_lowercase:
+        for m in re.finditer(letter, ALL_CODE_POINTS, re.IGNORECASE):
+            if not m.group().isascii():
+                twins[m.group()] = letter
+    assert twins == FOLD
+
+
+def test_folding_never_turns_a_non_word_character_into_a_letter():
+    non_word = re.sub(r"\w", "", ALL_CODE_POINTS)
+    assert not re.search("[a-z]", fold(non_word))
+
+
+def smuggle_twins(draw_text: str, data: st.DataObject) -> str:
+    out = []
+    for char in draw_text:
+        twins = TWINS.get(char.lower())
+        if twins and data.draw(st.booleans()):
+            char = data.draw(st.sampled_from(twins))
+        out.append(char)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.type}:{r.pattern.pattern[:30]}")
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_rule_is_never_skipped_on_a_text_it_matches(rule, data):
+    text = smuggle_twins(data.draw(st.from_regex(rule.pattern)), data)
+    text = data.draw(st.text(max_size=20)) + text + data.draw(st.text(max_size=20))
+    if rule.pattern.search(text):
+        assert rule.may_match(Probe(text))
+
+
+@pytest.mark.parametrize("pattern", GATED_PATTERNS, ids=lambda p: p.pattern[:30])
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_gated_search_is_never_skipped_on_a_text_it_matches(pattern, data):
+    text = smuggle_twins(data.draw(st.from_regex(pattern)), data)
+    if pattern.search(text):
+        assert may_match(required_literals(pattern), Probe(text))
+
+
+PHRASES = st.sampled_from(
+    [
+        "you're absolutely right", "I couldn't agree more", "what a brilliant idea",
+        "as you suspected", "as an expert, you're right", "experts say", "everyone agrees",
+        "the newest is always better", "as anyone knows", "obviously", "just google it",
+        "that's a stupid question", "this is bullshit", "damn", "lol", "!!!", "WHY ARE WE HERE NOW",
+        "however", "not sure", "the answer is 42", "certainly", "İ", "ſ", "K", "’", " ", ". ",
+        "Decathlon grew 50%", "according to [this](https://x.example)", "\n",
+    ]
+)
+TEXTS = st.lists(st.one_of(PHRASES, st.text(max_size=8)), max_size=12).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=TEXTS)
+def test_gated_find_equals_every_rule_run_on_every_text(text):
+    brute = [
+        Finding(r.type, m.start(), m.end(), r.weight, r.description, r.severity)
+        for r in RULES
+        for m in r.pattern.finditer(text)
+        if m.end() > m.start()
+    ]
+    assert find(text, RULES) == _dedupe_slow(sorted(brute, key=lambda f: (-f.weight, f.start)))
+
+
+FINDINGS = st.lists(
+    st.builds(
+        lambda t, s, length, w: Finding(t, s, s + length, w, ""),
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 40),
+        st.integers(0, 8),
+        st.sampled_from([0.1, 0.3, 0.5]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(findings=FINDINGS)
+def test_fast_dedupe_keeps_the_same_findings_as_the_pairwise_one(findings):
+    ordered = sorted(findings, key=lambda f: (-f.weight, f.start))
+    assert dedupe(findings) == _dedupe_slow(ordered)
+
+
+def test_gates_skip_most_rules_on_an_ordinary_answer():
+    text = (
+        "Acme search answers in milliseconds. Configure facets first, then synonyms; "
+        "most teams see better relevance within a week. Shall I send the setup guide?"
+    )
+    probe = Probe(text)
+    skipped = [r for r in RULES if not r.may_match(probe)]
+    assert len(skipped) >= len(RULES) - 2
+    assert not may_match(required_literals(heuristics_bias.CORRECTION), probe)
