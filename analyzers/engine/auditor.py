@@ -6,7 +6,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Generator, Iterable
+from types import CoroutineType
 from typing import Any
 
 from .base import Analyzer, AuditContext, ProgressCallback
@@ -134,8 +135,13 @@ class Auditor:
             if option_error:
                 raise ValueError(option_error)
             settings = analyzer.parse_settings(context.config.analyzer_section(analyzer.id))
-            async with asyncio.timeout(self.config.analyzer_timeout_s):
-                result = await analyzer.analyze(audit, settings, context)
+            deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
+            pending = analyzer.analyze(audit, settings, context)
+            if type(pending) is CoroutineType:
+                result = await _within(pending, deadline)
+            else:
+                async with asyncio.timeout_at(deadline):
+                    result = await pending
         except TimeoutError:
             status, error = "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
         except Exception as exc:  # an analyzer never fails the audit
@@ -158,6 +164,50 @@ class Auditor:
                 {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
             )
         return run
+
+
+async def _within(coro: Coroutine[Any, Any, Any], deadline: float) -> Any:
+    """`async with asyncio.timeout_at(deadline): return await coro`, minus the timer when
+    the coroutine finishes without ever waiting (as the deterministic analyzers do).
+
+    The coroutine runs its first step at once; only if it then waits is the rest awaited
+    under the deadline, which was taken before that step, as `asyncio.timeout` would.
+    """
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    async with asyncio.timeout_at(deadline):
+        return await _Resumed(coro, waiting_on)
+
+
+class _Resumed:
+    """Awaits the rest of a coroutine whose first step already ran and yielded `first`."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, waiting_on = self.coro, self.first
+        while True:
+            try:
+                sent = yield waiting_on
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation (the deadline), thrown in by the task
+                try:
+                    waiting_on = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting_on = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 async def _gather_eagerly(coroutines: list[Coroutine[Any, Any, AnalyzerRun]]) -> list[AnalyzerRun]:

@@ -121,9 +121,21 @@ def _bounding(item: tuple | None) -> bool:
             _c.AT_END, _c.AT_END_LINE, _c.AT_END_STRING,
         )  # fmt: skip
     if op is _c.LITERAL:
-        char = chr(av)
-        return char not in FOLD and _NON_LETTER.fullmatch(fold(char)) is not None
+        return _non_letter(chr(av))
+    if op is _c.IN:  # a class of spaces, digits or non-letter characters only
+        return all(
+            (kind is _c.CATEGORY and value in (_c.CATEGORY_SPACE, _c.CATEGORY_DIGIT))
+            or (kind is _c.LITERAL and _non_letter(chr(value)))
+            for kind, value in av
+        )
+    if op in _REPEATS and av[0] >= 1 and len(av[2].data) == 1:
+        return _bounding(av[2].data[0])  # e.g. `\s+`: one or more of them
     return False
+
+
+def _non_letter(char: str) -> bool:
+    """Whether `char` (as a pattern literal) only ever matches non-letters of the fold."""
+    return char not in FOLD and _NON_LETTER.fullmatch(fold(char)) is not None
 
 
 _REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT)
@@ -135,8 +147,8 @@ def _edge_bounded(items: list, last: bool) -> bool:
     if not items:
         return False
     op, av = items[-1 if last else 0]
-    if op is _c.LITERAL:
-        return _bounding(items[-1 if last else 0])
+    if _bounding(items[-1 if last else 0]) and op is not _c.AT:
+        return True
     if op is _c.BRANCH:
         return all(_edge_bounded(alt.data, last) for alt in av[1])
     if op is _c.SUBPATTERN:
