@@ -39,6 +39,16 @@ _PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each
 _WORD = re.compile(r"[^\W\d_][\w&'’\-]*")
 _DIGIT = re.compile(r"\d")
 _METRIC_CHAR = re.compile(r"[%$x×]")  # one of these is in every `_METRIC` match
+# Without one of these a text holds no claim: no link ("](", "<"), no metric ("%", "$",
+# "×", a digit before "x"), and no code span ("`") whose removal could join a metric.
+_DIGIT_X = re.compile(r"\d[ \t]?x")
+
+
+def has_claim_hint(text: str) -> bool:
+    return (
+        "](" in text or "<" in text or "`" in text or "%" in text or "$" in text
+        or "×" in text or _DIGIT_X.search(text) is not None
+    )
 
 COMMON_STARTERS = frozenset(
     """a an the this that these those it its it's our we you your they their there here
@@ -180,6 +190,8 @@ def audit_grounding(ctx: Ctx) -> None:
     # a paragraph without them. (The "/" test is the historical gate, kept as it was.)
     if ("](" not in text or "/" not in text) and not has_digit(text):
         return
+    if not has_claim_hint(text):
+        return
     _, fences = ctx.code()
     links = [link for link in ctx.links() if link.kind != "definition"]
     link_starts = [link.start for link in links]
@@ -200,7 +212,7 @@ def audit_grounding(ctx: Ctx) -> None:
                 s += 1
             while e > s and text[e - 1].isspace():
                 e -= 1
-            if e <= s:
+            if e <= s or not has_claim_hint(text[s:e]):
                 continue
             verdict = _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs)
             if verdict is None:

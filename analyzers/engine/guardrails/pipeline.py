@@ -71,9 +71,12 @@ class Ctx:
         """Code regions (fences and code spans) and fences of the current text, cached."""
         text = self.doc.text
         if self._code is None or self._code[0] is not text:
-            fences = fenced_spans(text)
-            spans = merge_spans(fences, code_span_spans(text, fences))
-            self._code = (text, SpanSet(spans), fences)
+            if "`" not in text and "~~~" not in text:  # no fence, no code span
+                self._code = (text, SpanSet([]), [])
+            else:
+                fences = fenced_spans(text)
+                spans = merge_spans(fences, code_span_spans(text, fences))
+                self._code = (text, SpanSet(spans), fences)
         return self._code[1], self._code[2]
 
     def links(self) -> list[MdLink]:
