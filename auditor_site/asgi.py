@@ -12,7 +12,12 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
-django_asgi_app = get_asgi_application()
+django_asgi_app = get_asgi_application()  # sets Django up
+
+from auditor_site.asgi_handler import ReusableThreadASGIHandler  # noqa: E402
+
+# Django's handler, reusing request threads instead of starting two per request.
+django_asgi_app = ReusableThreadASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

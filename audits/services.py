@@ -148,7 +148,12 @@ def submit_audit(
             run.save(force_insert=True)
             if enqueue:
                 run_id = run.pk
-                transaction.on_commit(lambda: _after_submit(run_id))
+                if _queue_shares_transaction(run._state.db):
+                    # A database queue in the same database: the task row commits with
+                    # the run (one write transaction, and never one without the other).
+                    enqueue_task(run_id)
+                else:
+                    transaction.on_commit(lambda: _after_submit(run_id))
     except IntegrityError:
         if external_id is None:
             raise
@@ -166,6 +171,31 @@ def submit_audit(
 def _after_submit(run_id: Any) -> None:
     # No event here: the request path stays cheap; "audit_started" follows at once.
     enqueue_audit(run_id)
+
+
+def _queue_shares_transaction(using: str | None) -> bool:
+    """True when tasks are rows of django-tasks-db in the database of the run."""
+    from django.db import router
+    from django.tasks import task_backends
+
+    from .tasks import run_audit
+
+    try:
+        from django_tasks_db.backend import DatabaseBackend
+        from django_tasks_db.models import DBTaskResult
+    except ImportError:  # pragma: no cover - an optional dependency
+        return False
+    backend = task_backends[run_audit.backend]
+    return isinstance(backend, DatabaseBackend) and router.db_for_write(DBTaskResult) == (
+        using or "default"
+    )
+
+
+def enqueue_task(run_id: Any) -> None:
+    """Queue the analysis; errors propagate (inside a transaction, they roll it back)."""
+    from .tasks import run_audit
+
+    run_audit.enqueue(str(run_id))
 
 
 def enqueue_audit(run_id: Any) -> None:
