@@ -30,7 +30,7 @@ class Rule:
     description: str
     severity: Severity = "warning"
     # For a rule that needs no word: a cheap test that is true of every text it matches.
-    gate: Callable[[str], bool] | None = None
+    gate: Callable[[Probe], bool] | None = None
     literals: tuple[Clause, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,7 +40,7 @@ class Rule:
         """False only when the pattern cannot match the probed text."""
         if self.literals:
             return may_match(self.literals, probe)
-        return self.gate is None or self.gate(probe.text)
+        return self.gate is None or self.gate(probe)
 
 
 def rule(
@@ -51,7 +51,7 @@ def rule(
     severity: Severity = "warning",
     *,
     flags: int = FLAGS,
-    gate: Callable[[str], bool] | None = None,
+    gate: Callable[[Probe], bool] | None = None,
 ) -> Rule:
     return Rule(type, re.compile(pattern, flags), weight, description, severity, gate)
 

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - a future Python without it: no gates, 
 FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
 _FOLD_TABLE = str.maketrans(FOLD)
 _LETTERS_ONLY = bytes(i if 97 <= i <= 122 else 32 for i in range(256))
+_SHAPE = bytes(65 if 65 <= i <= 90 else 33 if i in (33, 63) else 32 for i in range(256))
 _NON_LETTER = re.compile(r"[^a-z]")
 MAX_CLAUSES = 3
 
@@ -44,12 +45,20 @@ def fold(text: str) -> str:
 class Probe:
     """One text, folded once, its letter tokens built on first use."""
 
-    __slots__ = ("text", "folded", "_tokens")
+    __slots__ = ("text", "folded", "_tokens", "_shape")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.folded = fold(text)
         self._tokens: set[bytes] | None = None
+        self._shape: bytes | None = None
+
+    @property
+    def shape(self) -> bytes:
+        """The text with capitals A-Z as "A", "!" and "?" as "!", anything else as " "."""
+        if self._shape is None:
+            self._shape = self.text.encode("ascii", "ignore").translate(_SHAPE)
+        return self._shape
 
     @classmethod
     def of(cls, text: str) -> Probe:
@@ -255,4 +264,20 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[Clause, ...]:
         clauses = set(_required(parsed.data, False, False))
     except Exception:  # pragma: no cover - unknown parser shape: no gate, same results
         return ()
-    return tuple(sorted(clauses, key=_quality, reverse=True)[:MAX_CLAUSES])
+    best = sorted(clauses, key=_quality, reverse=True)[:MAX_CLAUSES]
+    return tuple(_minimal(clause) for clause in best)
+
+
+def _minimal(clause: Clause) -> Clause:
+    """The clause without words implied by others: if "fuck" is there, so is "motherfuck"'s
+    requirement met, and a token holding a searched substring implies that substring."""
+    substrings = [w for is_token, w in clause if not is_token]
+    kept: set[Word] = set()
+    for is_token, word in clause:
+        text = word.decode() if isinstance(word, bytes) else word
+        if any(other != text and other in text for other in substrings) or (
+            is_token and text in substrings
+        ):
+            continue
+        kept.add((is_token, word))
+    return frozenset(kept)

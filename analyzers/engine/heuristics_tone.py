@@ -6,9 +6,6 @@ import re
 
 from .heuristics import Finding, Rule, find, rule
 
-# Capital letters A-Z as "A", every other byte as a space: shouting needs "AAAA" at least.
-_CAPITALS = bytes(65 if 65 <= i <= 90 else 32 for i in range(256))
-
 TONE_RULES: list[Rule] = [
     rule(
         "condescending",
@@ -78,7 +75,7 @@ TONE_RULES: list[Rule] = [
         0.15,
         "Excessive punctuation.",
         "info",
-        gate=lambda text: "!!" in text or "??" in text or "!?" in text or "?!" in text,
+        gate=lambda probe: b"!!!" in probe.shape,
     ),
     rule(
         "unprofessional",
@@ -87,7 +84,7 @@ TONE_RULES: list[Rule] = [
         "Shouting in capitals.",
         "info",
         flags=re.MULTILINE,
-        gate=lambda text: b"AAAA" in text.encode("ascii", "replace").translate(_CAPITALS),
+        gate=lambda probe: b"AAAA" in probe.shape,
     ),
 ]
 

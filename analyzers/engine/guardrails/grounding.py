@@ -39,12 +39,12 @@ _PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each
 _WORD = re.compile(r"[^\W\d_][\w&'’\-]*")
 _DIGIT = re.compile(r"\d")
 _METRIC_CHAR = re.compile(r"[%$x×]")  # one of these is in every `_METRIC` match
-# Without one of these a text holds no claim: no link ("](", "<"), no metric ("%", "$",
-# "×", a digit before "x"), and no code span ("`") whose removal could join a metric.
 _DIGIT_X = re.compile(r"\d[ \t]?x")
 
 
 def has_claim_hint(text: str) -> bool:
+    """False when the text can hold no claim: no link ("](", "<"), no metric ("%", "$",
+    "×", a digit before "x"), and no code span ("`") whose removal could join a metric."""
     return (
         "](" in text or "<" in text or "`" in text or "%" in text or "$" in text
         or "×" in text or _DIGIT_X.search(text) is not None

@@ -165,13 +165,14 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
     stack: list[list] = []
     deactivated_below = 0
     next_closer: _NextCloser | None = None
+    containing = code.containing if code else None
     i = 0
     while i < n:
         m = _SPECIAL.search(text, i)
         if m is None:
             break
         i = m.start()
-        span = code.containing(i) if code else None
+        span = containing(i) if containing is not None else None
         if span is not None:
             i = span[1]
             continue

@@ -34,7 +34,10 @@ def strip_prompt_leaks(ctx: Ctx) -> None:
     text = ctx.doc.text
     patterns = ctx.settings.patterns
     lowered = text.lower()
-    if not any(word in lowered for word in _first_words(patterns)):
+    for word in _first_words(patterns):
+        if word in lowered:
+            break
+    else:
         return
     _, fences = ctx.code()
     edits = []
