@@ -268,6 +268,16 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[Clause, ...]:
     return tuple(_minimal(clause) for clause in best)
 
 
+def as_substrings(clauses: tuple[Clause, ...]) -> tuple[Clause, ...]:
+    """The same clauses checked by substring search only (a token is also a substring):
+    a little weaker, but no token set to build for a text probed just once."""
+    converted = (
+        _minimal(frozenset((False, w.decode() if isinstance(w, bytes) else w) for _, w in c))
+        for c in clauses
+    )
+    return tuple(dict.fromkeys(converted))
+
+
 def _minimal(clause: Clause) -> Clause:
     """The clause without words implied by others: if "fuck" is there, so is "motherfuck"'s
     requirement met, and a token holding a searched substring implies that substring."""
