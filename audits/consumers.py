@@ -7,8 +7,9 @@ rendered from the pages' partials (`audits.stream_render`).
 
 No gaps: the client sends what it last saw (the feed's cursor, or the last trace position
 of an audit) as `{"after": ...}` / `{"after_trace": n}` when the socket opens (or in the
-connect URL's query string); the consumer has joined its group before it reads the
-database, and answers with everything since. Rows are swapped by id, so an overlap is
+connect URL's query string); the consumer has joined its group (for the feed: the
+process's feed hub, `audits.live_hub`) before it reads the database, and answers with
+everything since. Rows are swapped by id, so an overlap is
 harmless.
 """
 
@@ -17,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import uuid
-from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,52 +27,17 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
 from . import stream_render
-from .events import (
-    ALL_AUDITS_GROUP,
-    FEED_EVENTS,
-    MESSAGE_TYPE,
-    audit_group,
-    remember_server_loop,
-)
+from .events import MESSAGE_TYPE, audit_group, remember_server_loop
+from .live_hub import feed_hub
 from .models import AuditRun
 
 logger = logging.getLogger(__name__)
 
 
-class RenderCache:
-    """One render per (event, filters) per process, however many watchers (short-lived)."""
-
-    def __init__(self, size: int = 512, ttl: float = 2.0):
-        self.size, self.ttl = size, ttl
-        self.entries: OrderedDict[str, tuple[float, asyncio.Future]] = OrderedDict()
-
-    async def get(self, key: str, render) -> Any:
-        now = time.monotonic()
-        entry = self.entries.get(key)
-        if entry is not None and now - entry[0] < self.ttl:
-            return await asyncio.shield(entry[1])
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.entries[key] = (now, future)
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
-        try:
-            value = await render()
-        except BaseException as exc:
-            self.entries.pop(key, None)
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning
-            raise
-        future.set_result(value)
-        return value
-
-
-feed_cache = RenderCache()
-
-
 class LiveConsumer(AsyncWebsocketConsumer):
     """Channels closes old DB connections before every message, through the one thread
-    sync code shares (`aclose_old_connections`): with 200 watchers that is 200 thread
-    hops, one after the other, per event. Channel-layer events skip it here; the handlers
+    sync code shares (`aclose_old_connections`): with many pages that is a thread hop per
+    page, one after the other, per event. Channel-layer events skip it here; the handlers
     read the database only through `database_sync_to_async`, which closes them itself."""
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -96,10 +60,12 @@ def _query(scope: dict[str, Any]) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw).items()}
 
 
-class LiveFeedConsumer(LiveConsumer):
-    """The Live page: new and changed audit cards, counters, the cursor."""
+class LiveFeedConsumer(AsyncWebsocketConsumer):
+    """The Live page: new and changed audit cards, counters, the cursor.
 
-    groups: list[str] = []
+    Events come through the process's feed hub (`audits.live_hub`): rendered once per
+    event and set of filters, whatever the number of pages.
+    """
 
     async def connect(self) -> None:
         if not _is_staff(self.scope):
@@ -109,16 +75,17 @@ class LiveFeedConsumer(LiveConsumer):
         raw = self.scope.get("query_string", b"")
         self.filters = stream_render.parse_filters(raw)
         self.filter_key = json.dumps(self.filters.as_params(), sort_keys=True)
-        await self.channel_layer.group_add(ALL_AUDITS_GROUP, self.channel_name)
-        self.joined = True
         await self.accept()
+        self.hub = feed_hub()
+        await self.hub.join(self)  # before any read of the database: no gaps
         after = stream_render.parse_cursor(_query(self.scope).get("after"))
         if after is not None:
             await self.catch_up(after)
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "joined", False):
-            await self.channel_layer.group_discard(ALL_AUDITS_GROUP, self.channel_name)
+        hub = getattr(self, "hub", None)
+        if hub is not None:
+            await hub.leave(self)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
@@ -139,15 +106,9 @@ class LiveFeedConsumer(LiveConsumer):
         cards = stream_render.changed_since(self.filters, after)
         return stream_render.feed_rows(cards) + stream_render.feed_status(now)
 
-    async def audit_event(self, message: dict[str, Any]) -> None:
-        event = message.get("event") or {}
-        if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
-            return
-        key = json.dumps(event, sort_keys=True, default=str) + self.filter_key
-        filters = self.filters
-        html = await feed_cache.get(key, lambda: self._render(filters, event["audit_id"]))
-        if html:
-            await self.send(text_data=html)
+    async def render_event(self, audit_id: str) -> str:
+        """The fragment of an event about `audit_id` for pages with these filters."""
+        return await self._render(self.filters, audit_id)
 
     @staticmethod
     @database_sync_to_async

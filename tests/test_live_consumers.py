@@ -119,6 +119,37 @@ async def test_the_feed_honours_its_filters(staff_user):
     await communicator.disconnect()
 
 
+async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filters(
+    staff_user, monkeypatch
+):
+    from audits import consumers, live_hub
+
+    rendered = []
+    render = consumers.LiveFeedConsumer._render
+
+    async def counting(filters, audit_id):
+        rendered.append((filters.q, audit_id))
+        return await render(filters, audit_id)
+
+    monkeypatch.setattr(consumers.LiveFeedConsumer, "_render", staticmethod(counting))
+    headers = await sync_to_async(session_headers)(staff_user)
+    pages = [(await connect("/ws/audits/", headers))[0] for _ in range(5)]
+    filtered = (await connect("/ws/audits/?q=needle", headers))[0]
+    run = await sync_to_async(make_run)(user_input="a needle in it")
+    await apublish({"type": "audit_submitted", "audit_id": str(run.pk)})
+    for page in [*pages, filtered]:
+        await receive_until(page, f'id="audit-card-{run.pk}"')
+    assert sorted(rendered, key=str) == [("", str(run.pk)), ("needle", str(run.pk))]
+    # Per-audit progress does not reach the feed at all.
+    await apublish({"type": "trace_line", "audit_id": str(run.pk), "position": 0, "text": "x"})
+    assert all([await page.receive_nothing(timeout=0.2) for page in pages])
+    hub = live_hub.feed_hub()
+    assert len(hub.watchers) == 6
+    for page in [*pages, filtered]:
+        await page.disconnect()
+    assert hub.task is None and not hub.watchers  # the last page gone: unsubscribed
+
+
 async def test_messages_for_an_audit_reach_its_group_only(staff_user):
     headers = await sync_to_async(session_headers)(staff_user)
     run = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)

@@ -1,0 +1,109 @@
+"""One subscription to the live feed per process: render each event once, send it to all.
+
+With a channel-layer group member per Live page, every event costs each page a message
+(copied, queued, dispatched) and a render. The hub is the process's one member of the
+"audits" group instead: it receives an event once, renders the card fragment once per
+set of filters in use, and hands the same text to every page watching with those
+filters. It runs while at least one page watches, on the server's event loop; with the
+Redis layer it receives what other processes publish too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from channels.layers import get_channel_layer
+
+from .events import ALL_AUDITS_GROUP, FEED_EVENTS
+
+logger = logging.getLogger(__name__)
+
+
+class Watcher(Protocol):
+    filter_key: str
+
+    def render_event(self, audit_id: str) -> Awaitable[str]: ...
+
+    async def send(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                   close: bool = False) -> None: ...
+
+
+class FeedHub:
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.loop = asyncio.get_running_loop()
+        self.watchers: dict[Watcher, None] = {}  # insertion-ordered set
+        self.channel: str | None = None
+        self.task: asyncio.Task | None = None
+        self.lock = asyncio.Lock()
+
+    async def join(self, watcher: Watcher) -> None:
+        """Once this returns, every later event reaches `watcher`."""
+        async with self.lock:
+            if self.channel is None:
+                self.channel = await self.layer.new_channel()
+            # Again at every join: group membership expires (channels' group_expiry).
+            await self.layer.group_add(ALL_AUDITS_GROUP, self.channel)
+            self.watchers[watcher] = None
+            if self.task is None:
+                self.task = asyncio.create_task(self._run())
+
+    async def leave(self, watcher: Watcher) -> None:
+        async with self.lock:
+            self.watchers.pop(watcher, None)
+            if self.watchers or self.task is None:
+                return
+            self.task.cancel()
+            self.task = None
+            await self.layer.group_discard(ALL_AUDITS_GROUP, self.channel)
+            self.channel = None
+
+    async def _run(self) -> None:
+        assert self.channel is not None
+        channel = self.channel
+        while True:
+            try:
+                message = await self.layer.receive(channel)
+                await self.deliver(message.get("event") or {})
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("live feed: could not deliver an event")
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
+            return
+        by_filters: dict[str, list[Watcher]] = {}
+        for watcher in list(self.watchers):
+            by_filters.setdefault(watcher.filter_key, []).append(watcher)
+        for watchers in by_filters.values():
+            html = await watchers[0].render_event(str(event["audit_id"]))
+            for watcher in watchers:  # the same text for each: no per-page work
+                if html:
+                    await _send(watcher, html)
+
+
+async def _send(watcher: Watcher, html: str) -> None:
+    try:
+        await watcher.send(text_data=html)
+    except Exception:  # that page went away meanwhile
+        logger.debug("live feed: a page left before its update", exc_info=True)
+
+
+_hubs: dict[int, FeedHub] = {}
+
+
+def feed_hub() -> FeedHub:
+    """The hub of the running loop and the current channel layer (tests change both)."""
+    loop = asyncio.get_running_loop()
+    layer = get_channel_layer()
+    hub = _hubs.get(id(loop))
+    if hub is None or hub.loop is not loop or hub.layer is not layer:
+        for key in [k for k, h in _hubs.items() if h.loop.is_closed()]:
+            del _hubs[key]
+        hub = _hubs[id(loop)] = FeedHub(layer)
+    return hub
+
