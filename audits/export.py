@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .selectors import after_cursor, encode_cursor_raw
@@ -79,10 +80,24 @@ RUN_COLUMNS = (
 )
 
 
+_DATETIME_COLUMNS = ("created_at", "started_at", "finished_at")
+
+
+def _run_values(page: QuerySet[AuditRun]) -> QuerySet:
+    """`RUN_COLUMNS` tuples; on SQLite the datetimes as their stored text, which `_dt`
+    formats directly (parsing them to datetime objects and back cost a third of the time)."""
+    if connections[page.db].vendor != "sqlite":
+        return page.values_list(*RUN_COLUMNS)
+    texts = {f"{name}_text": Cast(name, TextField()) for name in _DATETIME_COLUMNS}
+    return page.annotate(**texts).values_list(
+        *(f"{c}_text" if c in _DATETIME_COLUMNS else c for c in RUN_COLUMNS)
+    )
+
+
 def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[str, str | None]:
     """JSON lines of one keyset page and the cursor of the next one (or None)."""
     page = after_cursor(qs, cursor)
-    rows = _raw(page.values_list(*RUN_COLUMNS)[: limit + 1])
+    rows = _raw(_run_values(page)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
