@@ -107,8 +107,10 @@ def bench_paragraph(config: AuditorConfig) -> None:
     p50 = times[len(times) // 2] * 1e3
     p99 = times[int(len(times) * 0.99)] * 1e3
     verdict = "OK" if p99 < TARGET_P99_MS else "MISSED"
-    print(f"paragraph latency: median {p50:.3f} ms, p99 {p99:.3f} ms "
-          f"over {PARAGRAPH_SAMPLES} audits (target p99 < {TARGET_P99_MS:g} ms: {verdict})")
+    print(
+        f"paragraph latency: median {p50:.3f} ms, p99 {p99:.3f} ms "
+        f"over {PARAGRAPH_SAMPLES} audits (target p99 < {TARGET_P99_MS:g} ms: {verdict})"
+    )
 
 
 def bench_engine(config: AuditorConfig) -> None:
@@ -121,8 +123,10 @@ def bench_engine(config: AuditorConfig) -> None:
     result = audit_text(text, settings_from_config(config))
     report = asyncio.run(auditor.audit(audit))
     print(f"engine analyzers: {ids} (statuses: {[r.status for r in report.results]})")
-    print(f"response: {len(text)} chars, {links} links, {len(result.claims)} claims, "
-          f"{sum(len(r.annotations) for r in report.results)} annotations")
+    print(
+        f"response: {len(text)} chars, {links} links, {len(result.claims)} claims, "
+        f"{sum(len(r.annotations) for r in report.results)} annotations"
+    )
 
     async def run(n: int) -> tuple[float, float]:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -150,11 +154,15 @@ def bench_engine(config: AuditorConfig) -> None:
     rate_wall, rate_cpu = statistics.median(engine_wall), statistics.median(engine_cpu)
     bw, bc = statistics.median(base_wall), statistics.median(base_cpu)
     verdict = "OK" if rate_cpu >= TARGET_RATE else "MISSED"
-    print(f"full engine: median {rate_cpu:,.0f} audits per CPU-second on one core "
-          f"({rate_wall:,.0f}/s by wall clock) over {RUNS} runs of {AUDITS_PER_RUN} "
-          f"(target >= {TARGET_RATE:,}: {verdict})")
-    print(f"baseline, one compiled regex pass: median {bc:,.0f} passes per CPU-second "
-          f"({bw:,.0f}/s by wall clock)")
+    print(
+        f"full engine: median {rate_cpu:,.0f} audits per CPU-second on one core "
+        f"({rate_wall:,.0f}/s by wall clock) over {RUNS} runs of {AUDITS_PER_RUN} "
+        f"(target >= {TARGET_RATE:,}: {verdict})"
+    )
+    print(
+        f"baseline, one compiled regex pass: median {bc:,.0f} passes per CPU-second "
+        f"({bw:,.0f}/s by wall clock)"
+    )
     print(f"ratio engine / baseline: {rate_cpu / bc:.4f} (1/{bc / rate_cpu:,.1f})")
 
 
@@ -166,7 +174,9 @@ def adversarial_inputs() -> dict[str, str]:
         "'http://' repeated": "http://" * (mb // 7),
         "'[a](' repeated": "[a](" * (mb // 4),
         "'<a href=' repeated": '<a href="x">' * (mb // 12),
-        "one 1 MB sentence": ("Globex grew 30% with [x](https://evil.test/) and more " * 20000)[:mb],
+        "one 1 MB sentence": ("Globex grew 30% with [x](https://evil.test/) and more " * 20000)[
+            :mb
+        ],
         "backticks": "` `` ``` " * (mb // 9),
     }
 
@@ -181,8 +191,10 @@ def bench_linear(config: AuditorConfig) -> None:
             times.append(time.perf_counter() - t0)
         elapsed = statistics.median(times)
         verdict = "OK" if elapsed < TARGET_LINEAR_S else "MISSED"
-        print(f"linear: {name:<22} {len(text) / 1e6:.2f} MB in median {elapsed:.3f} s "
-              f"of 3 ({verdict})")
+        print(
+            f"linear: {name:<22} {len(text) / 1e6:.2f} MB in median {elapsed:.3f} s "
+            f"of 3 ({verdict})"
+        )
 
 
 def main() -> None:

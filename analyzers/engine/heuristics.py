@@ -5,15 +5,15 @@ problem) and a description. Matches become findings with exact offsets; the find
 weights combine into a score as independent signals: 1 - prod(1 - w).
 
 A rule only scans a text that holds the words it needs (`heuristics_gate`), or, for a rule
-without such words, that its cheaper `gate` pattern finds something in.
+that needs no word, a text that passes its cheaper `gate` test.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
 from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .contract import Annotation, Severity

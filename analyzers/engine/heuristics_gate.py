@@ -97,10 +97,13 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
 
 # Words too frequent to say anything: a clause made of them is a poor gate.
 COMMON_WORDS = frozenset(
-    """a an and are as at be but by can do for from have i if in is it its of on or so
-    that the their there these they this those to was we what when which who will with
-    would you your""".split()
-)
+    {
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "for", "from", "have",
+        "i", "if", "in", "is", "it", "its", "of", "on", "or", "so", "that", "the", "their",
+        "there", "these", "they", "this", "those", "to", "was", "we", "what", "when", "which",
+        "who", "will", "with", "would", "you", "your",
+    }
+)  # fmt: skip
 
 
 def _strength(word: Word) -> float:
@@ -211,7 +214,7 @@ def _branch_clause(alternatives: list[list[Clause]]) -> list[Clause]:
         if not clauses:
             return []
 
-        def cost(clause: Clause) -> tuple[float, int]:
+        def cost(clause: Clause, united: set[Word] = united) -> tuple[float, int]:
             new = clause - united  # words already in the union cost nothing
             return (-min(map(_strength, new)), len(new)) if new else (float("-inf"), 0)
 
@@ -244,9 +247,7 @@ def _required(items: list, left: bool, right: bool) -> list[Clause]:
         elif op is _c.ATOMIC_GROUP:
             clauses.extend(_required(av.data, before, after))
         elif op is _c.BRANCH:
-            clauses.extend(
-                _branch_clause([_required(alt.data, before, after) for alt in av[1]])
-            )
+            clauses.extend(_branch_clause([_required(alt.data, before, after) for alt in av[1]]))
         elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
             low, high, body = av
             if low >= 1:

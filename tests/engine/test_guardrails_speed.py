@@ -69,8 +69,9 @@ def test_has_digit_is_the_regex_digit_test(text):
 @settings(max_examples=300, deadline=None)
 @given(
     base=st.text(max_size=10),
-    repeats=st.lists(st.sampled_from([" | Acme", " | ACME", "|acme", " |  Acme ", " | Acmé"]),
-                     max_size=4),
+    repeats=st.lists(
+        st.sampled_from([" | Acme", " | ACME", "|acme", " |  Acme ", " | Acmé"]), max_size=4
+    ),
     suffix=st.sampled_from([" | Acme", " | Acmé", " | Σίγμας"]),
 )
 def test_the_suffix_precheck_never_hides_a_repeated_suffix(base, repeats, suffix):

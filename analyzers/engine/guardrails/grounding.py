@@ -72,7 +72,7 @@ COMMON_STARTERS = frozenset(
     onboarding setup support service services product products features feature platform
     see read learn check note remember consider imagine let lets please try start use add
     make get set go build run ask contact visit book compare choose pick find explore
-    discover enable configure install open click download sign join follow""".split()
+    discover enable configure install open click download sign join follow""".split()  # noqa: SIM905
 )
 STOP_CAPS = frozenset(
     """i i'm i've i'd january february march april may june july august september october
@@ -81,7 +81,7 @@ STOP_CAPS = frozenset(
     cfo vp saas b2b b2c d2c dtc kpi kpis ctr aov gmv ux ui us usa eu uk emea apac latam
     arr mrr nps sla sdk cdn json http https html css pdf faq faqs llm llms ml nlp gpu cpu
     url urls id pro plus premium enterprise business starter standard basic free team
-    growth essential build grow elevate""".split()
+    growth essential build grow elevate""".split()  # noqa: SIM905
 )
 
 

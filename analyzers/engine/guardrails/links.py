@@ -155,13 +155,16 @@ def classify(canon: CanonicalURL, ctx: Ctx) -> tuple[str | None, str, str]:
         )
     if not host_allowed(canon.host, s.allowed_hosts):
         return "LINK_HOST_NOT_ALLOWED", "warning", f"Host {canon.host} is not allowed."
-    if s.tech_doc_prefixes and is_tech_doc(canon, s.tech_doc_prefixes):
-        if not tech_doc_path_allowed(canon, s.tech_doc_allowed_paths):
-            return (
-                "LINK_TECH_DOC_NOT_ALLOWED",
-                "warning",
-                "Technical documentation may only be cited from the allowed paths.",
-            )
+    if (
+        s.tech_doc_prefixes
+        and is_tech_doc(canon, s.tech_doc_prefixes)
+        and not tech_doc_path_allowed(canon, s.tech_doc_allowed_paths)
+    ):
+        return (
+            "LINK_TECH_DOC_NOT_ALLOWED",
+            "warning",
+            "Technical documentation may only be cited from the allowed paths.",
+        )
     return None, "", ""
 
 

@@ -196,4 +196,4 @@ def tech_doc_path_allowed(url: CanonicalURL, allowed: tuple[str, ...]) -> bool:
         return False
     path = url.path.rstrip("/") or "/"
     full = (url.host + url.path).rstrip("/")
-    return any(entry == path or entry == full for entry in allowed)
+    return any(entry in (path, full) for entry in allowed)
