@@ -9,9 +9,11 @@ Targets (issue 3):
   baseline measured in the same run;
 - each 1 MB adversarial input through the guardrail pipeline in < 1 s.
 
-Throughput is printed as medians of several runs, by wall clock and by CPU time of this
-process (`time.process_time`): on a shared machine the CPU figure is the one that says
-what one core does; on an idle machine the two agree.
+Latency and throughput are printed by CPU time of this process (`time.process_time`) and
+by wall clock, throughput as medians of several runs: on a shared machine the CPU figures
+say what one core does (the wall clock also counts time the process waited for a core,
+which shows in the tail); on an idle machine the two agree. The targets are judged on
+the CPU figures.
 """
 
 from __future__ import annotations
@@ -98,18 +100,21 @@ def bench_paragraph(config: AuditorConfig) -> None:
     print(f"paragraph: {len(text)} chars, {len(result.links)} links, {len(result.claims)} claims")
     for _ in range(200):
         audit_paragraph(text, 0, settings, sources)
-    times = []
+    wall, cpu = [], []
     for _ in range(PARAGRAPH_SAMPLES):
-        t0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         audit_paragraph(text, 0, settings, sources)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    p50 = times[len(times) // 2] * 1e3
-    p99 = times[int(len(times) * 0.99)] * 1e3
-    verdict = "OK" if p99 < TARGET_P99_MS else "MISSED"
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+
+    def p(times: list[float], q: float) -> float:
+        return sorted(times)[min(len(times) - 1, int(len(times) * q))] * 1e3
+
+    verdict = "OK" if p(cpu, 0.99) < TARGET_P99_MS else "MISSED"
     print(
-        f"paragraph latency: median {p50:.3f} ms, p99 {p99:.3f} ms "
-        f"over {PARAGRAPH_SAMPLES} audits (target p99 < {TARGET_P99_MS:g} ms: {verdict})"
+        f"paragraph latency over {PARAGRAPH_SAMPLES} audits: CPU time p50 {p(cpu, 0.5):.3f} ms, "
+        f"p99 {p(cpu, 0.99):.3f} ms (target p99 < {TARGET_P99_MS:g} ms: {verdict}); "
+        f"wall clock p50 {p(wall, 0.5):.3f} ms, p99 {p(wall, 0.99):.3f} ms"
     )
 
 
