@@ -18,14 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
-
-T = TypeVar("T")
 
 MAX_CONNECTION_AGE = 60.0
 
@@ -66,14 +64,14 @@ def _tidy_connections() -> None:
         _opened.at = None
 
 
-def _call(func: Callable[..., T], *args: Any) -> T:
+def _call[T](func: Callable[..., T], *args: Any) -> T:
     try:
         return func(*args)
     finally:
         _tidy_connections()
 
 
-async def run_in_db_thread(request: Any, func: Callable[..., T], *args: Any) -> T:
+async def run_in_db_thread[T](request: Any, func: Callable[..., T], *args: Any) -> T:
     """`func(*args)` on a pooled thread (ASGI) or the request's sync thread (tests)."""
     if isinstance(request, ASGIRequest):
         return await SyncToAsync(_call, thread_sensitive=False, executor=_pool())(func, *args)
