@@ -214,3 +214,15 @@ def test_create_api_key_command_prints_the_key_once():
     assert key.scope == "admin"
     assert ApiKey.authenticate(raw) == key
     assert raw not in key.secret_hash
+
+
+def test_every_audit_in_a_process_shares_one_link_checker_and_its_cache(settings):
+    from analyzers.engine.config import AuditorConfig
+    from audits.services import build_auditor
+
+    first = build_auditor(AuditorConfig()).services["link_checker"]
+    assert build_auditor(AuditorConfig()).services["link_checker"] is first
+    assert first.allow_private_networks is settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
+    settings.AUDITOR_ALLOW_PRIVATE_NETWORKS = not settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
+    other = build_auditor(AuditorConfig()).services["link_checker"]
+    assert other.allow_private_networks is settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
