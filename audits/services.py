@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from analyzers.engine.contract import AuditInput, AuditReport, Source
+from analyzers.engine.linkcheck import LinkChecker
 
 from .events import apublish, publish
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
@@ -264,6 +266,12 @@ def _progress_callback(audit_id: str):
     return progress
 
 
+@functools.cache
+def shared_link_checker(allow_private_networks: bool) -> LinkChecker:
+    """One link checker per process, so its health cache serves every audit."""
+    return LinkChecker(allow_private_networks=allow_private_networks)
+
+
 def build_auditor(config):
     """An engine Auditor for `config` with the database collision store and services."""
     from django.conf import settings
@@ -273,20 +281,7 @@ def build_auditor(config):
 
     from .collisions import DatabaseCollisionStore
 
-    services: dict[str, Any] = {}
-    try:
-        from analyzers.engine import linkcheck
-    except ImportError:
-        linkcheck = None
-    if linkcheck is not None:
-        factory = getattr(linkcheck, "LinkChecker", None)
-        if factory is not None:
-            try:
-                services["link_checker"] = factory(
-                    allow_private_networks=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
-                )
-            except Exception:
-                logger.warning("could not build the link checker", exc_info=True)
+    services = {"link_checker": shared_link_checker(settings.AUDITOR_ALLOW_PRIVATE_NETWORKS)}
     return Auditor(
         config,
         get_registry(),

@@ -216,6 +216,7 @@ def test_create_api_key_command_prints_the_key_once():
     assert raw not in key.secret_hash
 
 
+@pytest.mark.django_db
 def test_every_audit_in_a_process_shares_one_link_checker_and_its_cache(settings):
     from analyzers.engine.config import AuditorConfig
     from audits.services import build_auditor
