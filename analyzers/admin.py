@@ -8,6 +8,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from analyzers.engine.config import LLMConfig
+from analyzers.engine.custom_judge import judge_from_dict
 
 from .config_store import (
     PROMPT_LEAK_ID,
@@ -190,10 +191,6 @@ class CustomJudgeForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        try:
-            from analyzers.engine.custom_judge import judge_from_dict
-        except ImportError:
-            return data
         if self.errors:
             return data
         payload = {k: data.get(k) for k in ("analyzer_id", "name", "category",

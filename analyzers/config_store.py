@@ -24,6 +24,7 @@ from django.db.models.signals import post_delete, post_save
 from pydantic import ValidationError
 
 from analyzers.engine.config import AuditorConfig
+from analyzers.engine.custom_judge import judge_from_dict
 from analyzers.engine.registry import Registry, build_registry
 
 from .models import (
@@ -85,28 +86,19 @@ def base_registry() -> Registry:
         return reg
 
 
-def _judge_from_dict():
-    try:
-        from analyzers.engine.custom_judge import judge_from_dict
-    except ImportError:
-        return None
-    return judge_from_dict
-
-
 def get_registry(custom_judges: list[dict[str, Any]] | None = None) -> Registry:
     """The base registry plus the custom judges (from the database unless given)."""
     base = base_registry()
     if custom_judges is None:
         custom_judges = [j.to_dict() for j in CustomJudge.objects.filter(enabled=True)]
-    factory = _judge_from_dict()
-    if not custom_judges or factory is None:
+    if not custom_judges:
         return base
     registry = Registry(base)
     for data in custom_judges:
         if not data.get("enabled", True):
             continue
         try:
-            registry.add(factory(data))
+            registry.add(judge_from_dict(data))
         except Exception:
             logger.warning("custom judge %r is invalid", data.get("analyzer_id"), exc_info=True)
     return registry

@@ -242,5 +242,10 @@ class CustomJudgeAnalyzer(Analyzer):
 
 
 def judge_from_dict(data: dict[str, Any]) -> CustomJudgeAnalyzer:
-    """A custom judge from its definition as a dict (the Django model's fields, a JSON file)."""
-    return CustomJudgeAnalyzer(JudgeDefinition.model_validate(data))
+    """A custom judge from a dict: the flat JudgeDefinition fields, or the stored form
+    (the Django model's fields) where the JSON mapping sits under `mapping`."""
+    fields = dict(data)
+    mapping = fields.pop("mapping", None) or {}
+    fields.pop("enabled", None)  # switched on and off like any analyzer, not by the judge
+    fields.pop("settings", None)
+    return CustomJudgeAnalyzer(JudgeDefinition.model_validate({**mapping, **fields}))
