@@ -183,6 +183,14 @@ def adversarial_inputs() -> dict[str, str]:
             :mb
         ],
         "backticks": "` `` ``` " * (mb // 9),
+        "stripped autolinks": "<https://evil.test/a> " * (mb // 22),
+        "stripped attributions": "Read more, according to [source](https://evil.test/). "
+        * (mb // 54),
+        "claims, valid and not": (
+            "PcComponentes lifted revenue by 12%. Decathlon grew conversion by 50% ([case "
+            "study](https://www.acme.example/customers/decathlon)). "
+        )
+        * (mb // 134),
     }
 
 

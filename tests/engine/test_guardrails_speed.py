@@ -80,7 +80,17 @@ def test_the_suffix_precheck_never_hides_a_repeated_suffix(base, repeats, suffix
 
 
 def cpu_seconds(text: str) -> float:
-    settings_ = settings_from_config(AuditorConfig(allowed_hosts=["acme.example"]))
+    config = AuditorConfig(
+        allowed_hosts=["acme.example", "www.acme.example"],
+        known_customers=[
+            {
+                "name": "Decathlon",
+                "slug": "decathlon",
+                "facts": ["Decathlon grew conversion by 50%"],
+            }
+        ],
+    )
+    settings_ = settings_from_config(config)
     best = float("inf")
     for _ in range(3):
         started = time.process_time()
@@ -100,4 +110,26 @@ def test_repeated_link_openers_take_linear_time():
 def test_deep_and_unclosed_parentheses_take_linear_time():
     small = cpu_seconds("[x](" + "(" * 50_000 + "[a](" * 1_000)
     large = cpu_seconds("[x](" + "(" * 200_000 + "[a](" * 4_000)
+    assert large < max(small, 0.005) * 9
+
+
+def test_stripped_autolinks_and_attributions_take_linear_time():
+    # Each strip leaves blanks or an attribution next to the previous one's: the blank
+    # runs around them must not be rescanned from every stripped link.
+    for unit in (
+        "<https://evil.test/a> ",
+        "Read more, according to [source](https://evil.test/). ",
+    ):
+        small = cpu_seconds(unit * (50_000 // len(unit)))
+        large = cpu_seconds(unit * (200_000 // len(unit)))
+        assert large < max(small, 0.005) * 9, unit
+
+
+def test_many_claims_in_one_paragraph_take_linear_time():
+    unit = (
+        "PcComponentes lifted revenue by 12%. Decathlon grew conversion by 50% "
+        "([case study](https://www.acme.example/customers/decathlon)). "
+    )
+    small = cpu_seconds(unit * (50_000 // len(unit)))
+    large = cpu_seconds(unit * (200_000 // len(unit)))
     assert large < max(small, 0.005) * 9

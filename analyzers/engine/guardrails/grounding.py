@@ -238,8 +238,12 @@ def audit_grounding(ctx: Ctx) -> None:
                     pending.append((s, e, case_url, claim))
     if edits:
         ctx.doc.apply(edits)
+    # both in text order: the removed length before each claim, in one pass
+    shift, k = 0, 0
     for s, e, url, claim in pending:
-        shift = sum(ee - es for es, ee, _ in edits if ee <= s)
+        while k < len(edits) and edits[k][1] <= s:
+            shift += edits[k][1] - edits[k][0]
+            k += 1
         ctx.out.pending.append(PendingClaim(s - shift, e - shift, url, claim))
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..contract import LinkRecord
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
+from .text import BlankRuns
 from .urls import (
     USERINFO,
     CanonicalURL,
@@ -302,18 +303,17 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
     n = len(text)
     brand = ctx.settings.brand_name.lower()
     edits: list[tuple[int, int, str]] = []
+    # blank runs around the stripped links, and around the spans removed (two monotone
+    # sequences of positions each): linear even when the strips left one long run
+    around_links, around_spans = BlankRuns(text), BlankRuns(text)
     for p, label in stripped:
         q = p + len(label)
         attribution = is_attribution_label(label)
         weak = attribution or is_generic(label, brand) or label.strip().lower() == brand
         if not weak:
             continue
-        left = p
-        while left > 0 and text[left - 1] in " \t":
-            left -= 1
-        right = q
-        while right < n and text[right] in " \t":
-            right += 1
+        left = around_links.start(p)
+        right = around_links.end(q)
         span = None
         if left > 0 and text[left - 1] == "(" and right < n and text[right] == ")":
             span = (left - 1, right + 1)
@@ -328,13 +328,11 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
         start, end = span
         nxt = text[end] if end < n else "\n"
         if nxt in _TRAILING_PUNCT or nxt == "\n":
-            while start > 0 and text[start - 1] in " \t":
-                start -= 1
+            start = around_spans.start(start)
             if start > 0 and text[start - 1] == "," and nxt in ".,;:!?\n":
                 start -= 1
         else:
-            while end < n and text[end] in " \t":
-                end += 1
+            end = around_spans.end(end)
         replacement = ""
         if (
             nxt not in _TRAILING_PUNCT

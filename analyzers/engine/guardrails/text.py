@@ -65,9 +65,12 @@ class Doc:
             if b <= a:
                 return
             out.append(text[a:b])
+            pieces = self.pieces
             i = max(0, bisect_right(self._starts, a) - 1)
-            while a < b and i < len(self.pieces):
-                cs, ce, os_, oe, copied = self.pieces[i]
+            while i < len(pieces):
+                cs, ce, os_, oe, copied = pieces[i]
+                if cs >= b:
+                    break  # the pieces are in order: none further overlaps [a, b)
                 lo, hi = max(a, cs), min(b, ce)
                 if hi > lo:
                     if copied:
@@ -99,6 +102,47 @@ class Doc:
         self.pieces = new_pieces
         self._starts = new_starts
         return positions
+
+
+class BlankRuns:
+    """Where the run of spaces and tabs around a position starts or ends.
+
+    Remembers its last answer, so positions asked in increasing order cost linear time
+    in all, even when many of them sit in one long run of spaces.
+    """
+
+    __slots__ = ("text", "_start", "_end")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._start = (-1, -1)  # (pos, run start) of the last question
+        self._end = (-1, -1)  # (pos, run end) of the last question
+
+    def start(self, pos: int) -> int:
+        """The smallest i <= pos such that text[i:pos] is only spaces and tabs."""
+        text = self.text
+        asked, answer = self._start
+        if 0 <= asked <= pos and not text[asked:pos].strip(" \t"):
+            i = answer
+        else:
+            i = pos
+            while i > 0 and text[i - 1] in " \t":
+                i -= 1
+        self._start = (pos, i)
+        return i
+
+    def end(self, pos: int) -> int:
+        """The largest j >= pos such that text[pos:j] is only spaces and tabs."""
+        text = self.text
+        asked, answer = self._end
+        if 0 <= asked <= pos <= answer:
+            j = answer
+        else:
+            j, n = pos, len(text)
+            while j < n and text[j] in " \t":
+                j += 1
+        self._end = (pos, j)
+        return j
 
 
 def fenced_spans(text: str) -> list[tuple[int, int]]:
