@@ -472,3 +472,23 @@ def test_saving_needs_the_change_permission(client, django_user_model, db):
     assert b"disabled" in client.get(reverse("audits:tuning")).content
     assert client.post(reverse("audits:tuning"), {"threshold": "0.9"}).status_code == 403
     assert load_config().threshold == pytest.approx(0.3)
+
+
+def test_detail_shows_how_a_judged_result_was_reached(staff_client, db):
+    judged = make_audit(
+        response="You're absolutely right!",
+        results=[
+            result("bias", 0.7, [annotation("sycophancy", evidence="You're absolutely right!")],
+                   supplementary={"method": "llm", "model": "judge-1", "summary": "Agrees blindly.",
+                                  "counter_arguments": ["Plain text <b>passwords</b> leak."],
+                                  "usage": {"calls": 3, "prompt_tokens": 120, "completion_tokens": 30,
+                                            "latency_ms": 640.0}}),
+            result("tone", 0.0, supplementary={"method": "heuristic"}),
+        ],
+    )
+    page = staff_client.get(reverse("audits:detail", args=[judged.pk])).content.decode()
+    assert "judged by judge-1" in page
+    assert "3 calls · 150 tokens (120 in, 30 out) · 640 ms model time" in page
+    assert "Agrees blindly." in page
+    assert "Plain text &lt;b&gt;passwords&lt;/b&gt; leak." in page
+    assert "heuristic, no model" in page
