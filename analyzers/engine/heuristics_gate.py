@@ -45,13 +45,18 @@ def fold(text: str) -> str:
 class Probe:
     """One text, folded once, its letter tokens built on first use."""
 
-    __slots__ = ("text", "folded", "_tokens", "_shape")
+    __slots__ = ("text", "folded", "_tokens", "_shape", "_lookups")
+
+    # Token questions answered by searching the text before the token set is built: a
+    # probe asked a few times (the red-flag analyzer alone) never pays for the set.
+    SEARCHES_BEFORE_SET = 8
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.folded = fold(text)
         self._tokens: set[bytes] | None = None
         self._shape: bytes | None = None
+        self._lookups = 0
 
     @property
     def shape(self) -> bytes:
@@ -72,10 +77,26 @@ class Probe:
 
     @property
     def tokens(self) -> set[bytes]:
+        """Every maximal run of letters a-z in the folded text."""
         if self._tokens is None:
             raw = self.folded.encode("ascii", "replace")  # other characters become "?"
             self._tokens = set(raw.translate(_LETTERS_ONLY).split())
         return self._tokens
+
+    def has_token(self, word: bytes) -> bool:
+        """`word in self.tokens`, by searching the text for the first few questions."""
+        if self._tokens is not None or self._lookups >= self.SEARCHES_BEFORE_SET:
+            return word in self.tokens
+        self._lookups += 1
+        folded, needle, size = self.folded, word.decode("ascii"), len(word)
+        at = folded.find(needle)
+        while at >= 0:
+            before = folded[at - 1 : at] if at else ""
+            after = folded[at + size : at + size + 1]
+            if not ("a" <= before <= "z") and not ("a" <= after <= "z"):
+                return True
+            at = folded.find(needle, at + 1)
+        return False
 
 
 _last_probe: Probe | None = None
@@ -85,7 +106,7 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
     """False only when a pattern with these clauses cannot match the probed text."""
     for clause in clauses:
         for is_token, word in clause:
-            if word in probe.tokens if is_token else word in probe.folded:  # type: ignore[operator]
+            if probe.has_token(word) if is_token else word in probe.folded:  # type: ignore[arg-type,operator]
                 break
         else:
             return False
@@ -267,16 +288,6 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[Clause, ...]:
         return ()
     best = sorted(clauses, key=_quality, reverse=True)[:MAX_CLAUSES]
     return tuple(_minimal(clause) for clause in best)
-
-
-def as_substrings(clauses: tuple[Clause, ...]) -> tuple[Clause, ...]:
-    """The same clauses checked by substring search only (a token is also a substring):
-    a little weaker, but no token set to build for a text probed just once."""
-    converted = (
-        _minimal(frozenset((False, w.decode() if isinstance(w, bytes) else w) for _, w in c))
-        for c in clauses
-    )
-    return tuple(dict.fromkeys(converted))
 
 
 def _minimal(clause: Clause) -> Clause:

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from .base import Analyzer, AnalyzerSettings, AuditContext
 from .contract import AnalyzerResult, Annotation, AuditInput
-from .heuristics_gate import Probe, as_substrings, may_match, required_literals
+from .heuristics_gate import Probe, may_match, required_literals
 from .registry import RegistryError, import_dotted
 
 SEVERITY_WEIGHT = {"info": 0.1, "warning": 0.4}
@@ -33,8 +33,8 @@ _CERTAIN = re.compile(r"\b(?:certainly|definitely|clearly)\b", re.IGNORECASE)
 _THE_ANSWER_IS = re.compile(r"\bthe\s+answer\s+is\s+\S", re.IGNORECASE)
 _HEDGE = re.compile(r"\b(?:i\s+think|maybe|perhaps)\b", re.IGNORECASE)
 # Words without which the two patterns above cannot match: most answers skip both scans.
-_NOT_CERTAIN_WORDS = as_substrings(required_literals(_NOT_CERTAIN))
-_THE_ANSWER_IS_WORDS = as_substrings(required_literals(_THE_ANSWER_IS))
+_NOT_CERTAIN_WORDS = required_literals(_NOT_CERTAIN)
+_THE_ANSWER_IS_WORDS = required_literals(_THE_ANSWER_IS)
 _FENCED_JSON = re.compile(r"\A```(?:json)?[ \t]*\n(.*?)\n?```\Z", re.DOTALL | re.IGNORECASE)
 _EVIDENCE_SPAN_MAX = 300
 

@@ -144,3 +144,15 @@ def test_gates_skip_most_rules_on_an_ordinary_answer():
     skipped = [r for r in RULES if not r.may_match(probe)]
     assert len(skipped) >= len(RULES) - 2
     assert not may_match(required_literals(heuristics_bias.CORRECTION), probe)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["answer", "answers", "sure", " ", "é", "İ", "-", "x", "Z"])).map(
+        "".join
+    ),
+    word=st.sampled_from(["answer", "sure", "x", "z"]),
+)
+def test_searching_for_a_token_agrees_with_the_token_set(text, word):
+    searched = Probe(text).has_token(word.encode())
+    assert searched == (word.encode() in Probe(text).tokens)
