@@ -13,7 +13,7 @@ from analyzers.engine.guardrails.links import _may_repeat_suffix, strip_suffixes
 from analyzers.engine.guardrails.markdown import MAX_PAREN_DEPTH, parse_destination
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
-from analyzers.engine.guardrails.text import has_digit
+from analyzers.engine.guardrails.text import has_digit, one_line
 
 
 def reference_bare_destination(text: str, i: int) -> int | None:
@@ -133,3 +133,13 @@ def test_many_claims_in_one_paragraph_take_linear_time():
     small = cpu_seconds(unit * (50_000 // len(unit)))
     large = cpu_seconds(unit * (200_000 // len(unit)))
     assert large < max(small, 0.005) * 9
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from("ab  \t\n\xa0\u2028é…") | st.characters(), max_size=40)
+)
+def test_one_line_fast_path_agrees_with_the_plain_squeeze(text):
+    squeezed = " ".join(text.split())
+    expected = squeezed if len(squeezed) <= 20 else squeezed[:19] + "…"
+    assert one_line(text, limit=20) == expected

@@ -277,5 +277,13 @@ def has_digit(text: str) -> bool:
 
 def one_line(text: str, limit: int = 300) -> str:
     """Evidence squeezed onto one trace line."""
+    if (
+        len(text) <= limit
+        and text.isprintable()  # the only printable whitespace is the space
+        and "  " not in text
+        and text[:1] != " "
+        and text[-1:] != " "
+    ):
+        return text  # already one line of single spaces
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
