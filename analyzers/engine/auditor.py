@@ -52,6 +52,7 @@ class Auditor:
         self.registry = registry if registry is not None else default_registry()
         self.collision_store = collision_store or InMemoryCollisionStore()
         self.services = services or {}
+        self._parsed_settings: dict[str, Any] = {}
 
     async def audit(
         self,
@@ -102,6 +103,18 @@ class Auditor:
             await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
         return report
 
+    def _settings(self, analyzer: Analyzer, config: AuditorConfig) -> Any:
+        """The analyzer's parsed settings; parsed once while the audit adds no options."""
+        if config is not self.config and config.analyzers.get(
+            analyzer.id
+        ) != self.config.analyzers.get(analyzer.id):
+            return analyzer.parse_settings(config.analyzer_section(analyzer.id))
+        settings = self._parsed_settings.get(analyzer.id)
+        if settings is None:
+            settings = analyzer.parse_settings(self.config.analyzer_section(analyzer.id))
+            self._parsed_settings[analyzer.id] = settings
+        return settings
+
     def _split_options(
         self, options: dict[str, Any]
     ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -134,7 +147,7 @@ class Auditor:
         try:
             if option_error:
                 raise ValueError(option_error)
-            settings = analyzer.parse_settings(context.config.analyzer_section(analyzer.id))
+            settings = self._settings(analyzer, context.config)
             deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
             pending = analyzer.analyze(audit, settings, context)
             if type(pending) is CoroutineType:
@@ -148,8 +161,14 @@ class Auditor:
             status, error = "failed", _error_text(exc)
         duration_ms = (time.perf_counter() - started) * 1000
         if result is not None:
-            run = AnalyzerRun(**result.model_dump(), duration_ms=duration_ms)
-            run.surfaced = is_surfaced(run.score, run.should_surface, self.config.threshold)
+            # `result` was validated when it was built: copy its fields, don't re-validate.
+            run = AnalyzerRun.model_construct(
+                **dict(result),
+                status="ok",
+                error=None,
+                duration_ms=duration_ms,
+                surfaced=is_surfaced(result.score, result.should_surface, self.config.threshold),
+            )
         else:
             run = AnalyzerRun(
                 analyzer_id=analyzer.id,
@@ -227,9 +246,7 @@ def check_overrides(analyzer: Analyzer, overrides: dict[str, Any]) -> None:
     """Refuse per-audit options that only the configuration may set."""
     locked = sorted(analyzer.config_only_settings.intersection(overrides))
     if locked:
-        raise ValueError(
-            f"{analyzer.id}: {', '.join(locked)} can only be set in the configuration"
-        )
+        raise ValueError(f"{analyzer.id}: {', '.join(locked)} can only be set in the configuration")
 
 
 async def emit(progress: ProgressCallback | None, event: dict[str, Any]) -> None:

@@ -68,6 +68,8 @@ class AuditorConfig(BaseModel):
 
     def with_options(self, options: dict[str, dict[str, Any]]) -> AuditorConfig:
         """This configuration with one audit's per-analyzer `options` merged in."""
+        if not options:
+            return self
         analyzers = dict(self.analyzers)
         for analyzer_id, overrides in options.items():
             analyzers[analyzer_id] = {**analyzers.get(analyzer_id, {}), **overrides}
