@@ -23,7 +23,7 @@ from django.db.models import Max
 from django.db.models.signals import post_delete, post_save
 from pydantic import ValidationError
 
-from analyzers.engine.config import AuditorConfig
+from analyzers.engine.config import AUDITOR_KEYS, AuditorConfig, is_valid_threshold
 from analyzers.engine.custom_judge import judge_from_dict
 from analyzers.engine.registry import Registry, build_registry
 
@@ -111,7 +111,9 @@ def validate_analyzer_settings(
     analyzer = (registry or base_registry()).get(analyzer_id)
     if analyzer is None:
         return []
-    data = {k: v for k, v in raw.items() if k != "enabled"}
+    data = {k: v for k, v in raw.items() if k not in AUDITOR_KEYS}
+    if raw.get("threshold") is not None and not is_valid_threshold(raw["threshold"]):
+        return ["threshold: must be a number from 0 to 1"]
     try:
         analyzer.parse_settings(data)
     except ValidationError as exc:

@@ -206,6 +206,15 @@ def _threshold_param(value: str | None, default: float) -> float:
     return round(min(1.0, max(0.0, number)), 2)
 
 
+def _with_threshold(config, analyzer: str, value: float):
+    """`config` with the global threshold, or one analyzer's own, set to `value`."""
+    if not analyzer:
+        return config.model_copy(update={"threshold": value})
+    analyzers = dict(config.analyzers)
+    analyzers[analyzer] = {**analyzers.get(analyzer, {}), "threshold": value}
+    return config.model_copy(update={"analyzers": analyzers})
+
+
 @require_http_methods(["GET", "POST"])
 @staff_required
 def tuning(request: HttpRequest) -> HttpResponse:
@@ -213,26 +222,29 @@ def tuning(request: HttpRequest) -> HttpResponse:
 
     config = load_config()
     can_save = request.user.has_perm("analyzers.change_globalsettings")
+    params = request.POST if request.method == "POST" else request.GET
+    # With an analyzer chosen, the slider is that analyzer's own threshold.
+    analyzer = params.get("analyzer", "").strip()[:100]
+    current = config.threshold_for(analyzer) if analyzer else config.threshold
     if request.method == "POST":
         if not can_save:
             raise PermissionDenied("You may not change the configuration.")
-        new = _threshold_param(request.POST.get("threshold"), config.threshold)
-        if new != config.threshold:
+        new = _threshold_param(request.POST.get("threshold"), current)
+        scope = f"The {analyzer} threshold" if analyzer else "Threshold"
+        if new != current:
             save_config(
-                config.model_copy(update={"threshold": new}),
+                _with_threshold(config, analyzer, new),
                 actor=request.user.get_username(),
                 source="dashboard",
                 user=request.user,
             )
-            messages.success(
-                request, f"Threshold saved: {new:.2f} (was {config.threshold:.2f})."
-            )
+            messages.success(request, f"{scope} saved: {new:.2f} (was {current:.2f}).")
         else:
-            messages.info(request, f"The threshold is already {new:.2f}; nothing changed.")
-        return redirect("audits:tuning")
+            messages.info(request, f"{scope} is already {new:.2f}; nothing changed.")
+        url = reverse("audits:tuning")
+        return redirect(f"{url}?{urlencode({'analyzer': analyzer})}" if analyzer else url)
 
-    threshold = _threshold_param(request.GET.get("threshold"), config.threshold)
-    analyzer = request.GET.get("analyzer", "").strip()[:100]
+    threshold = _threshold_param(request.GET.get("threshold"), current)
     try:
         window = int(request.GET.get("window", dashboard.DEFAULT_WINDOW))
     except ValueError:
@@ -240,12 +252,12 @@ def tuning(request: HttpRequest) -> HttpResponse:
     if window not in dashboard.WINDOWS:
         window = dashboard.DEFAULT_WINDOW
     preview = dashboard.tuning_preview(
-        threshold=threshold, current=config.threshold, analyzer=analyzer, window=window
+        threshold=threshold, current=current, analyzer=analyzer, window=window
     )
     context = {
         "nav": "tuning",
         "preview": preview,
-        "current": config.threshold,
+        "current": current,
         "can_save": can_save,
         "analyzers": sorted(set(dashboard.KNOWN_ANALYZERS) | set(config.analyzers)),
         "windows": dashboard.WINDOWS,
@@ -253,7 +265,7 @@ def tuning(request: HttpRequest) -> HttpResponse:
             "labels": dashboard.bin_labels(),
             "counts": preview.histogram,
             "threshold": threshold,
-            "current": config.threshold,
+            "current": current,
         },
     }
     if _is_partial(request):

@@ -193,3 +193,14 @@ class TestConfigApi:
     def test_put_a_non_object_is_4xx(self, api_client, admin_key):
         r = api_client.put("/api/config", [1, 2], key=admin_key)
         assert 400 <= r.status_code < 500
+
+
+def test_a_per_analyzer_threshold_is_stored_and_validated():
+    config = load_config().model_dump()
+    config["analyzers"]["bias"] = {"enabled": True, "threshold": 0.6}
+    save_config(config, actor="test")
+    assert load_config().threshold_for("bias") == 0.6
+    assert export_config()["analyzers"]["bias"]["threshold"] == 0.6
+    config["analyzers"]["bias"]["threshold"] = 2
+    with pytest.raises(ConfigError, match="threshold"):
+        save_config(config, actor="test")

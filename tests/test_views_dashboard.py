@@ -492,3 +492,17 @@ def test_detail_shows_how_a_judged_result_was_reached(staff_client, db):
     assert "Agrees blindly." in page
     assert "Plain text &lt;b&gt;passwords&lt;/b&gt; leak." in page
     assert "heuristic, no model" in page
+
+
+def test_saving_an_analyzers_own_threshold(staff_client):
+    make_audit(results=[result("tone", 0.4)])
+    page = staff_client.get(reverse("audits:tuning"), {"analyzer": "tone"}).content.decode()
+    assert "Threshold of <strong>tone</strong> (saved: 0.30)" in page
+    response = staff_client.post(reverse("audits:tuning"), {"threshold": "0.55", "analyzer": "tone"})
+    assert response.status_code == 302 and response["Location"].endswith("?analyzer=tone")
+    config = load_config()
+    assert config.threshold_for("tone") == pytest.approx(0.55)
+    assert config.threshold == pytest.approx(0.3)
+    follow = staff_client.get(response["Location"]).content.decode()
+    assert "The tone threshold saved: 0.55 (was 0.30)." in follow
+    assert "(saved: 0.55)" in follow

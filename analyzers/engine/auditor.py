@@ -167,7 +167,9 @@ class Auditor:
                 status="ok",
                 error=None,
                 duration_ms=duration_ms,
-                surfaced=is_surfaced(result.score, result.should_surface, self.config.threshold),
+                surfaced=is_surfaced(
+                    result.score, result.should_surface, context.config.threshold_for(analyzer.id)
+                ),
             )
         else:
             run = AnalyzerRun(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Brand(BaseModel):
@@ -46,8 +46,17 @@ class LLMConfig(BaseModel):
         return bool(self.base_url and self.model)
 
 
+def is_valid_threshold(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 1
+
+
+# Keys of an analyzer's section that the auditor reads, not the analyzer's own settings.
+AUDITOR_KEYS = frozenset({"enabled", "threshold"})
+
+
 class AuditorConfig(BaseModel):
-    """The whole configuration; `analyzers` maps analyzer id -> its settings plus `enabled`."""
+    """The whole configuration; `analyzers` maps analyzer id -> its settings plus `enabled`
+    and, optionally, its own surfacing `threshold` (overriding the global one)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,11 +69,24 @@ class AuditorConfig(BaseModel):
     known_customers: list[KnownCustomer] = Field(default_factory=list)
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
+    @field_validator("analyzers")
+    @classmethod
+    def _valid_analyzer_thresholds(cls, analyzers: dict[str, dict[str, Any]]):
+        for analyzer_id, section in analyzers.items():
+            value = section.get("threshold")
+            if value is not None and not is_valid_threshold(value):
+                raise ValueError(f"{analyzer_id}.threshold must be a number from 0 to 1")
+        return analyzers
+
     def analyzer_section(self, analyzer_id: str) -> dict[str, Any]:
-        """The settings of one analyzer, without the `enabled` switch."""
-        section = dict(self.analyzers.get(analyzer_id, {}))
-        section.pop("enabled", None)
-        return section
+        """The settings of one analyzer, without the keys the auditor reads."""
+        section = self.analyzers.get(analyzer_id, {})
+        return {k: v for k, v in section.items() if k not in AUDITOR_KEYS}
+
+    def threshold_for(self, analyzer_id: str) -> float:
+        """The analyzer's own threshold when it has one, else the global threshold."""
+        value = self.analyzers.get(analyzer_id, {}).get("threshold")
+        return self.threshold if value is None else float(value)
 
     def with_options(self, options: dict[str, dict[str, Any]]) -> AuditorConfig:
         """This configuration with one audit's per-analyzer `options` merged in."""

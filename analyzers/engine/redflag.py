@@ -252,18 +252,21 @@ class RedflagAnalyzer(Analyzer):
             if contradiction is not None:
                 flags.append(contradiction)
 
-        if settings.track_collisions and text.strip():
-            if await context.collision_store.seen_before(
+        if (
+            settings.track_collisions
+            and text.strip()
+            and await context.collision_store.seen_before(
                 context.collision_key, content_digest(text)
-            ):
-                flags.append(
-                    Annotation(
-                        type="COLLISION_DETECTED",
-                        label="Duplicate output",
-                        severity="warning",
-                        description="The same content was already produced for this collision key.",
-                    )
+            )
+        ):
+            flags.append(
+                Annotation(
+                    type="COLLISION_DETECTED",
+                    label="Duplicate output",
+                    severity="warning",
+                    description="The same content was already produced for this collision key.",
                 )
+            )
 
         for path in settings.validators:
             flags.extend(await run_validator(path, text, parsed, audit))

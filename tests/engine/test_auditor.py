@@ -223,3 +223,26 @@ def test_options_reach_analyzers_that_share_configuration():
     )
     assert "Secret plan:" not in report.cleaned_response
     assert "Visible answer." in report.cleaned_response
+
+
+def test_an_analyzer_may_have_its_own_threshold():
+    auditor = make_auditor(
+        {"strict": {"score": 0.2, "threshold": 0.1}, "lenient": {"score": 0.6, "threshold": 0.8},
+         "default": {"score": 0.3}}
+    )
+    report = audit(auditor)
+    assert {r.analyzer_id: r.surfaced for r in report.results} == {
+        "strict": True, "lenient": False, "default": True,
+    }
+
+
+def test_per_analyzer_thresholds_are_validated_and_never_reach_analyzer_settings():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="a.threshold must be a number from 0 to 1"):
+        AuditorConfig(analyzers={"a": {"threshold": 1.5}})
+    with pytest.raises(ValidationError):
+        AuditorConfig(analyzers={"a": {"threshold": True}})
+    config = AuditorConfig(analyzers={"a": {"enabled": True, "threshold": 0.5, "x": 1}})
+    assert config.analyzer_section("a") == {"x": 1}
+    assert config.threshold_for("a") == 0.5 and config.threshold_for("b") == 0.3
