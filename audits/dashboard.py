@@ -32,7 +32,8 @@ from django.utils.dateparse import parse_date
 
 from . import selectors
 from .highlight import SEVERITY_RANK
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditRun
+from .serializers import with_details
 
 PAGE_SIZE = 25
 SEVERITIES = ("info", "warning", "critical")
@@ -256,16 +257,7 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
 
 def detail_queryset() -> QuerySet[AuditRun]:
     """An audit with results, annotations, trace lines and links (5 queries)."""
-    return AuditRun.objects.prefetch_related(
-        Prefetch(
-            "results",
-            queryset=AnalyzerRunRecord.objects.order_by("position", "id").prefetch_related(
-                Prefetch("annotations", queryset=Annotation.objects.order_by("position", "id"))
-            ),
-        ),
-        Prefetch("trace_lines", queryset=TraceLine.objects.order_by("position")),
-        Prefetch("links", queryset=LinkCheck.objects.order_by("position", "id")),
-    )
+    return with_details(AuditRun.objects.all())
 
 
 # --- trends -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ rules (`heuristics_bias`), marked `supplementary.method = "heuristic"`.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -19,14 +19,6 @@ from .heuristics_bias import COUNTER_PROMPTS, bias_signals
 from .llm import LLMClient, Usage, format_sources, get_llm_client, load_prompt, locate_quote
 from .llm.judging import JudgedItem, clamp_unit, verify_items
 
-BIAS_TYPES = (
-    "sycophancy",
-    "confirmation_bias",
-    "anchoring_bias",
-    "authority_deference",
-    "recency_bias",
-    "false_consensus",
-)
 BiasType = Literal[
     "sycophancy",
     "confirmation_bias",
@@ -35,6 +27,7 @@ BiasType = Literal[
     "recency_bias",
     "false_consensus",
 ]
+BIAS_TYPES: tuple[str, ...] = get_args(BiasType)
 
 
 class Agreement(BaseModel):
