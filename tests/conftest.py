@@ -128,3 +128,14 @@ class ApiClient:
 def api_client(read_key) -> ApiClient:
     """A client authenticated with a read-scope key; pass `key=` per call for others."""
     return ApiClient(read_key)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """pytest-django drops the test database file; its WAL side files are ours to remove."""
+    import os
+    from pathlib import Path
+
+    name = os.environ.get("AUDITOR_TEST_DB")
+    if name:
+        for suffix in ("-wal", "-shm"):
+            Path(name + suffix).unlink(missing_ok=True)
