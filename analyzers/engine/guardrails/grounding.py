@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .links import canonical, fragmentless
 from .pipeline import PendingClaim
-from .settings import Customer, SourceIndex
-from .text import has_digit
+from .settings import Customer, GuardrailSettings, SourceIndex
+from .text import has_digit, one_line
 
 if TYPE_CHECKING:
     from .pipeline import Ctx
@@ -85,6 +85,7 @@ STOP_CAPS = frozenset(
 )
 
 
+@lru_cache(maxsize=4096)
 def metric_norm(token: str) -> str:
     t = token.lower().replace("+", "").replace(",", "").replace(" ", "").replace("\t", "")
     t = t.replace("×", "x").replace("million", "m").replace("billion", "b")
@@ -119,6 +120,7 @@ class _CompanyMatcher:
             if names
             else None
         )
+        self.known_slugs = frozenset(c.slug.lower() for c in customers)
         self.metrics: dict[str, set[str]] = {}
         for customer, company_texts in zip(customers, texts, strict=True):
             self.metrics[customer.slug] = {
@@ -157,13 +159,26 @@ def _sentences(text: str, start: int, end: int, link_starts: list[int], link_end
         yield pos, end
 
 
+@lru_cache(maxsize=64)
+def _brand_tokens(brand: str) -> frozenset[str]:
+    return frozenset(t.lower() for t in brand.split())
+
+
 def unknown_companies(words_text: str, brand: str, skip: list[tuple[int, int]]) -> list[str]:
-    brand_tokens = {t.lower() for t in brand.split()}
-    found = []
+    return list(_unknown_companies(words_text, brand, skip))
+
+
+def _unknown_companies(words_text: str, brand: str, skip: list[tuple[int, int]]):
+    """Capitalised words that may name a company, in order (see `unknown_companies`)."""
+    brand_tokens = _brand_tokens(brand)
     initial = True
     after_brand = False
-    for m in _WORD.finditer(words_text):
-        word = m.group(0).rstrip("-'’")
+    if skip:
+        words = ((m.group(0), m.start()) for m in _WORD.finditer(words_text))
+    else:  # no position is needed
+        words = ((w, 0) for w in _WORD.findall(words_text))
+    for raw, start in words:
+        word = raw.rstrip("-'’")
         if word.endswith(("'s", "’s")):
             word = word[:-2]
         lower = word.lower()
@@ -172,15 +187,25 @@ def unknown_companies(words_text: str, brand: str, skip: list[tuple[int, int]]) 
         prev_brand, after_brand = after_brand, lower in brand_tokens
         if after_brand or not word or not word[0].isupper():
             continue
-        if any(s <= m.start() < e for s, e in skip):
+        if skip and any(s <= start < e for s, e in skip):
             continue
-        if lower in STOP_CAPS or (prev_brand and word[0].isupper()):
+        if lower in STOP_CAPS or prev_brand:
             continue
         if is_initial and (lower in COMMON_STARTERS or lower.endswith(("ly", "ing"))):
             continue
         if is_initial and lower.endswith("s") and lower[:-1] in COMMON_STARTERS:
             continue
-        found.append(word)
+        yield word
+
+
+def case_link(dest: str, settings: GuardrailSettings) -> tuple[str | None, str]:
+    """(case-study slug or None, canonical URL or the destination), memoised."""
+    found = settings.case_links.get(dest)
+    if found is None:
+        found = (settings.case_study_slug(fragmentless(dest)), canonical(dest).url or dest)
+        if len(settings.case_links) >= 8192:
+            settings.case_links.clear()
+        settings.case_links[dest] = found
     return found
 
 
@@ -188,16 +213,26 @@ def audit_grounding(ctx: Ctx) -> None:
     text = ctx.doc.text
     # A sentence without a digit and without "](" is no claim (`_judge`), so neither is
     # a paragraph without them. (The "/" test is the historical gate, kept as it was.)
-    if ("](" not in text or "/" not in text) and not has_digit(text):
+    linked = "](" in text and "/" in text
+    if not linked and not has_digit(text):
         return
     if not has_claim_hint(text):
         return
+    settings = ctx.settings
     _, fences = ctx.code()
     links = [link for link in ctx.links() if link.kind != "definition"]
+    matcher = _matcher(ctx.sources)
+    known_slugs = matcher.known_slugs
+    if linked and not has_digit(text):
+        # without a number, only a link to the case study of no known customer is a claim
+        for link in links:
+            slug = case_link(link.dest, settings)[0]
+            if slug is not None and slug not in known_slugs:
+                break
+        else:
+            return
     link_starts = [link.start for link in links]
     link_ends = [link.end for link in links]
-    matcher = _matcher(ctx.sources)
-    known_slugs = {c.slug.lower() for c in ctx.sources.all_customers()}
     edits: list[tuple[int, int, str]] = []
     pending: list[tuple[int, int, str, dict[str, Any]]] = []
     segments = []
@@ -208,13 +243,15 @@ def audit_grounding(ctx: Ctx) -> None:
     segments.append((pos, len(text)))
     for seg_start, seg_end in segments:
         for s, e in _sentences(text, seg_start, seg_end, link_starts, link_ends):
-            while s < e and text[s].isspace():
-                s += 1
-            while e > s and text[e - 1].isspace():
-                e -= 1
-            if e <= s or not has_claim_hint(text[s:e]):
+            sentence = text[s:e]
+            stripped = sentence.strip()
+            if not stripped or not has_claim_hint(stripped):
                 continue
-            verdict = _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs)
+            if len(stripped) != len(sentence):
+                s += len(sentence) - len(sentence.lstrip())
+                e = s + len(stripped)
+                sentence = stripped
+            verdict = _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs)
             if verdict is None:
                 continue
             reasons, claim, case_url = verdict
@@ -226,7 +263,9 @@ def audit_grounding(ctx: Ctx) -> None:
                     "grounding", "UNGROUNDED_CUSTOMER_CLAIM", "critical", desc, s, e
                 )
                 claim["start"], claim["end"] = annotation.start, annotation.end
-                ctx.trace("STRIP", "UNGROUNDED_CUSTOMER_CLAIM", text[s:e])
+                ctx.out.trace.append(
+                    "[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | " + one_line(sentence)
+                )
                 es, ee = _sentence_removal(text, s, e)
                 if edits and es < edits[-1][1]:
                     es = edits[-1][1]
@@ -260,10 +299,12 @@ def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
     return start, end
 
 
-def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
-    """None when the sentence is no claim; else (reasons, claim record, case-study url)."""
+def _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs):
+    """None when the sentence (`text[s:e]`) is no claim; else (reasons, claim record,
+    case-study url)."""
     settings = ctx.settings
-    if not _DIGIT.search(text, s, e) and "](" not in text[s:e]:
+    digit = has_digit(sentence)
+    if not digit and "](" not in sentence:
         return None  # no number and no link: cannot be a claim
     inside = []
     i, n_links = bisect_left(link_starts, s), len(links)
@@ -276,31 +317,33 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
         i += 1
     case_links: dict[str, str] = {}  # slug -> canonical url
     for link in inside:
-        slug = settings.case_study_slug(fragmentless(link.dest))
-        if slug is not None:
-            case_links.setdefault(slug, canonical(link.dest).url or link.dest)
-    sentence = text[s:e]
-    if not case_links and not has_digit(sentence):
+        slug, url = case_link(link.dest, settings)
+        if slug is not None and slug not in case_links:
+            case_links[slug] = url
+    if not case_links and not digit:
         return None
     unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
     if not unknown_slugs and not _METRIC_CHAR.search(sentence):
         return None  # every metric has a "%", "$" or "x": no claim
     # the words of the sentence: links reduced to their labels, code spans left out
-    cuts = [(link.start, link.end, link.label if link.kind != "autolink" else "")
-            for link in inside]
     code, _ = ctx.code()
-    if code:
-        cuts.extend((cs, ce, " ") for cs, ce in code.spans if cs < e and ce > s)
-        cuts.sort()
-    parts, pos = [], s
-    for cs, ce, keep in cuts:
-        if cs < pos:
-            continue
-        parts.append(text[pos:cs])
-        parts.append(keep)
-        pos = min(ce, e)
-    parts.append(text[pos:e])
-    words_text = "".join(parts)
+    if not inside and not code:
+        words_text = sentence
+    else:
+        cuts = [(link.start, link.end, link.label if link.kind != "autolink" else "")
+                for link in inside]
+        if code:
+            cuts.extend((cs, ce, " ") for cs, ce in code.spans if cs < e and ce > s)
+            cuts.sort()
+        parts, pos = [], s
+        for cs, ce, keep in cuts:
+            if cs < pos:
+                continue
+            parts.append(text[pos:cs])
+            parts.append(keep)
+            pos = min(ce, e)
+        parts.append(text[pos:e])
+        words_text = "".join(parts)
     metrics = find_metrics(words_text)
     claim: dict[str, Any] = {"sentence": sentence, "metrics": metrics}
     if unknown_slugs:
@@ -331,10 +374,10 @@ def _judge(ctx, text, s, e, links, link_starts, matcher, known_slugs):
         assert best is not None
         claim["company"] = best[1].name
         return best[0], claim, best[2]
-    unknown = unknown_companies(words_text, settings.brand_name, spans)
-    if not unknown:
+    unknown = next(_unknown_companies(words_text, settings.brand_name, spans), None)
+    if unknown is None:
         return None
-    claim["company"] = unknown[0]
+    claim["company"] = unknown
     reasons = [UNKNOWN_COMPANY, METRIC_NOT_IN_SOURCES]
     if not case_links:
         reasons.append(MISSING_CASE_STUDY_LINK)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..contract import LinkRecord
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
-from .text import BlankRuns
+from .text import BlankRuns, one_line
 from .urls import (
     USERINFO,
     CanonicalURL,
@@ -21,6 +21,7 @@ from .urls import (
 
 if TYPE_CHECKING:
     from .pipeline import Ctx
+    from .settings import GuardrailSettings
 
 GENERIC_LABELS = frozenset(
     {
@@ -142,7 +143,10 @@ def convert_anchors(ctx: Ctx) -> None:
 
 def classify(canon: CanonicalURL, ctx: Ctx) -> tuple[str | None, str, str]:
     """(code, severity, description) for a link to strip, or (None, "", "") to keep."""
-    s = ctx.settings
+    return _classify(canon, ctx.settings)
+
+
+def _classify(canon: CanonicalURL, s: GuardrailSettings) -> tuple[str | None, str, str]:
     if canon.unsafe_scheme:
         what = canon.scheme + ":" if canon.scheme else "a relative URL"
         return "LINK_UNSAFE_SCHEME", "critical", f"Links must be absolute http(s); got {what}"
@@ -166,7 +170,24 @@ def classify(canon: CanonicalURL, ctx: Ctx) -> tuple[str | None, str, str]:
             "warning",
             "Technical documentation may only be cited from the allowed paths.",
         )
-    return None, "", ""
+    return _KEEP
+
+
+_DECISIONS_MAX = 8192
+_KEEP = (None, "", "")
+
+
+def decide(dest: str, settings: GuardrailSettings) -> tuple[str | None, str, str, str]:
+    """`classify` of a destination, and its canonical URL (or the destination itself),
+    memoised on the settings."""
+    decision = settings.link_decisions.get(dest)
+    if decision is None:
+        canon = canonical(dest)
+        decision = (*_classify(canon, settings), canon.url or dest)
+        if len(settings.link_decisions) >= _DECISIONS_MAX:
+            settings.link_decisions.clear()
+        settings.link_decisions[dest] = decision
+    return decision
 
 
 def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
@@ -179,22 +200,25 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
         return []
     edits: list[tuple[int, int, str]] = []
     removed: list[tuple[int, str]] = []  # (index into edits, label left in the text)
-    brand = ctx.settings.brand_name
-    suffix = ctx.settings.title_suffix
+    settings = ctx.settings
+    brand = settings.brand_name
+    suffix = settings.title_suffix
+    decisions = settings.link_decisions
+    trace = ctx.out.trace
+    out_links = ctx.out.links
     last_end = -1
     for link in links:
         if link.start < last_end:
             continue
         last_end = link.end
-        canon = canonical(link.dest)
-        url = canon.url or link.dest
-        code_, severity, why = classify(canon, ctx)
+        code_, severity, why, url = decisions.get(link.dest) or decide(link.dest, settings)
         if code_ is not None:
             _strip(ctx, link, url, code_, severity, why, edits, removed)
             continue
         label = link.label
         new_label = None
-        if link.kind in ("inline", "image") and is_generic(label, brand):
+        inline = link.kind == "inline" or link.kind == "image"
+        if inline and is_generic(label, brand):
             title = ctx.sources.titles.get(fragmentless(link.dest))
             if title:
                 new_label = escape_label(with_suffix(title, suffix))
@@ -206,10 +230,10 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                     link.start,
                     link.end,
                 )
-                ctx.trace("REPLACE", f"{label} -> {new_label}")
+                trace.append("[AUDIT] REPLACE | " + one_line(f"{label} -> {new_label}"))
         if (
             new_label is None
-            and link.kind in ("inline", "image")
+            and inline
             and suffix.strip()
             and _may_repeat_suffix(label, suffix)
         ):
@@ -224,13 +248,13 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                     link.label_start,
                     link.label_end,
                 )
-                ctx.trace("REPLACE", f"{label} -> {new_label}")
+                trace.append("[AUDIT] REPLACE | " + one_line(f"{label} -> {new_label}"))
         if new_label is not None:
             edits.append((link.label_start, link.label_end, new_label))
-            ctx.out.links.append(LinkRecord(url=url, label=new_label, decision="replace"))
+            out_links.append(LinkRecord(url=url, label=new_label, decision="replace"))
         else:
-            ctx.trace("KEEP", url)
-            ctx.out.links.append(LinkRecord(url=url, label=label, decision="keep"))
+            trace.append("[AUDIT] KEEP | " + one_line(url))
+            out_links.append(LinkRecord(url=url, label=label, decision="keep"))
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
@@ -252,7 +276,7 @@ def _strip(
 ) -> None:
     """Strip a link, keeping its label; an autolink or definition goes entirely."""
     ctx.annotate("links", code, severity, why, link.start, link.end)
-    ctx.trace("STRIP", code, url)
+    ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
     ctx.out.links.append(LinkRecord(url=url, label=link.label, decision="strip", reason=code))
     if link.kind == "definition":
         edits.append((link.start, link.end, ""))
@@ -263,7 +287,8 @@ def _strip(
 
 
 def _any_unsafe(ctx: Ctx) -> bool:
-    return any(classify(canonical(link.dest), ctx)[0] for link in ctx.links())
+    settings = ctx.settings
+    return any(decide(link.dest, settings)[0] for link in ctx.links())
 
 
 def _neutralise(ctx: Ctx) -> None:
@@ -353,7 +378,7 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
             start,
             end,
         )
-        ctx.trace("STRIP", "DANGLING_ATTRIBUTION", text[start:end])
+        ctx.out.trace.append("[AUDIT] STRIP | DANGLING_ATTRIBUTION | " + one_line(text[start:end]))
         edits.append((start, end, replacement))
     if edits:
         ctx.doc.apply(edits)

@@ -50,6 +50,10 @@ class GuardrailSettings:
     # derived
     case_study_prefix: str = field(default="", compare=False)
     case_study_suffix: str = field(default="", compare=False)
+    # link decisions by destination (a pure function of these settings), memoised; a
+    # fresh dict for every instance, `dataclasses.replace` included
+    link_decisions: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    case_links: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def build(

@@ -44,6 +44,9 @@ class Doc:
         return os_ + (pos - cs) if copied else oe
 
     def orig_span(self, start: int, end: int) -> tuple[int, int]:
+        if len(self.pieces) == 1 and self.pieces[0][4]:  # unedited: a plain shift
+            base = self.pieces[0][2]
+            return base + start, base + (end if end > start else start)
         s = self.orig_start(start)
         e = self.orig_end(end) if end > start else s
         return s, max(s, e)
@@ -53,6 +56,8 @@ class Doc:
         edits = list(edits)
         if not edits:
             return []
+        if len(self.pieces) == 1 and self.pieces[0][4]:
+            return self._apply_unedited(edits)
         text = self.text
         out: list[str] = []
         new_pieces: list[tuple[int, int, int, int, bool]] = []
@@ -101,6 +106,43 @@ class Doc:
             new_starts = [0]
         self.pieces = new_pieces
         self._starts = new_starts
+        return positions
+
+
+    def _apply_unedited(self, edits: list[Edit]) -> list[int]:
+        """`apply` on text still mapping one to one onto the original: the same pieces,
+        computed without searching."""
+        text = self.text
+        n = len(text)
+        o = self.pieces[0][2]
+        out: list[str] = []
+        pieces: list[tuple[int, int, int, int, bool]] = []
+        positions = []
+        cursor = 0
+        length = 0
+        for start, end, replacement in edits:
+            if start > cursor:
+                out.append(text[cursor:start])
+                pieces.append((length, length + start - cursor, o + cursor, o + start, True))
+                length += start - cursor
+            positions.append(length)
+            if replacement:
+                out.append(replacement)
+                pieces.append(
+                    (length, length + len(replacement), o + start,
+                     o + (end if end > start else start), False)
+                )
+                length += len(replacement)
+            if end > cursor:
+                cursor = end
+        if n > cursor:
+            out.append(text[cursor:])
+            pieces.append((length, length + n - cursor, o + cursor, o + n, True))
+        self.text = "".join(out)
+        if not pieces:
+            pieces = [(0, 0, o + n, o + n, True)]
+        self.pieces = pieces
+        self._starts = [p[0] for p in pieces]
         return positions
 
 
