@@ -47,8 +47,20 @@ def has_claim_hint(text: str) -> bool:
     "×", a digit before "x"), and no code span ("`") whose removal could join a metric."""
     return (
         "](" in text or "<" in text or "`" in text or "%" in text or "$" in text
-        or "×" in text or _DIGIT_X.search(text) is not None
+        or "×" in text or _digit_x(text)
     )
+
+
+def _digit_x(text: str) -> bool:
+    """`_DIGIT_X.search(text) is not None`, looking only at the (few) "x" of the text."""
+    i = text.find("x", 1)  # an "x" at 0 has no digit before it
+    while i >= 0:
+        c = text[i - 1]
+        if c.isdecimal() or (c in " \t" and i > 1 and text[i - 2].isdecimal()):
+            return True
+        i = text.find("x", i + 1)
+    return False
+
 
 COMMON_STARTERS = frozenset(
     """a an the this that these those it its it's our we you your they their there here

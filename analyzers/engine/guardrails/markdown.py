@@ -157,8 +157,39 @@ def parse_destination(
     return None
 
 
+# A link whose label and destination hold none of the scanner's special characters
+# ("[", "]", "\\", "<", "`"), nor "(", ")" or whitespace in the destination.
+_PLAIN_LINK = re.compile(r"!?\[([^\[\]\\<`]*)\]\(([^\x00-\x20()\\<\[\]`]+)\)")
+
+
+def _scan_plain(text: str) -> list[MdLink] | None:
+    """The links of code-free text whose special characters all belong to plain links,
+    or None when the text has any other.
+
+    Such text is read by `scan_links` one link at a time, each "[" closed by the next
+    "]" with an empty bracket stack, so every plain link is a link and nothing else is.
+    """
+    specials = text.count("[")
+    if specials:
+        specials += text.count("]") + text.count("\\") + text.count("<") + text.count("`")
+    elif "\\" in text or "<" in text or "`" in text or "]" in text:
+        return None
+    else:
+        return []
+    links = [
+        MdLink(m.start(), m.end(), m.group(1), m.start(1), m.end(1), m.group(2),
+               "inline" if text[m.start()] == "[" else "image")
+        for m in _PLAIN_LINK.finditer(text)
+    ]
+    return links if 2 * len(links) == specials else None
+
+
 def scan_links(text: str, code: SpanSet) -> list[MdLink]:
     """Inline links, images, autolinks and reference definitions outside code, in order."""
+    if not code:
+        plain = _scan_plain(text)
+        if plain is not None:
+            return plain
     links: list[MdLink] = []
     n = len(text)
     # stack entries: [first_pos, count, image_first]

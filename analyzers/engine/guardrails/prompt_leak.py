@@ -30,9 +30,32 @@ def _first_words(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p.lower().rstrip(":").split(" ")[0] for p in patterns)
 
 
+@lru_cache(maxsize=64)
+def _first_chars(patterns: tuple[str, ...]) -> frozenset[str]:
+    """What a lower-cased line (markup stripped) starts with when it holds a heading."""
+    return frozenset(p.lower()[:1] for p in patterns)
+
+
+def _may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
+    """False when no line of the text can start with a heading: its first character
+    (after markup) begins no pattern. (Any other character is left to `heading_match`.)"""
+    first = _first_chars(patterns)
+    pos = 0
+    while True:
+        nl = text.find("\n", pos)
+        c = text[pos:nl if nl >= 0 else len(text)].lstrip(_LEADING_MARKUP)[:1]
+        if c and (not c.isascii() or c.lower() in first):
+            return True
+        if nl < 0:
+            return False
+        pos = nl + 1
+
+
 def strip_prompt_leaks(ctx: Ctx) -> None:
     text = ctx.doc.text
     patterns = ctx.settings.patterns
+    if not _may_start_heading(text, patterns):
+        return
     lowered = text.lower()
     for word in _first_words(patterns):
         if word in lowered:
