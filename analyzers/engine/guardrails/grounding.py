@@ -26,7 +26,7 @@ METRIC_NOT_IN_SOURCES = "METRIC_NOT_IN_SOURCES"
 MISSING_CASE_STUDY_LINK = "MISSING_CASE_STUDY_LINK"
 CASE_STUDY_LINK_UNHEALTHY = "CASE_STUDY_LINK_UNHEALTHY"
 
-_BOUNDARY = re.compile(r"[.!?]+[\"')\]”’*_]*(?=\s|$)|\n")
+_BOUNDARY = re.compile(r"[.!?][.!?]*[\"')\]”’*_]*(?=\s|$)|\n")
 _METRIC = re.compile(
     r"(?<![\w$.])(?:"
     r"[+\-]?\d+(?:[.,]\d+)*[ \t]?%"
@@ -40,6 +40,7 @@ _WORD = re.compile(r"[^\W\d_][\w&'’\-]*")
 _DIGIT = re.compile(r"\d")
 _METRIC_CHAR = re.compile(r"[%$x×]")  # one of these is in every `_METRIC` match
 _DIGIT_X = re.compile(r"\d[ \t]?x")
+_NO_METRICS: frozenset[str] = frozenset()
 
 
 def has_claim_hint(text: str) -> bool:
@@ -158,19 +159,6 @@ def _matcher(sources: SourceIndex) -> _CompanyMatcher:
     return cached[1]
 
 
-def _sentences(text: str, start: int, end: int, link_starts: list[int], link_ends: list[int]):
-    pos = start
-    for m in _BOUNDARY.finditer(text, start, end):
-        i = bisect_left(link_ends, m.start() + 1)
-        if i < len(link_starts) and link_starts[i] <= m.start():
-            continue  # inside a link
-        if m.end() > pos:
-            yield pos, m.end()
-        pos = m.end()
-    if pos < end:
-        yield pos, end
-
-
 @lru_cache(maxsize=64)
 def _brand_tokens(brand: str) -> frozenset[str]:
     return frozenset(t.lower() for t in brand.split())
@@ -231,8 +219,10 @@ def audit_grounding(ctx: Ctx) -> None:
     if not has_claim_hint(text):
         return
     settings = ctx.settings
-    _, fences = ctx.code()
-    links = [link for link in ctx.links() if link.kind != "definition"]
+    code, fences = ctx.code()
+    links = ctx.links()
+    if any(link.kind == "definition" for link in links):
+        links = [link for link in links if link.kind != "definition"]
     matcher = _matcher(ctx.sources)
     known_slugs = matcher.known_slugs
     if linked and not has_digit(text):
@@ -245,48 +235,65 @@ def audit_grounding(ctx: Ctx) -> None:
             return
     link_starts = [link.start for link in links]
     link_ends = [link.end for link in links]
+    n_links = len(links)
+    # the sentences, fenced code left out; a boundary inside a link is none
+    spans: list[tuple[int, int]] = []
+    segments = [(0, len(text))]
+    if fences:
+        segments, pos = [], 0
+        for fs, fe in fences:
+            segments.append((pos, fs))
+            pos = fe
+        segments.append((pos, len(text)))
+    for seg_start, seg_end in segments:
+        pos = seg_start
+        for m in _BOUNDARY.finditer(text, seg_start, seg_end):
+            if n_links:
+                b = m.start()
+                i = bisect_left(link_ends, b + 1)
+                if i < n_links and link_starts[i] <= b:
+                    continue
+            e = m.end()
+            if e > pos:
+                spans.append((pos, e))
+            pos = e
+        if pos < seg_end:
+            spans.append((pos, seg_end))
+    out = ctx.out
     edits: list[tuple[int, int, str]] = []
     pending: list[tuple[int, int, str, dict[str, Any]]] = []
-    segments = []
-    pos = 0
-    for fs, fe in fences:
-        segments.append((pos, fs))
-        pos = fe
-    segments.append((pos, len(text)))
-    for seg_start, seg_end in segments:
-        for s, e in _sentences(text, seg_start, seg_end, link_starts, link_ends):
-            sentence = text[s:e]
-            stripped = sentence.strip()
-            if not stripped or not has_claim_hint(stripped):
-                continue
-            if len(stripped) != len(sentence):
-                s += len(sentence) - len(sentence.lstrip())
-                e = s + len(stripped)
-                sentence = stripped
-            verdict = _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs)
-            if verdict is None:
-                continue
-            reasons, claim, case_url = verdict
-            if reasons:
-                claim["reasons"] = reasons
-                ctx.out.claims.append(claim)
-                desc = "Customer claim removed: " + ", ".join(reasons) + "."
-                annotation = ctx.annotate(
-                    "grounding", "UNGROUNDED_CUSTOMER_CLAIM", "critical", desc, s, e
-                )
-                claim["start"], claim["end"] = annotation.start, annotation.end
-                ctx.out.trace.append(
-                    "[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | " + one_line(sentence)
-                )
-                es, ee = _sentence_removal(text, s, e)
-                if edits and es < edits[-1][1]:
-                    es = edits[-1][1]
-                edits.append((es, ee, ""))
-            else:
-                claim["reasons"] = []
-                ctx.out.claims.append(claim)
-                if case_url is not None:
-                    pending.append((s, e, case_url, claim))
+    for s, e in spans:
+        sentence = text[s:e]
+        stripped = sentence.strip()
+        if not stripped or not has_claim_hint(stripped):
+            continue
+        if len(stripped) != len(sentence):
+            s += len(sentence) - len(sentence.lstrip())
+            e = s + len(stripped)
+            sentence = stripped
+        verdict = _judge(settings, code, text, s, e, sentence, links, link_starts, matcher,
+                         known_slugs)
+        if verdict is None:
+            continue
+        reasons, claim, case_url = verdict
+        if reasons:
+            claim["reasons"] = reasons
+            out.claims.append(claim)
+            desc = "Customer claim removed: " + ", ".join(reasons) + "."
+            annotation = ctx.annotate(
+                "grounding", "UNGROUNDED_CUSTOMER_CLAIM", "critical", desc, s, e
+            )
+            claim["start"], claim["end"] = annotation.start, annotation.end
+            out.trace.append("[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | " + one_line(sentence))
+            es, ee = _sentence_removal(text, s, e)
+            if edits and es < edits[-1][1]:
+                es = edits[-1][1]
+            edits.append((es, ee, ""))
+        else:
+            claim["reasons"] = []
+            out.claims.append(claim)
+            if case_url is not None:
+                pending.append((s, e, case_url, claim))
     if edits:
         ctx.doc.apply(edits)
     # both in text order: the removed length before each claim, in one pass
@@ -295,7 +302,7 @@ def audit_grounding(ctx: Ctx) -> None:
         while k < len(edits) and edits[k][1] <= s:
             shift += edits[k][1] - edits[k][0]
             k += 1
-        ctx.out.pending.append(PendingClaim(s - shift, e - shift, url, claim))
+        out.pending.append(PendingClaim(s - shift, e - shift, url, claim))
 
 
 def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
@@ -311,22 +318,22 @@ def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
     return start, end
 
 
-def _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs):
+def _judge(settings, code, text, s, e, sentence, links, link_starts, matcher, known_slugs):
     """None when the sentence (`text[s:e]`) is no claim; else (reasons, claim record,
     case-study url)."""
-    settings = ctx.settings
     digit = has_digit(sentence)
     if not digit and "](" not in sentence:
         return None  # no number and no link: cannot be a claim
     inside = []
-    i, n_links = bisect_left(link_starts, s), len(links)
-    while i < n_links:
-        link = links[i]
-        if link.start >= e:
-            break
-        if link.end <= e:
-            inside.append(link)
-        i += 1
+    if links:
+        i, n_links = bisect_left(link_starts, s), len(links)
+        while i < n_links:
+            link = links[i]
+            if link.start >= e:
+                break
+            if link.end <= e:
+                inside.append(link)
+            i += 1
     case_links: dict[str, str] = {}  # slug -> canonical url
     for link in inside:
         slug, url = case_link(link.dest, settings)
@@ -338,7 +345,6 @@ def _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs):
     if not unknown_slugs and not _METRIC_CHAR.search(sentence):
         return None  # every metric has a "%", "$" or "x": no claim
     # the words of the sentence: links reduced to their labels, code spans left out
-    code, _ = ctx.code()
     if not inside and not code:
         words_text = sentence
     else:
@@ -376,7 +382,7 @@ def _judge(ctx, text, s, e, sentence, links, link_starts, matcher, known_slugs):
         norms = {metric_norm(m) for m in metrics}
         for customer in known:
             reasons = []
-            if not norms <= matcher.metrics.get(customer.slug, set()):
+            if not norms <= matcher.metrics.get(customer.slug, _NO_METRICS):
                 reasons.append(METRIC_NOT_IN_SOURCES)
             url = case_links.get(customer.slug.lower())
             if url is None:

@@ -159,7 +159,7 @@ def parse_destination(
 
 # A link whose label and destination hold none of the scanner's special characters
 # ("[", "]", "\\", "<", "`"), nor "(", ")" or whitespace in the destination.
-_PLAIN_LINK = re.compile(r"!?\[([^\[\]\\<`]*)\]\(([^\x00-\x20()\\<\[\]`]+)\)")
+_PLAIN_LINK = re.compile(r"\[([^\[\]\\<`]*)\]\(([^\x00-\x20()\\<\[\]`]+)\)")
 
 
 def _scan_plain(text: str) -> list[MdLink] | None:
@@ -176,11 +176,15 @@ def _scan_plain(text: str) -> list[MdLink] | None:
         return None
     else:
         return []
-    links = [
-        MdLink(m.start(), m.end(), m.group(1), m.start(1), m.end(1), m.group(2),
-               "inline" if text[m.start()] == "[" else "image")
-        for m in _PLAIN_LINK.finditer(text)
-    ]
+    links = []
+    for m in _PLAIN_LINK.finditer(text):
+        start = m.start()
+        if start and text[start - 1] == "!":  # no backslash can escape it: there is none
+            links.append(MdLink(start - 1, m.end(), m.group(1), start + 1, m.start(2) - 2,
+                                m.group(2), "image"))
+        else:
+            links.append(MdLink(start, m.end(), m.group(1), start + 1, m.start(2) - 2,
+                                m.group(2), "inline"))
     return links if 2 * len(links) == specials else None
 
 

@@ -42,7 +42,7 @@ class PendingClaim:
     claim: dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class ParagraphResult:
     text: str
     annotations: list[tuple[str, Annotation]] = field(default_factory=list)

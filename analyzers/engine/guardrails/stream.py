@@ -17,7 +17,7 @@ from .pipeline import PendingClaim, audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
 
 
-@dataclass
+@dataclass(slots=True)
 class AuditedParagraph:
     """A piece of audited output: a paragraph (with its trace lines) or blank lines."""
 
@@ -110,8 +110,10 @@ class InlineStreamAuditor:
             raise RuntimeError("feed() after finish()")
         out: list[AuditedParagraph] = []
         start = 0
+        find = chunk.find
+        line = self._line
         while True:
-            nl = chunk.find("\n", start)
+            nl = find("\n", start)
             if nl < 0:
                 if start < len(chunk):
                     self._partial.append(chunk[start:])
@@ -121,7 +123,7 @@ class InlineStreamAuditor:
                 self._partial.append(piece)
                 piece = "".join(self._partial)
                 self._partial = []
-            self._line(piece, out)
+            line(piece, out)
             start = nl + 1
         return out
 
@@ -163,19 +165,23 @@ class InlineStreamAuditor:
         self._consumed += len(line)
 
     def _line(self, line: str, out: list[AuditedParagraph]) -> None:
+        """One whole line, "\n" included."""
         if self._fence is not None:
             self._add_to_para(line)
             if _closes(line, self._fence):
                 self._fence = None
             return
-        if _is_blank(line):
+        if line.isspace():  # blank (the line is never empty)
             self._flush(out)
             self._emit_blank(line, out)
             return
-        marker = _fence_marker(line)
-        if marker is not None:
-            self._fence = marker
-        self._add_to_para(line)
+        if line[0] in " `~":  # where a fence can start
+            self._fence = _fence_marker(line)
+        if not self._para:
+            self._para_start = self._consumed
+            self._suppress_blank = False
+        self._para.append(line)
+        self._consumed += len(line)
 
     def _emit_blank(self, line: str, out: list[AuditedParagraph]) -> None:
         self._consumed += len(line)
@@ -197,17 +203,19 @@ class InlineStreamAuditor:
         body = text[:-1] if newline else text
         result = audit_paragraph(body, self._para_start, self.settings, self.sources)
         cleaned = result.text
-        if cleaned.strip():
-            emitted = cleaned + ("\n" if newline else "")
+        if cleaned and not cleaned.isspace():
+            emitted = cleaned + "\n" if newline else cleaned
         else:
             emitted = ""
             self._suppress_blank = True
-        offset = self._out_len
-        for pending in result.pending:
-            pending.start += offset
-            pending.end += offset
-            self._pending.append(pending)
-        self._write(emitted)
+        if result.pending:
+            offset = self._out_len
+            for pending in result.pending:
+                pending.start += offset
+                pending.end += offset
+                self._pending.append(pending)
+        self._out.append(emitted)
+        self._out_len += len(emitted)
         self._annotations.extend(result.annotations)
         self._links.extend(result.links)
         self._trace.extend(result.trace)
