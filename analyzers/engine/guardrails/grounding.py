@@ -150,13 +150,28 @@ def _build_matcher(
 
 
 def _matcher(sources: SourceIndex) -> _CompanyMatcher:
-    cached = getattr(sources, "_matcher", None)
-    if cached is None or cached[0] != sources.version:
-        customers = tuple(sources.all_customers())
-        texts = tuple(tuple(sources.company_texts.get(c.slug, ())) for c in customers)
-        cached = (sources.version, _build_matcher(customers, texts))
-        sources._matcher = cached  # type: ignore[attr-defined]
-    return cached[1]
+    """The matcher of the customers and company texts the sources know now.
+
+    Only sources with a company change them: until one arrives, the settings' own
+    matcher serves.
+    """
+    cached = sources.matcher
+    if cached is not None and cached[0] == sources.company_version:
+        return cached[1]
+    if sources.company_version == 0:
+        matcher = sources.settings.derived.get("matcher")
+        if matcher is None:
+            matcher = sources.settings.derived["matcher"] = _sources_matcher(sources)
+    else:
+        matcher = _sources_matcher(sources)
+    sources.matcher = (sources.company_version, matcher)
+    return matcher
+
+
+def _sources_matcher(sources: SourceIndex) -> _CompanyMatcher:
+    customers = tuple(sources.all_customers())
+    texts = tuple(tuple(sources.company_texts.get(c.slug, ())) for c in customers)
+    return _build_matcher(customers, texts)
 
 
 @lru_cache(maxsize=64)

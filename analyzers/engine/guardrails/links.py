@@ -316,6 +316,31 @@ def _neutralise(ctx: Ctx) -> None:
         ctx.doc.apply(edits)
 
 
+# Where an attribution ending in an ASCII character (any case) starts, back from its end.
+_ATTRIBUTION_LENGTHS = {
+    "-": (1,), "o": (12,), "a": (3,), ":": (8, 7), "f": (11,), "n": (8,), "y": (14,)
+}
+
+
+def _left_attribution(text: str, left: int) -> re.Match[str] | None:
+    """`_LEFT_ATTRIBUTION.search(text, max(0, left - 40), left)`, for a `left` with no
+    space or tab before it: the attribution then ends at `left`, so when the character
+    there is ASCII (not a newline, before which `$` also matches) its last character
+    tells where it can start."""
+    if left <= 0:
+        return None  # nothing to match in an empty window
+    c = text[left - 1]
+    if not c.isascii() or c == "\n":
+        return _LEFT_ATTRIBUTION.search(text, max(0, left - 40), left)
+    for length in _ATTRIBUTION_LENGTHS.get(c.lower(), ()):
+        if length <= left:
+            m = _LEFT_ATTRIBUTION.match(text, left - length, left)
+            if m is not None:
+                return m
+    return None
+
+
+@lru_cache(maxsize=4096)
 def is_attribution_label(label: str) -> bool:
     """Labels that only say "this came from somewhere": worthless once the link is gone."""
     norm = " ".join(_NON_WORD.sub(" ", label.lower()).split())
@@ -343,7 +368,7 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
         if left > 0 and text[left - 1] == "(" and right < n and text[right] == ")":
             span = (left - 1, right + 1)
         else:
-            m = _LEFT_ATTRIBUTION.search(text, max(0, left - 40), left)
+            m = _left_attribution(text, left)
             if m is not None:
                 span = (m.start(), q)
             elif attribution:

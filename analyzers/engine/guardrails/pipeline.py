@@ -55,6 +55,8 @@ class ParagraphResult:
 class Ctx:
     """The state of one paragraph while the rules run."""
 
+    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links")
+
     def __init__(
         self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
     ) -> None:
@@ -63,7 +65,7 @@ class Ctx:
         self.settings = settings
         self.sources = sources
         self.doc = Doc(text, base)
-        self.out = ParagraphResult(text)
+        self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
         self._links: tuple[str, list[MdLink]] | None = None
 
@@ -140,11 +142,11 @@ def audit_paragraph(
         _RULES or _load_rules()
     )
     ctx = Ctx(text, base, settings, sources)
-    ctx.out.trace.append(PARAGRAPH_IN)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:
-        convert_anchors(ctx)
+        if "<a" in ctx.doc.text or "<A" in ctx.doc.text:  # else there is no anchor
+            convert_anchors(ctx)
         stripped_at = audit_links(ctx)
         if stripped_at:
             strip_dangling(ctx, stripped_at)

@@ -54,6 +54,9 @@ class GuardrailSettings:
     # fresh dict for every instance, `dataclasses.replace` included
     link_decisions: dict = field(default_factory=dict, init=False, compare=False, repr=False)
     case_links: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    # other values derived from these settings alone (the company matcher of audits
+    # without source companies)
+    derived: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -181,6 +184,8 @@ class SourceIndex:
         self.company_texts: dict[str, list[str]] = {}
         self.extra_companies: dict[str, Customer] = {}
         self.version = 0
+        self.company_version = 0  # sources with a company added
+        self.matcher: tuple | None = None  # (company_version, matcher), see grounding
         for customer in settings.customers:
             self.company_texts.setdefault(customer.slug, []).extend(customer.facts)
         for source in sources:
@@ -193,6 +198,7 @@ class SourceIndex:
             if key and source.title and key not in self.titles:
                 self.titles[key] = source.title
         if source.company and source.company.strip():
+            self.company_version += 1
             customer = self.customer_named(source.company)
             if customer is None:
                 name = source.company.strip()

@@ -21,13 +21,10 @@ class Doc:
 
     def __init__(self, text: str, base: int = 0) -> None:
         self.text = text
-        self.pieces: list[tuple[int, int, int, int, bool]] = (
-            [(0, len(text), base, base + len(text), True)] if text else []
-        )
-        self._starts = [p[0] for p in self.pieces]
-        if not text:
-            self.pieces = [(0, 0, base, base, True)]
-            self._starts = [0]
+        self.pieces: list[tuple[int, int, int, int, bool]] = [
+            (0, len(text), base, base + len(text), True)
+        ]
+        self._starts = [0]
 
     def orig_start(self, pos: int) -> int:
         i = max(0, bisect_right(self._starts, pos) - 1)
