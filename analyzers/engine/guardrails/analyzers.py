@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
-from ..contract import AnalyzerResult, Annotation, AuditInput
+from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
 from ..linkcheck import LinkChecker
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
 from .pipeline import LABELS
@@ -30,6 +30,10 @@ SEVERITY_WEIGHT = {"info": 0.05, "warning": 0.3, "critical": 1.0}
 SURFACE_CODES = frozenset(
     {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK"}
 )
+
+
+# `LinkRecord.model_dump()` with its defaults, without the wrapper's keyword passing
+_dump_link = LinkRecord.__pydantic_serializer__.to_python
 
 
 def weighted_score(annotations: list[Annotation]) -> float:
@@ -174,7 +178,7 @@ class LinksAnalyzer(Analyzer):
             annotations=annotations,
             should_surface=any(a.type in SURFACE_CODES for a in annotations),
             supplementary={
-                "links": [r.model_dump() for r in run.result.links],
+                "links": [_dump_link(r) for r in run.result.links],
                 "counts": counts,
             },
         )

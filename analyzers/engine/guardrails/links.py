@@ -7,8 +7,8 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..contract import LinkRecord
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
+from .records import link_record
 from .text import BlankRuns, one_line
 from .urls import (
     USERINFO,
@@ -251,10 +251,10 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                 trace.append("[AUDIT] REPLACE | " + one_line(f"{label} -> {new_label}"))
         if new_label is not None:
             edits.append((link.label_start, link.label_end, new_label))
-            out_links.append(LinkRecord(url=url, label=new_label, decision="replace"))
+            out_links.append(link_record(url, new_label, "replace"))
         else:
             trace.append("[AUDIT] KEEP | " + one_line(url))
-            out_links.append(LinkRecord(url=url, label=label, decision="keep"))
+            out_links.append(link_record(url, label, "keep"))
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
@@ -277,7 +277,7 @@ def _strip(
     """Strip a link, keeping its label; an autolink or definition goes entirely."""
     ctx.annotate("links", code, severity, why, link.start, link.end)
     ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
-    ctx.out.links.append(LinkRecord(url=url, label=link.label, decision="strip", reason=code))
+    ctx.out.links.append(link_record(url, link.label, "strip", code))
     if link.kind == "definition":
         edits.append((link.start, link.end, ""))
         return

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..contract import Annotation, LinkRecord
 from .markdown import MdLink, scan_links
+from .records import annotation as make_annotation
 from .settings import GuardrailSettings, SourceIndex
 from .text import Doc, SpanSet, code_span_spans, fenced_spans, merge_spans, one_line
 
@@ -105,14 +106,14 @@ class Ctx:
         end: int,
     ) -> Annotation:
         s, e = self.doc.orig_span(start, end)
-        annotation = Annotation(
-            type=code,
-            label=LABELS.get(code, code),
-            severity=severity,
-            description=description,
-            evidence=self.original[s - self.base:e - self.base],
-            start=s,
-            end=e,
+        annotation = make_annotation(
+            code,
+            LABELS.get(code, code),
+            severity,
+            description,
+            self.original[s - self.base:e - self.base],
+            s,
+            e,
         )
         self.out.annotations.append((analyzer_id, annotation))
         return annotation

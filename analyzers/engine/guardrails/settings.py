@@ -133,9 +133,10 @@ def settings_from_config(
     prompt_leak: dict | None = None,
 ) -> GuardrailSettings:
     """Build (cached) settings from the configuration file and the three analyzer sections."""
-    links = {**config.analyzer_section("links"), **(links or {})}
-    grounding = {**config.analyzer_section("grounding"), **(grounding or {})}
-    prompt_leak = {**config.analyzer_section("prompt_leak"), **(prompt_leak or {})}
+    # the sections are only read here: copied only to lay overrides over them
+    links = _with(config.analyzer_section("links"), links)
+    grounding = _with(config.analyzer_section("grounding"), grounding)
+    prompt_leak = _with(config.analyzer_section("prompt_leak"), prompt_leak)
     key = (
         tuple(config.allowed_hosts),
         config.brand.name,
@@ -152,6 +153,10 @@ def settings_from_config(
         config.is_enabled("grounding"),
     )
     return _cached_key_settings(key)
+
+
+def _with(section: dict, overrides: dict | None) -> dict:
+    return {**section, **overrides} if overrides else section
 
 
 @lru_cache(maxsize=64)
