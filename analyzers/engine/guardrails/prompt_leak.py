@@ -37,14 +37,15 @@ def _first_chars(patterns: tuple[str, ...]) -> frozenset[str]:
 
 
 def _may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
-    """False when no line of the text can start with a heading: its first character
-    (after markup) begins no pattern. (Any other character is left to `heading_match`.)"""
+    """Whether some line, fenced or not, starts with a heading: `heading_match`, asked
+    only of lines whose first character (after markup) can begin a pattern."""
     first = _first_chars(patterns)
     pos = 0
     while True:
         nl = text.find("\n", pos)
-        c = text[pos:nl if nl >= 0 else len(text)].lstrip(_LEADING_MARKUP)[:1]
-        if c and (not c.isascii() or c.lower() in first):
+        line = text[pos:nl + 1 if nl >= 0 else len(text)]
+        c = line.lstrip(_LEADING_MARKUP)[:1]
+        if c and (not c.isascii() or c.lower() in first) and heading_match(line, patterns):
             return True
         if nl < 0:
             return False

@@ -94,6 +94,7 @@ class InlineStreamAuditor:
         self._claims: list[dict[str, Any]] = []
         self._pending: list[PendingClaim] = []
         self._finished = False
+        self._collect = True  # build the pieces `feed` and `finish` return
 
     @classmethod
     def from_config(
@@ -188,7 +189,8 @@ class InlineStreamAuditor:
         if self._suppress_blank:
             return
         self._write(line)
-        out.append(AuditedParagraph(line))
+        if self._collect:
+            out.append(AuditedParagraph(line))
 
     def _write(self, text: str) -> None:
         self._out.append(text)
@@ -220,7 +222,8 @@ class InlineStreamAuditor:
         self._links.extend(result.links)
         self._trace.extend(result.trace)
         self._claims.extend(result.claims)
-        out.append(AuditedParagraph(emitted, result.trace))
+        if self._collect:
+            out.append(AuditedParagraph(emitted, result.trace))
 
 
 def audit_text(
@@ -228,6 +231,7 @@ def audit_text(
 ) -> GuardrailResult:
     """The batch audit: the stream auditor fed the whole response at once."""
     auditor = InlineStreamAuditor(settings, sources)
+    auditor._collect = False  # only the result is wanted
     auditor.feed(response)
     auditor.finish()
     return auditor.result()

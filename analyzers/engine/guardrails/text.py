@@ -53,58 +53,55 @@ class Doc:
         edits = list(edits)
         if not edits:
             return []
-        if len(self.pieces) == 1 and self.pieces[0][4]:
+        pieces = self.pieces
+        if len(pieces) == 1 and pieces[0][4]:
             return self._apply_unedited(edits)
         text = self.text
+        n = len(text)
         out: list[str] = []
         new_pieces: list[tuple[int, int, int, int, bool]] = []
-        new_starts: list[int] = []
+        positions = []
         cursor = 0
         length = 0
-
-        def copy(a: int, b: int) -> None:
-            nonlocal length
-            if b <= a:
-                return
-            out.append(text[a:b])
-            pieces = self.pieces
-            i = max(0, bisect_right(self._starts, a) - 1)
-            while i < len(pieces):
-                cs, ce, os_, oe, copied = pieces[i]
-                if cs >= b:
-                    break  # the pieces are in order: none further overlaps [a, b)
-                lo, hi = max(a, cs), min(b, ce)
-                if hi > lo:
-                    if copied:
-                        piece = (length, length + hi - lo, os_ + lo - cs, os_ + hi - cs, True)
-                    else:
-                        piece = (length, length + hi - lo, os_, oe, False)
-                    new_pieces.append(piece)
-                    new_starts.append(length)
-                    length += hi - lo
-                i += 1
-
-        positions = []
-        for start, end, replacement in edits:
-            copy(cursor, start)
+        i, n_pieces = 0, len(pieces)  # the last piece starting at or before `cursor`
+        for start, end, replacement in [*edits, (n, n, None)]:
+            if start > cursor:  # copy text[cursor:start] and the pieces over it
+                out.append(text[cursor:start])
+                while i + 1 < n_pieces and pieces[i + 1][0] <= cursor:
+                    i += 1
+                j = i
+                while j < n_pieces:
+                    cs, ce, os_, oe, copied = pieces[j]
+                    if cs >= start:
+                        break  # the pieces are in order: none further overlaps
+                    lo = cursor if cursor > cs else cs
+                    hi = start if start < ce else ce
+                    if hi > lo:
+                        if copied:
+                            new_pieces.append(
+                                (length, length + hi - lo, os_ + lo - cs, os_ + hi - cs, True)
+                            )
+                        else:
+                            new_pieces.append((length, length + hi - lo, os_, oe, False))
+                        length += hi - lo
+                    j += 1
+            if replacement is None:
+                break  # the end
             positions.append(length)
             if replacement:
                 os_, oe = self.orig_span(start, end)
                 out.append(replacement)
                 new_pieces.append((length, length + len(replacement), os_, oe, False))
-                new_starts.append(length)
                 length += len(replacement)
-            cursor = max(cursor, end)
-        copy(cursor, len(text))
-        base = self.orig_start(len(text)) if text else self.pieces[0][2]
-        self.text = "".join(out)
+            if end > cursor:
+                cursor = end
         if not new_pieces:
+            base = self.orig_start(n) if text else pieces[0][2]
             new_pieces = [(0, 0, base, base, True)]
-            new_starts = [0]
+        self.text = "".join(out)
         self.pieces = new_pieces
-        self._starts = new_starts
+        self._starts = [p[0] for p in new_pieces]
         return positions
-
 
     def _apply_unedited(self, edits: list[Edit]) -> list[int]:
         """`apply` on text still mapping one to one onto the original: the same pieces,
