@@ -169,13 +169,12 @@ def _scan_plain(text: str) -> list[MdLink] | None:
     Such text is read by `scan_links` one link at a time, each "[" closed by the next
     "]" with an empty bracket stack, so every plain link is a link and nothing else is.
     """
-    specials = text.count("[")
-    if specials:
-        specials += text.count("]") + text.count("\\") + text.count("<") + text.count("`")
-    elif "\\" in text or "<" in text or "`" in text or "]" in text:
+    if "\\" in text or "<" in text or "`" in text:
         return None
-    else:
-        return []
+    specials = text.count("[")
+    if not specials:
+        return None if "]" in text else []
+    specials += text.count("]")
     links = []
     for m in _PLAIN_LINK.finditer(text):
         start = m.start()

@@ -43,9 +43,14 @@ def _may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
     pos = 0
     while True:
         nl = text.find("\n", pos)
-        line = text[pos:nl + 1 if nl >= 0 else len(text)]
-        c = line.lstrip(_LEADING_MARKUP)[:1]
-        if c and (not c.isascii() or c.lower() in first) and heading_match(line, patterns):
+        c = text[pos:pos + 1]
+        if c and c in _LEADING_MARKUP:
+            c = text[pos:nl + 1 if nl >= 0 else len(text)].lstrip(_LEADING_MARKUP)[:1]
+        if (
+            c
+            and (not c.isascii() or c.lower() in first)
+            and heading_match(text[pos:nl + 1 if nl >= 0 else len(text)], patterns)
+        ):
             return True
         if nl < 0:
             return False
