@@ -27,11 +27,16 @@ MISSING_CASE_STUDY_LINK = "MISSING_CASE_STUDY_LINK"
 CASE_STUDY_LINK_UNHEALTHY = "CASE_STUDY_LINK_UNHEALTHY"
 
 _BOUNDARY = re.compile(r"[.!?][.!?]*[\"')\]”’*_]*(?=\s|$)|\n")
+# A metric: (?<![\w$.]) then [+-]?\d+([.,]\d+)*[ \t]?%, or $[ \t]?\d+([.,]\d+)* with an
+# optional K/M/B/million/... unit, or \d+(\.\d+)?[ \t]?x. Written to start with its first
+# character (the regex engine then jumps from one candidate character to the next),
+# the rest chosen by what that character was.
 _METRIC = re.compile(
-    r"(?<![\w$.])(?:"
-    r"[+\-]?\d+(?:[.,]\d+)*[ \t]?%"
-    r"|\$[ \t]?\d+(?:[.,]\d+)*(?:[ \t]?(?:[KMBkmb]n?|million|billion|thousand)(?![A-Za-z]))?"
-    r"|\d+(?:\.\d+)?[ \t]?[x×](?![\w])"
+    r"[+\-$\d](?<![\w$.][+\-$\d])(?:"
+    r"(?<=[+\-])\d+(?:[.,]\d+)*[ \t]?%"
+    r"|(?<=\$)[ \t]?\d+(?:[.,]\d+)*(?:[ \t]?(?:[KMBkmb]n?|million|billion|thousand)(?![A-Za-z]))?"
+    r"|(?<=\d)\d*(?:[.,]\d+)*[ \t]?%"
+    r"|(?<=\d)\d*(?:\.\d+)?[ \t]?[x×](?![\w])"
     r")"
 )
 _PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each\b|monthly\b)",
@@ -236,7 +241,7 @@ def audit_grounding(ctx: Ctx) -> None:
     settings = ctx.settings
     code, fences = ctx.code()
     links = ctx.links()
-    if any(link.kind == "definition" for link in links):
+    if "]:" in text and any(link.kind == "definition" for link in links):
         links = [link for link in links if link.kind != "definition"]
     matcher = _matcher(ctx.sources)
     known_slugs = matcher.known_slugs
@@ -356,7 +361,7 @@ def _judge(settings, code, text, s, e, sentence, links, link_starts, matcher, kn
             case_links[slug] = url
     if not case_links and not digit:
         return None
-    unknown_slugs = [slug for slug in case_links if slug not in known_slugs]
+    unknown_slugs = [slug for slug in case_links if slug not in known_slugs] if case_links else ()
     if not unknown_slugs and not _METRIC_CHAR.search(sentence):
         return None  # every metric has a "%", "$" or "x": no claim
     # the words of the sentence: links reduced to their labels, code spans left out
