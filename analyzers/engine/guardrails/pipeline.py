@@ -75,7 +75,7 @@ class Ctx:
         text = self.doc.text
         if self._code is None or self._code[0] is not text:
             if "`" not in text and "~~~" not in text:  # no fence, no code span
-                self._code = (text, SpanSet([]), [])
+                self._code = (text, _NO_CODE, [])
             else:
                 fences = fenced_spans(text)
                 spans = merge_spans(fences, code_span_spans(text, fences))
@@ -121,6 +121,8 @@ class Ctx:
     def trace(self, *parts: str) -> None:
         self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
 
+
+_NO_CODE = SpanSet([])  # read only, like every SpanSet
 
 _RULES: tuple[Any, ...] = ()
 
