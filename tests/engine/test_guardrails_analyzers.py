@@ -125,3 +125,22 @@ async def test_a_clean_response_scores_zero():
     config = config_for("acme.example", check_health=False)
     report = await auditor(config).audit(AuditInput(response="Search is fast."))
     assert all(r.score == 0.0 and not r.surfaced for r in report.results)
+
+
+async def test_if_the_rules_crash_the_text_passed_on_is_still_inert(monkeypatch):
+    from analyzers.engine.auditor import Auditor
+    from analyzers.engine.config import AuditorConfig
+    from analyzers.engine.contract import AuditInput
+    from analyzers.engine.guardrails import analyzers as guardrail_analyzers
+
+    def crash(*args, **kwargs):
+        raise IndexError("rule bug")
+
+    monkeypatch.setattr(guardrail_analyzers, "audit_text", crash)
+    text = "Click [here](javascript:alert(1)) or <a href='data:x'>this</a>."
+    report = await Auditor(AuditorConfig()).audit(AuditInput(response=text))
+    failed = {r.analyzer_id for r in report.results if r.status == "failed"}
+    assert failed == {"links", "grounding", "prompt_leak"}
+    assert report.cleaned_response == (
+        "Click \\[here\\](javascript:alert(1)) or &lt;a href='data:x'&gt;this&lt;/a&gt;."
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import markdown_it
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analyzers.engine.config import KnownCustomer
@@ -90,7 +90,8 @@ ALPHABET = st.sampled_from(
      "here", "Globex", "Decathlon", "grew", "50%", "+206%", "3x", "$4M", ". ", "Namedrop:",
      "https://www.acme.example/customers/decathlon", "https://evil.test/", "javascript:",
      "mailto:a@b.example", "according to", " — ", "[x](", "](", "<a href=\"", "\">", "</a>",
-     "Source 3", "| Acme", "~~~", "    ", "data:", "acme.example"]
+     "Source 3", "| Acme", "~~~", "    ", "data:", "acme.example", "[a [b](https://evil.test) c]",
+     "(javascript:x)", "[this blog](vbscript:x)"]
 )
 texts = st.lists(ALPHABET, max_size=40).map("".join)
 
@@ -123,6 +124,9 @@ def _hrefs(text: str) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(texts, st.text(max_size=200)))
+# A strip that forms a new link, then dangling-attribution cleanup (an IndexError once).
+@example(text="[a [b](https://evil.test) c](javascript:x) [this blog](vbscript:x)")
+@example(text="according to [x [y](https://evil.test) z](javascript:1) via [source](data:x)")
 def test_no_rule_raises_and_no_non_http_link_survives(text):
     result = audit_text(text, SETTINGS)
     for href in _hrefs(result.cleaned_response):

@@ -43,6 +43,14 @@ def weighted_score(annotations: list[Annotation]) -> float:
     return round(1.0 - remaining, 6)
 
 
+def inert_text(text: str) -> str:
+    """`text` with every bracket and angle bracket escaped: no link or tag can render."""
+    return text.translate(_INERT)
+
+
+_INERT = str.maketrans({"[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
+
+
 class SharedRun:
     """One audit's pipeline result, health checks, and the context fields they set."""
 
@@ -50,9 +58,14 @@ class SharedRun:
         self.context = context
         config = context.config
         self.settings = settings_from_config(config)
-        self.result: GuardrailResult = audit_text(
-            audit.response, self.settings, audit.sources
-        )
+        try:
+            self.result: GuardrailResult = audit_text(
+                audit.response, self.settings, audit.sources
+            )
+        except Exception:
+            # The analyzers report the failure; the text passed on must still be inert.
+            context.cleaned_response = inert_text(audit.response)
+            raise
         links_section = config.analyzer_section("links")
         self.check_health = config.is_enabled("links") and bool(
             links_section.get("check_health", True)

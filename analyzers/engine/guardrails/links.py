@@ -258,10 +258,10 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
-    stripped = [(positions[i], label) for i, label in removed]
     if _any_unsafe(ctx):  # a strip can let brackets around it form a new link
         _neutralise(ctx)
-    return stripped
+        return []  # the positions are stale now: leave dangling attributions be
+    return [(positions[i], label) for i, label in removed]
 
 
 def _strip(
