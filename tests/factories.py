@@ -193,3 +193,34 @@ def make_audits(n: int, *, seed: int = 0, spread: timedelta = timedelta(days=7))
             )
         )
     return runs
+
+
+def fabricated_claim_result() -> dict[str, Any]:
+    """A grounding result that flags a fabricated customer claim (critical, surfaced)."""
+    return result(
+        "grounding",
+        0.9,
+        [
+            annotation(
+                "UNGROUNDED_CUSTOMER_CLAIM",
+                "critical",
+                label="Ungrounded customer claim",
+                description="Al-Futtaim is not a known customer.",
+                evidence="Al-Futtaim achieved +206% revenue.",
+                start=0,
+                end=34,
+            )
+        ],
+    )
+
+
+def fabricated_claim_audit(*, results: list[dict[str, Any]] = (), **fields: Any) -> AuditRun:
+    """A stored audit of a response with a fabricated customer claim; more results appended."""
+    return make_audit(
+        user_input="Which retailers use Acme?",
+        response="Al-Futtaim achieved +206% revenue. Acme is easy to set up.",
+        cleaned_response="Acme is easy to set up.",
+        results=[fabricated_claim_result(), *results],
+        trace=["[AUDIT] grounding: UNKNOWN_COMPANY Al-Futtaim", "[AUDIT] done"],
+        **fields,
+    )

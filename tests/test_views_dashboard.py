@@ -13,7 +13,7 @@ from django.utils import timezone
 from analyzers.config_store import load_config
 from analyzers.models import ConfigChange
 from audits.models import AuditRun
-from tests.factories import annotation, make_audit, make_audits, result
+from tests.factories import annotation, fabricated_claim_audit, make_audit, make_audits, result
 
 PAGES = ["audits:list", "audits:trends", "audits:tuning"]
 
@@ -34,35 +34,14 @@ def plain_client(plain_user) -> Client:
 
 @pytest.fixture
 def flagged(db) -> AuditRun:
-    return make_audit(
-        user_input="Which retailers use Acme?",
-        response="Al-Futtaim achieved +206% revenue. Acme is easy to set up.",
-        cleaned_response="Acme is easy to set up.",
-        results=[
-            result(
-                "grounding",
-                0.9,
-                [
-                    annotation(
-                        "UNGROUNDED_CUSTOMER_CLAIM",
-                        "critical",
-                        label="Ungrounded customer claim",
-                        description="Al-Futtaim is not a known customer.",
-                        evidence="Al-Futtaim achieved +206% revenue.",
-                        start=0,
-                        end=34,
-                    )
-                ],
-            ),
-            result("tone", 0.1, [annotation("dismissive", "info", evidence="easy")]),
-        ],
+    return fabricated_claim_audit(
+        results=[result("tone", 0.1, [annotation("dismissive", "info", evidence="easy")])],
         links=[
             {"url": "https://docs.acme.example/api", "label": "docs", "decision": "keep",
              "reason": None, "http_status": 200, "healthy": True},
             {"url": "javascript:alert(1)", "label": "x", "decision": "strip",
              "reason": "unsafe scheme", "http_status": None, "healthy": None},
         ],
-        trace=["[AUDIT] grounding: UNKNOWN_COMPANY Al-Futtaim", "[AUDIT] done"],
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.factories import annotation, make_audit, result
+from tests.factories import annotation, fabricated_claim_audit, make_audit, result
 
 pytestmark = pytest.mark.browser
 
@@ -19,30 +19,7 @@ SHOTS = "/tmp/dashboard-{}.png"
 
 @pytest.fixture
 def audits(staff_user):
-    flagged = make_audit(
-        user_input="Which retailers use Acme?",
-        response="Al-Futtaim achieved +206% revenue. Acme is easy to set up.",
-        cleaned_response="Acme is easy to set up.",
-        results=[
-            result(
-                "grounding",
-                0.9,
-                [
-                    annotation(
-                        "UNGROUNDED_CUSTOMER_CLAIM",
-                        "critical",
-                        label="Ungrounded customer claim",
-                        description="Al-Futtaim is not a known customer.",
-                        evidence="Al-Futtaim achieved +206% revenue.",
-                        start=0,
-                        end=34,
-                    )
-                ],
-            ),
-            result("tone", 0.1),
-        ],
-        trace=["[AUDIT] grounding: UNKNOWN_COMPANY Al-Futtaim", "[AUDIT] done"],
-    )
+    flagged = fabricated_claim_audit(results=[result("tone", 0.1)])
     mild = make_audit(
         user_input="How do I set up faceting?",
         response="Everyone agrees facets are great.",
