@@ -86,21 +86,26 @@ def _full(run_id) -> dict:
     return selectors.serialize_runs(rows)[0]
 
 
+def _store(request: HttpRequest, body: AuditIn, *, enqueue: bool = True):
+    """Validate the options and store one submitted audit (see `services.submit_audit`)."""
+    _validate_options(body.options)
+    return services.submit_audit(
+        user_input=body.user_input,
+        response=body.response,
+        sources=[s.model_dump() for s in body.sources],
+        metadata=body.metadata,
+        external_id=body.external_id,
+        collision_key=body.collision_key,
+        options=body.options,
+        api_key=request.auth,
+        enqueue=enqueue,
+    )
+
+
 def _submit(request: HttpRequest, body: AuditIn, wait: bool):
     """The synchronous body of `submit`: every query of a submission, in one thread."""
-    _validate_options(body.options)
     try:
-        run = services.submit_audit(
-            user_input=body.user_input,
-            response=body.response,
-            sources=[s.model_dump() for s in body.sources],
-            metadata=body.metadata,
-            external_id=body.external_id,
-            collision_key=body.collision_key,
-            options=body.options,
-            api_key=request.auth,
-            enqueue=not wait,
-        )
+        run = _store(request, body, enqueue=not wait)
     except services.ExternalIdConflict as exc:
         raise HttpError(
             409,
@@ -143,17 +148,7 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     items = []
     for item in body.audits:
         try:
-            _validate_options(item.options)
-            run = services.submit_audit(
-                user_input=item.user_input,
-                response=item.response,
-                sources=[s.model_dump() for s in item.sources],
-                metadata=item.metadata,
-                external_id=item.external_id,
-                collision_key=item.collision_key,
-                options=item.options,
-                api_key=request.auth,
-            )
+            run = _store(request, item)
         except services.ExternalIdConflict:
             items.append({"id": None, "status": None, "created": False,
                           "error": f"external_id {item.external_id!r} was already used with "
