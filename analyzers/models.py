@@ -201,9 +201,10 @@ class ApiKey(models.Model):
     class Scope(models.TextChoices):
         INGEST = "ingest", "ingest (submit audits only)"
         READ = "read", "read (submit, list, read, export)"
+        REVIEW = "review", "review (read, and record verdicts)"
         ADMIN = "admin", "admin (everything, including configuration)"
 
-    SCOPE_RANK = {"ingest": 0, "read": 1, "admin": 2}
+    SCOPE_RANK = {"ingest": 0, "read": 1, "review": 2, "admin": 3}
 
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=16, unique=True, editable=False)

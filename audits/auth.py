@@ -242,7 +242,7 @@ def hit_rate_limit(key: ApiKey) -> None:
 
 
 class ApiKeyAuth(HttpBearer):
-    """`Authorization: Bearer ra_...` with at least `scope` (ingest < read < admin).
+    """`Authorization: Bearer ra_...` with at least `scope` (ingest < read < review < admin).
 
     `is_async=True` makes an instance for async operations: a cached key and a rate limit
     without a due sync cost no thread hop and no query.
@@ -298,4 +298,5 @@ class ApiKeyAuth(HttpBearer):
 ingest_auth = ApiKeyAuth("ingest")
 ingest_auth_async = ApiKeyAuth("ingest", is_async=True)
 read_auth = ApiKeyAuth("read")
+review_auth = ApiKeyAuth("review")
 admin_auth = ApiKeyAuth("admin")

@@ -29,7 +29,7 @@ PUBLISH_WAIT = 5.0  # seconds a worker thread waits for its event to be handed o
 
 ALL_AUDITS_GROUP = "audits"
 MESSAGE_TYPE = "audit.event"
-FEED_EVENTS = frozenset({"audit_submitted", "audit_started", "audit_finished"})
+FEED_EVENTS = frozenset({"audit_submitted", "audit_started", "audit_finished", "audit_reviewed"})
 
 
 def audit_group(audit_id: Any) -> str:

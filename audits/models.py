@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -58,6 +59,14 @@ class AuditRun(models.Model):
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
     )
+    # Human review: when the latest verdict was recorded (null: never reviewed), and the
+    # review-queue claim that keeps two reviewers off the same audit.
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -73,6 +82,7 @@ class AuditRun(models.Model):
             models.Index(fields=["overall_score"], name="audit_score_idx"),
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
+            models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
         ]
 
     def __str__(self) -> str:
@@ -217,3 +227,59 @@ class RateLimitCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bucket}: {self.count}"
+
+
+class Review(models.Model):
+    """A reviewer's verdict on a whole audit (`annotation` empty) or on one annotation.
+
+    Changing a verdict adds a row and marks the previous one `is_current=False`: the history
+    stays, and each target has at most one current verdict.
+    """
+
+    class Verdict(models.TextChoices):
+        CONFIRMED = "confirmed"
+        FALSE_POSITIVE = "false_positive", "false positive"
+        UNSURE = "unsure"
+
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="reviews")
+    annotation = models.ForeignKey(
+        Annotation, null=True, blank=True, on_delete=models.CASCADE, related_name="reviews"
+    )
+    verdict = models.CharField(max_length=20, choices=Verdict.choices)
+    comment = models.TextField(blank=True, default="")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="audit_reviews",
+    )
+    api_key = models.ForeignKey(
+        "analyzers.ApiKey", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="reviews",
+    )
+    # Who, as shown: kept when the user or the key is deleted later.
+    reviewer_name = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    is_current = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["audit", "created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["audit"],
+                condition=Q(is_current=True, annotation__isnull=True),
+                name="review_one_current_per_audit",
+            ),
+            models.UniqueConstraint(
+                fields=["annotation"],
+                condition=Q(is_current=True, annotation__isnull=False),
+                name="review_one_current_per_annotation",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["audit", "is_current"], name="review_audit_idx"),
+            models.Index(fields=["verdict", "is_current"], name="review_verdict_idx"),
+            models.Index(fields=["created_at"], name="review_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        target = f"annotation {self.annotation_id}" if self.annotation_id else "audit"
+        return f"{self.verdict} on {target} by {self.reviewer_name or 'unknown'}"
