@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import dashboard
+from . import dashboard, quality
 from .highlight import highlight_segments, side_by_side
 from .models import AuditRun
 from .serializers import audit_queryset, audit_to_dict
@@ -91,6 +91,13 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
     surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
     others = [r for r in results if not r.surfaced]
     annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    reviews = list(run.reviews.all())
+    current = {r.annotation_id: r for r in reviews if r.is_current}
+    labels = {a.pk: a.label or a.type for _, a in annotations}
+    for _, a in annotations:
+        a.current_review = current.get(a.pk)
+    for review in reviews:
+        review.target_label = labels.get(review.annotation_id, "a finding")
     can_rerun = bool(
         request is not None and request.user.has_perm("audits.add_auditrun")
     )
@@ -107,6 +114,8 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "links": list(run.links.all()),
         "trace_lines": list(run.trace_lines.all()),
         "can_rerun": can_rerun,
+        "reviews": reviews,
+        "audit_verdict": current.get(None),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }
@@ -129,7 +138,9 @@ def audit_detail(request: HttpRequest, pk: Any) -> HttpResponse:
     return render(request, "audits/detail.html", context)
 
 
-DETAIL_SECTIONS = frozenset({"header", "results", "response", "diff", "links", "trace"})
+DETAIL_SECTIONS = frozenset(
+    {"header", "results", "reviews", "response", "diff", "links", "trace"}
+)
 
 
 @require_GET
@@ -176,9 +187,11 @@ def trends(request: HttpRequest) -> HttpResponse:
     if days not in TREND_WINDOWS:
         days = DEFAULT_TREND_DAYS
     data = dashboard.trends(days)
+    measured = quality.trends_quality(days)
     context = {
         "nav": "trends",
         "data": data,
+        "quality": measured,
         "windows": TREND_WINDOWS,
         "chart_data": {
             "threshold": data["threshold"],
@@ -186,6 +199,7 @@ def trends(request: HttpRequest) -> HttpResponse:
             "histogram": data["histogram"],
             "top_types": data["top_types"],
             "analyzers": data["analyzers"],
+            "quality": measured["chart"],
         },
     }
     if _is_partial(request):
@@ -254,9 +268,14 @@ def tuning(request: HttpRequest) -> HttpResponse:
     preview = dashboard.tuning_preview(
         threshold=threshold, current=current, analyzer=analyzer, window=window
     )
+    evidence = quality.threshold_evidence(
+        threshold=threshold, analyzer=analyzer, config=config, bins=dashboard.HISTOGRAM_BINS
+    )
     context = {
         "nav": "tuning",
         "preview": preview,
+        "evidence": evidence,
+        "evidence_chart": evidence.chart(),
         "current": current,
         "can_save": can_save,
         "analyzers": sorted(set(dashboard.KNOWN_ANALYZERS) | set(config.analyzers)),
