@@ -20,10 +20,11 @@ from pydantic import Field
 from analyzers.config_store import get_registry, load_config, validate_analyzer_settings
 
 from . import selectors, services
-from .auth import ingest_auth, ingest_auth_async, read_auth
+from .auth import ingest_auth, ingest_auth_async, read_auth, review_auth
 from .db_pool import run_in_db_thread
 from .export import export_page
 from .models import AuditRun
+from .reviews import ReviewError, record_review, review_to_dict
 from .schemas import (
     AuditAccepted,
     AuditBatchIn,
@@ -32,6 +33,8 @@ from .schemas import (
     AuditOut,
     AuditPage,
     ErrorOut,
+    ReviewIn,
+    ReviewOut,
 )
 
 router = Router(tags=["audits"])
@@ -51,6 +54,10 @@ class ListFilters(Schema):
     until: datetime | None = None
     q: str | None = Field(None, max_length=500)
     status: Literal["pending", "running", "complete", "failed"] | None = None
+    reviewed: bool | None = Field(None, description="false: audits with no verdict yet")
+    verdict: Literal["confirmed", "false_positive", "unsure"] | None = Field(
+        None, description="audits with a current verdict of this kind (on the audit or a finding)"
+    )
 
     def to_filters(self) -> selectors.AuditFilters:
         for name in ("analyzer", "type", "q"):
@@ -283,6 +290,38 @@ def export(
     return response
 
 
+def _audit_id(audit_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(audit_id)
+    except ValueError:
+        raise HttpError(404, "audit not found") from None
+
+
+@router.post(
+    "/audits/{audit_id}/reviews",
+    auth=review_auth,
+    response={201: ReviewOut, 404: ErrorOut, **ERRORS},
+    summary="Record a verdict on an audit or one of its findings",
+)
+def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
+    """A verdict on the whole audit, or with `annotation_id` on one finding. It replaces
+    the current verdict on the same target; the replaced one stays in `reviews` with
+    `current: false`. Needs a key with the `review` (or `admin`) scope."""
+    try:
+        review = record_review(
+            audit_id=_audit_id(audit_id),
+            verdict=body.verdict,
+            annotation_id=body.annotation_id,
+            comment=body.comment,
+            api_key=request.auth,
+        )
+    except AuditRun.DoesNotExist:
+        raise HttpError(404, "audit not found") from None
+    except ReviewError as exc:
+        raise HttpError(422, [{"loc": ["body"], "msg": str(exc)}]) from None
+    return Status(201, review_to_dict(review))
+
+
 @router.get(
     "/audits/{audit_id}",
     auth=read_auth,
@@ -290,8 +329,4 @@ def export(
     summary="Get one audit",
 )
 def get_audit(request: HttpRequest, audit_id: str):
-    try:
-        run_id = uuid.UUID(audit_id)
-    except ValueError:
-        raise HttpError(404, "audit not found") from None
-    return _full(run_id)
+    return _full(_audit_id(audit_id))

@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_date
 
 from . import selectors
 from .highlight import SEVERITY_RANK
-from .models import AnalyzerRunRecord, Annotation, AuditRun
+from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
 from .serializers import with_details
 
 PAGE_SIZE = 25
@@ -91,6 +91,8 @@ class ListFilters:
     since: date | None = None
     until: date | None = None
     q: str = ""
+    reviewed: str = ""  # "", "true" or "false", as in the API
+    verdict: str = ""
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -104,6 +106,14 @@ class ListFilters:
         if status and status not in AuditRun.Status.values:
             errors["status"] = "Unknown status."
             status = ""
+        reviewed = query.get("reviewed", "")
+        if reviewed and reviewed not in ("true", "false"):
+            errors["reviewed"] = "Choose yes or no."
+            reviewed = ""
+        verdict = query.get("verdict", "")
+        if verdict and verdict not in Review.Verdict.values:
+            errors["verdict"] = "Unknown verdict."
+            verdict = ""
         return cls(
             min_score=_float(query.get("min_score"), errors, "min_score"),
             max_score=_float(query.get("max_score"), errors, "max_score"),
@@ -115,6 +125,8 @@ class ListFilters:
             since=_date(query.get("since"), errors, "since"),
             until=_date(query.get("until"), errors, "until"),
             q=query.get("q", "").strip()[:200],
+            reviewed=reviewed,
+            verdict=verdict,
             errors=errors,
         )
 
@@ -152,6 +164,8 @@ class ListFilters:
             ),
             q=self.q or None,
             status=self.status or None,
+            reviewed={"true": True, "false": False}.get(self.reviewed),
+            verdict=self.verdict or None,
         )
 
 
@@ -195,6 +209,11 @@ def card_queryset() -> QuerySet[AuditRun]:
             .order_by("position", "id"),
             to_attr="surfaced_annotations",
         ),
+        Prefetch(
+            "reviews",
+            queryset=Review.objects.filter(is_current=True, annotation__isnull=True),
+            to_attr="audit_verdicts",
+        ),
     )
 
 
@@ -223,6 +242,7 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
 
 def prepare_card(run: AuditRun) -> AuditRun:
     run.badges, run.more_badges = card_badges(run)
+    run.current_verdict = run.audit_verdicts[0] if run.audit_verdicts else None
     return run
 
 

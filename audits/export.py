@@ -16,7 +16,7 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 from .selectors import after_cursor, encode_cursor_raw
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -77,10 +77,11 @@ RUN_COLUMNS = (
     "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
     "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
     "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
+    "reviewed_at",
 )
 
 
-_DATETIME_COLUMNS = ("created_at", "started_at", "finished_at")
+_DATETIME_COLUMNS = ("created_at", "started_at", "finished_at", "reviewed_at")
 
 
 def _run_values(page: QuerySet[AuditRun]) -> QuerySet:
@@ -110,10 +111,10 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
         Annotation.objects.filter(audit_id__in=ids)
         .order_by("result_id", "position", "id")
         .values_list("result_id", "type", "label", "severity", "description", "evidence",
-                     "start", "end")
+                     "start", "end", "id")
     ):
         annotations.setdefault(a[0], []).append(
-            f'{{"type":{_s(a[1])},"label":{_s(a[2])},"severity":{_s(a[3])},'
+            f'{{"id":{int(a[8])},"type":{_s(a[1])},"label":{_s(a[2])},"severity":{_s(a[3])},'
             f'"description":{_s(a[4])},"evidence":{_s(a[5])},"start":{_s(a[6])},'
             f'"end":{_s(a[7])}}}'
         )
@@ -146,6 +147,17 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
             f'{{"url":{_s(link[1])},"label":{_s(link[2])},"decision":{_s(link[3])},'
             f'"reason":{_s(link[4])},"http_status":{_s(link[5])},"healthy":{_bool(link[6])}}}'
         )
+    reviews: dict[Any, list[str]] = {}
+    for v in _raw(
+        Review.objects.filter(audit_id__in=ids).order_by("created_at", "id")
+        .values_list("audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name",
+                     "created_at", "is_current")
+    ):
+        reviews.setdefault(v[0], []).append(
+            f'{{"id":{int(v[1])},"annotation_id":{_s(v[2])},"verdict":{_s(v[3])},'
+            f'"comment":{_s(v[4])},"reviewer":{_s(v[5])},"created_at":{_s(_dt(v[6]))},'
+            f'"current":{_bool(v[7])}}}'
+        )
     lines = []
     for r in rows:
         res = results.get(r[0], [])
@@ -162,7 +174,8 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
             f'"results":[{",".join(t for t, _ in res)}],'
             f'"surfaced_results":[{",".join(t for t, s in res if s)}],'
             f'"links":[{",".join(links.get(r[0], ()))}],'
-            f'"trace":[{",".join(trace.get(r[0], ()))}]}}\n'
+            f'"trace":[{",".join(trace.get(r[0], ()))}],"reviewed_at":{_s(_dt(r[20]))},'
+            f'"reviews":[{",".join(reviews.get(r[0], ()))}]}}\n'
         )
     last = rows[-1]
     next_cursor = encode_cursor_raw(_dt(last[2]), _uuid(last[0])) if more else None

@@ -54,6 +54,7 @@ class AuditIn(Schema):
 
 
 class AnnotationOut(Schema):
+    id: int
     type: str
     label: str
     severity: Literal["info", "warning", "critical"]
@@ -85,6 +86,34 @@ class LinkOut(Schema):
     healthy: bool | None
 
 
+Verdict = Literal["confirmed", "false_positive", "unsure"]
+
+
+class ReviewIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Verdict
+    annotation_id: int | None = Field(
+        default=None, description="an annotation of this audit; empty: the whole audit"
+    )
+    comment: str = Field(default="", max_length=5000)
+
+    @model_validator(mode="after")
+    def _storable(self) -> ReviewIn:
+        _check_text(self.comment, "comment")
+        return self
+
+
+class ReviewOut(Schema):
+    id: int
+    annotation_id: int | None
+    verdict: Verdict
+    comment: str
+    reviewer: str
+    created_at: datetime
+    current: bool = Field(description="false once a later verdict on the same target replaced it")
+
+
 class AuditOut(Schema):
     id: str
     external_id: str | None
@@ -110,6 +139,8 @@ class AuditOut(Schema):
     surfaced_results: list[ResultOut]
     links: list[LinkOut]
     trace: list[str]
+    reviewed_at: datetime | None
+    reviews: list[ReviewOut]
 
 
 class AuditAccepted(Schema):

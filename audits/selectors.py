@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 
 
 class InvalidCursor(ValueError):
@@ -34,6 +34,8 @@ class AuditFilters:
     until: datetime | None = None
     q: str | None = None
     status: str | None = None
+    reviewed: bool | None = None
+    verdict: str | None = None
 
 
 def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -> QuerySet[AuditRun]:
@@ -66,6 +68,12 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
         if f.severity:
             annotations = annotations.filter(severity=f.severity)
         qs = qs.filter(Exists(annotations))
+    if f.reviewed is not None:
+        qs = qs.filter(reviewed_at__isnull=not f.reviewed)
+    if f.verdict:
+        qs = qs.filter(
+            Exists(Review.objects.filter(audit=OuterRef("pk"), verdict=f.verdict, is_current=True))
+        )
     if f.q:
         qs = qs.filter(
             Q(user_input__icontains=f.q)
@@ -117,6 +125,7 @@ RUN_FIELDS = (
     "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
     "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
     "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
+    "reviewed_at",
 )
 
 
@@ -134,7 +143,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Audit dicts for `.values(*RUN_FIELDS)` rows: four queries for the whole batch."""
+    """Audit dicts for `.values(*RUN_FIELDS)` rows: five queries for the whole batch."""
     if not rows:
         return []
     ids = [r["id"] for r in rows]
@@ -164,7 +173,8 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for a in Annotation.objects.filter(audit_id__in=ids).order_by(
             "result_id", "position", "id"
         ).values(
-            "result_id", "type", "label", "severity", "description", "evidence", "start", "end"
+            "result_id", "id", "type", "label", "severity", "description", "evidence", "start",
+            "end",
         ):
             owner = by_result.get(a.pop("result_id"))
             if owner is not None:
@@ -179,6 +189,22 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "audit_id", "position", "id"
     ).values("audit_id", "url", "label", "decision", "reason", "http_status", "healthy"):
         links[link.pop("audit_id")].append(link)
+    reviews: dict[Any, list[dict]] = {i: [] for i in ids}
+    for review in Review.objects.filter(audit_id__in=ids).order_by("created_at", "id").values(
+        "audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at",
+        "is_current",
+    ):
+        reviews[review["audit_id"]].append(
+            {
+                "id": review["id"],
+                "annotation_id": review["annotation_id"],
+                "verdict": review["verdict"],
+                "comment": review["comment"],
+                "reviewer": review["reviewer_name"],
+                "created_at": _iso(review["created_at"]),
+                "current": review["is_current"],
+            }
+        )
     out = []
     for r in rows:
         res = results[r["id"]]
@@ -208,6 +234,8 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "surfaced_results": [x for x in res if x["surfaced"]],
                 "links": links[r["id"]],
                 "trace": trace[r["id"]],
+                "reviewed_at": _iso(r["reviewed_at"]),
+                "reviews": reviews[r["id"]],
             }
         )
     return out

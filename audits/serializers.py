@@ -10,11 +10,12 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from .reviews import review_to_dict
 
 
 def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
-    """Prefetch everything `audit_to_dict` reads (4 queries per batch, not per run)."""
+    """Prefetch everything `audit_to_dict` reads (5 queries per batch, not per run)."""
     return qs.prefetch_related(
         Prefetch(
             "results",
@@ -24,6 +25,7 @@ def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
         ),
         Prefetch("trace_lines", queryset=TraceLine.objects.order_by("position")),
         Prefetch("links", queryset=LinkCheck.objects.order_by("position", "id")),
+        Prefetch("reviews", queryset=Review.objects.order_by("created_at", "id")),
     )
 
 
@@ -37,6 +39,7 @@ def _iso(value) -> str | None:
 
 def annotation_to_dict(a: Annotation) -> dict[str, Any]:
     return {
+        "id": a.pk,
         "type": a.type,
         "label": a.label,
         "severity": a.severity,
@@ -101,4 +104,6 @@ def audit_to_dict(run: AuditRun) -> dict[str, Any]:
         "surfaced_results": [r for r in results if r["surfaced"]],
         "links": [link_to_dict(link) for link in run.links.all()],
         "trace": [line.text for line in run.trace_lines.all()],
+        "reviewed_at": _iso(run.reviewed_at),
+        "reviews": [review_to_dict(r) for r in run.reviews.all()],
     }
