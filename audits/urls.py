@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import review_views, views
 
 app_name = "audits"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("audits/<uuid:pk>/", views.audit_detail, name="detail"),
     path("audits/<uuid:pk>.json", views.audit_json, name="json"),
     path("audits/<uuid:pk>/rerun/", views.audit_rerun, name="rerun"),
+    path("audits/<uuid:pk>/reviews/", review_views.record_verdict, name="review"),
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
     path("live/", views.live, name="live"),
