@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import review_views, views
+from . import queue_views, review_views, views
 
 app_name = "audits"
 
@@ -17,4 +17,7 @@ urlpatterns = [
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
     path("live/", views.live, name="live"),
+    path("review/", queue_views.queue, name="queue"),
+    path("review/<uuid:pk>/verdict/", queue_views.verdict, name="queue_verdict"),
+    path("review/<uuid:pk>/skip/", queue_views.skip, name="queue_skip"),
 ]
