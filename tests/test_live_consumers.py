@@ -249,3 +249,21 @@ async def test_a_finished_audit_ends_in_the_reloaded_state(staff_user, client):
     assert f'<div hx-swap-oob="true" id="live-audit-{run.pk}" hidden>' in html
     assert f'<section hx-swap-oob="true" class="card" id="trace-section-{run.pk}"' in html
     await communicator.disconnect()
+
+
+async def test_a_verdict_updates_the_card_on_every_live_page(staff_user):
+    from audits.reviews import record_review
+    from tests.factories import annotation, make_audit, result
+
+    run = await sync_to_async(make_audit)(
+        results=[result("tone", 0.9, [annotation("dismissive", "warning")])]
+    )
+    headers = await sync_to_async(session_headers)(staff_user)
+    communicator, connected = await connect("/ws/audits/", headers)
+    assert connected
+    await sync_to_async(record_review)(audit_id=run.pk, verdict="false_positive", user=staff_user)
+    html = await receive_until(communicator, f'id="verdict-{run.pk}"')
+    assert f'id="audit-card-{run.pk}"' in html
+    assert 'value="false_positive" class="verdict-button verdict-fp" aria-pressed="true"' in html
+    assert "csrfmiddlewaretoken" not in html  # one fragment for all watchers: htmx sends the token
+    await communicator.disconnect()
