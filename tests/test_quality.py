@@ -320,3 +320,33 @@ def test_quality_sections_use_a_fixed_number_of_queries(
         staff_client.get(reverse("audits:trends"))
     with django_assert_max_num_queries(20):
         staff_client.get(reverse("audits:tuning"))
+
+
+# --- demo data -----------------------------------------------------------------------------
+
+
+def test_demo_reviews_about_half_of_the_cards_and_leaves_the_rest_for_the_queue(settings, tmp_path, db):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.db.models import Max
+
+    from audits.models import Review
+
+    settings.VAR_DIR = tmp_path
+    call_command("setup_demo", audits=80, days=21, stdout=StringIO())
+    cards = AuditRun.objects.filter(has_card=True)
+    reviewed = cards.filter(reviewed_at__isnull=False).count()
+    assert 0.2 * cards.count() <= reviewed <= 0.75 * cards.count()
+    assert cards.filter(reviewed_at__isnull=True).exists()
+    assert not AuditRun.objects.filter(has_card=False, reviewed_at__isnull=False).exists()
+    # reviewed_at is the time of the audit's latest verdict, as record_review leaves it.
+    latest = dict(Review.objects.values("audit_id").annotate(at=Max("created_at"))
+                  .values_list("audit_id", "at"))
+    for audit_id, at in cards.filter(reviewed_at__isnull=False).values_list("id", "reviewed_at"):
+        assert latest[audit_id] == at
+    verdicts = set(Review.objects.filter(is_current=True).values_list("verdict", flat=True))
+    assert {"confirmed", "false_positive"} <= verdicts
+    assert Review.objects.filter(annotation__isnull=False).exists()
+    overall = quality.total(quality.precision_by_analyzer())
+    assert overall.decided > 0 and overall.confirmed > overall.false_positive

@@ -169,6 +169,8 @@
           },
           options: merge(baseOptions(), { scales: { x: { stacked: true }, y: { stacked: true } } }),
         });
+      } else if (kind === "precision" && data.quality) {
+        precisionChart(canvas, data.quality);
       } else if (kind === "latency") {
         draw(canvas, {
           type: "bar",
@@ -183,6 +185,77 @@
         });
       }
     });
+  }
+
+  // Precision (%) per day or week: one line for all analyzers, one per analyzer; gaps where
+  // nothing was decided; the tooltip gives n, the number of decided findings behind a point.
+  function precisionChart(canvas, quality) {
+    var palette = [css("--text"), css("--accent"), css("--critical"), css("--warning"), css("--ok"), css("--info"), css("--muted")];
+    draw(canvas, {
+      type: "line",
+      data: {
+        labels: quality.labels.map(shortDay),
+        datasets: quality.series.map(function (s, i) {
+          return {
+            label: s.label,
+            data: s.precision,
+            n: s.n,
+            borderColor: palette[i % palette.length],
+            backgroundColor: palette[i % palette.length],
+            borderWidth: i === 0 ? 3 : 1.5,
+            pointRadius: 3,
+            spanGaps: true,
+          };
+        }),
+      },
+      options: merge(baseOptions(), {
+        plugins: {
+          tooltip: {
+            callbacks: {
+              label: function (ctx) {
+                var n = ctx.dataset.n[ctx.dataIndex];
+                return ctx.dataset.label + ": " + ctx.parsed.y + "% (n = " + n + ")";
+              },
+            },
+          },
+        },
+        scales: { y: { max: 100, ticks: { precision: undefined, callback: function (v) { return v + "%"; } } } },
+      }),
+    });
+  }
+
+  // Tuning evidence: reviewed false positives hidden and confirmed findings lost at each
+  // candidate threshold, on a linear 0..1 axis so the threshold line sits where it should.
+  function evidenceChart(data) {
+    var canvas = document.querySelector('canvas[data-chart="evidence"]');
+    if (!canvas) return;
+    function points(values) {
+      return data.thresholds.map(function (t, i) { return { x: t, y: values[i] }; });
+    }
+    var chart = new window.Chart(canvas, {
+      type: "line",
+      data: {
+        datasets: [
+          { label: "false positives hidden (of " + data.fp_total + ")", data: points(data.fp_hidden), borderColor: css("--ok"), backgroundColor: css("--ok"), stepped: true, pointRadius: 2 },
+          { label: "confirmed lost (of " + data.confirmed_total + ")", data: points(data.confirmed_lost), borderColor: css("--critical"), backgroundColor: css("--critical"), stepped: true, pointRadius: 2 },
+        ],
+      },
+      options: merge(baseOptions(), {
+        scales: { x: { type: "linear", min: 0, max: 1, ticks: { stepSize: 0.1 } } },
+        plugins: {
+          tooltip: { mode: "nearest", intersect: false },
+          thresholdLines: { lines: [{ value: data.selected, color: css("--text"), dash: [], label: data.selected.toFixed(2) }] },
+        },
+      }),
+      plugins: [thresholdLines],
+    });
+    chart.$setThreshold = function (t) {
+      var line = chart.options.plugins.thresholdLines.lines[0];
+      line.value = t;
+      line.label = t.toFixed(2);
+      chart.update("none");
+    };
+    charts.push(chart);
   }
 
   function tuningChart(data) {
@@ -232,6 +305,8 @@
     if (trends) trendCharts(trends);
     var tuning = readJSON("tuning-data");
     if (tuning) tuningChart(tuning);
+    var evidence = readJSON("tuning-evidence-data");
+    if (evidence) evidenceChart(evidence);
   }
 
   // The slider moves the line at once; the server's counts follow through htmx.

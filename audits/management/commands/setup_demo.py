@@ -46,6 +46,8 @@ class Command(BaseCommand):
         if not AuditRun.objects.exists():
             count = self.load_audits(options["audits"], options["days"], options["seed"])
             self.stdout.write(f"Loaded {count} demo audits in {time.perf_counter() - started:.1f} s.")
+            reviewed = load_demo_reviews(options["seed"])
+            self.stdout.write(f"Reviewed {reviewed} of the demo audits with cards.")
         password = self.ensure_admin()
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Dashboard: {options['url']}"))
@@ -137,3 +139,87 @@ class Command(BaseCommand):
         secret_file.write_text(password + "\n")
         secret_file.chmod(0o600)
         return password
+
+
+# Demo verdicts: how often reviewers reject a finding of each type. Cosmetic link fixes
+# and phrase-heuristic judgements are the usual false positives; leaks and fabricated
+# customer claims almost never are.
+DEMO_FALSE_POSITIVE_RATES = {
+    "TOKEN_LENGTH_SPIKE": 0.6,
+    "LINK_LABEL_UPGRADED": 0.45,
+    "LINK_LABEL_SUFFIX_NORMALIZED": 0.5,
+    "HTML_ANCHOR_CONVERTED": 0.4,
+    "SELF_CONTRADICTION": 0.35,
+    "sycophancy": 0.3,
+    "false_consensus": 0.35,
+    "anchoring_bias": 0.4,
+    "recency_bias": 0.4,
+    "authority_deference": 0.35,
+    "confirmation_bias": 0.3,
+    "condescending": 0.25,
+    "dismissive": 0.3,
+    "unprofessional": 0.2,
+    "PROMPT_LEAK": 0.02,
+    "UNGROUNDED_CUSTOMER_CLAIM": 0.05,
+    "LINK_UNSAFE_SCHEME": 0.0,
+}
+DEMO_REVIEWERS = ("alex", "sam", "priya")
+
+
+def load_demo_reviews(seed: int) -> int:
+    """Verdicts on about half of the demo audits with a card (fewer of the newest, which the
+    review queue is for), given a few hours after each audit: mostly whole-audit verdicts,
+    some per finding, a few unsure, a few changed once (the first stays as history).
+    Rows are written as `audits.reviews.record_review` leaves them (one current verdict per
+    target, `reviewed_at` = the latest), backdated so the trends have a history."""
+    from audits.models import Annotation, AuditRun, Review
+
+    rng = random.Random(seed + 1)
+    now = timezone.now()
+    findings: dict[Any, list[tuple[int, str, float]]] = {}
+    for audit_id, pk, type_, score in Annotation.objects.filter(
+        audit__has_card=True, result__surfaced=True
+    ).values_list("audit_id", "pk", "type", "result__score"):
+        findings.setdefault(audit_id, []).append((pk, type_, score))
+
+    def verdict_for(found: list[tuple[int, str, float]]) -> str:
+        if rng.random() < 0.06:
+            return Review.Verdict.UNSURE
+        # Findings of low-scoring results are rejected more often: tuning has a story.
+        rate = min(
+            DEMO_FALSE_POSITIVE_RATES.get(t, 0.1) * min(1.6, max(0.3, 1.8 - 1.6 * score))
+            for _, t, score in found
+        )
+        return Review.Verdict.FALSE_POSITIVE if rng.random() < rate else Review.Verdict.CONFIRMED
+
+    reviews: list[Review] = []
+    stamps: dict[Any, Any] = {}
+    for audit_id, created in AuditRun.objects.filter(has_card=True).order_by(
+        "created_at"
+    ).values_list("id", "created_at"):
+        recent = now - created < timedelta(days=2)
+        if audit_id not in findings or rng.random() >= (0.15 if recent else 0.55):
+            continue
+        at = min(now, created + timedelta(minutes=rng.randint(20, 36 * 60)))
+        who = rng.choice(DEMO_REVIEWERS)
+
+        def add(verdict: str, annotation_id: int | None, when, current: bool = True) -> None:
+            reviews.append(Review(
+                audit_id=audit_id, annotation_id=annotation_id, verdict=verdict,
+                reviewer_name=who, created_at=when, is_current=current,
+            ))
+
+        if rng.random() < 0.25:
+            # Per finding: each surfaced finding judged on its own.
+            for finding in findings[audit_id][:4]:
+                add(verdict_for([finding]), finding[0], at)
+        else:
+            verdict = verdict_for(findings[audit_id])
+            if rng.random() < 0.05:  # changed their mind once
+                add(Review.Verdict.UNSURE, None, at - timedelta(minutes=5), current=False)
+            add(verdict, None, at)
+        stamps[audit_id] = at
+    Review.objects.bulk_create(reviews, batch_size=500)
+    for audit_id, at in stamps.items():
+        AuditRun.objects.filter(pk=audit_id).update(reviewed_at=at)
+    return len(stamps)
