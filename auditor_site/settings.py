@@ -189,6 +189,17 @@ AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
 # Link health checks may reach private networks (intranets, tests). Off by default: SSRF guard.
 AUDITOR_ALLOW_PRIVATE_NETWORKS = envbool("AUDITOR_ALLOW_PRIVATE_NETWORKS", False)
 
+# Alert webhooks (audits.alerts): attempts per delivery, first backoff (doubles; one wait,
+# Retry-After included, is capped), per-request timeout, and the total time one delivery
+# may hold a task thread. AUDITOR_PUBLIC_URL (e.g. https://auditor.example.com) adds a
+# dashboard link to each alert.
+AUDITOR_ALERT_ATTEMPTS = envint("AUDITOR_ALERT_ATTEMPTS", 3)
+AUDITOR_ALERT_BACKOFF_MS = envint("AUDITOR_ALERT_BACKOFF_MS", 1000)
+AUDITOR_ALERT_MAX_DELAY_MS = envint("AUDITOR_ALERT_MAX_DELAY_MS", 10_000)
+AUDITOR_ALERT_TIMEOUT_S = envint("AUDITOR_ALERT_TIMEOUT_S", 5)
+AUDITOR_ALERT_DEADLINE_S = envint("AUDITOR_ALERT_DEADLINE_S", 20)
+AUDITOR_PUBLIC_URL = os.environ.get("AUDITOR_PUBLIC_URL", "").rstrip("/")
+
 # Content-Security-Policy (Django 6 built-in): no inline scripts, no eval.
 from django.utils.csp import CSP  # noqa: E402
 

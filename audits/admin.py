@@ -72,3 +72,94 @@ class AuditRunAdmin(admin.ModelAdmin):
             services.rerun_audit(run)
             count += 1
         self.message_user(request, f"Queued {count} new run(s), linked to the originals.")
+
+
+# --- alerts -----------------------------------------------------------------------------
+
+from django.db.models import OuterRef, Subquery  # noqa: E402
+
+from . import alerts  # noqa: E402
+from .models import AlertDelivery, AlertRule  # noqa: E402
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "enabled", "conditions", "webhook_host", "last_fired_at",
+                    "last_delivery"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "webhook_url"]
+    readonly_fields = ["last_fired_at", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "enabled", "webhook_url"]}),
+        ("Conditions (all that are set must hold)",
+         {"fields": ["min_overall_score", "annotation_type", "min_severity", "analyzer_id"]}),
+        ("Rate", {"fields": ["min_count", "window_minutes"]}),
+        ("History", {"fields": ["last_fired_at", "created_at", "updated_at"]}),
+    ]
+    actions = ["send_test_alert", "enable", "disable"]
+
+    def get_queryset(self, request):
+        latest = AlertDelivery.objects.filter(rule=OuterRef("pk")).order_by("-created_at", "-id")
+        return super().get_queryset(request).annotate(
+            last_status=Subquery(latest.values("status")[:1]),
+            last_attempts=Subquery(latest.values("attempts")[:1]),
+        )
+
+    @admin.display(description="conditions")
+    def conditions(self, obj: AlertRule) -> str:
+        return obj.conditions_summary()
+
+    @admin.display(description="webhook host")
+    def webhook_host(self, obj: AlertRule) -> str:
+        from urllib.parse import urlsplit
+
+        return urlsplit(obj.webhook_url).hostname or "-"
+
+    @admin.display(description="last delivery")
+    def last_delivery(self, obj: AlertRule) -> str:
+        status = getattr(obj, "last_status", None)
+        if not status:
+            return "-"
+        return f"{status} ({obj.last_attempts} attempt(s))"
+
+    @admin.action(description="Send a test alert to the selected rules' webhooks")
+    def send_test_alert(self, request, queryset):
+        count = 0
+        for rule in queryset:
+            alerts.send_test_alert(rule)
+            count += 1
+        self.message_user(
+            request, f"Queued {count} test alert(s); see Alert deliveries for the outcome."
+        )
+
+    @admin.action(description="Enable the selected rules")
+    def enable(self, request, queryset):
+        queryset.update(enabled=True)
+        alerts.invalidate_rules_cache()
+
+    @admin.action(description="Disable the selected rules")
+    def disable(self, request, queryset):
+        queryset.update(enabled=False)
+        alerts.invalidate_rules_cache()
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "rule", "status", "attempts", "last_http_status",
+                    "short_error", "audit", "is_test", "delivered_at"]
+    list_filter = ["status", "is_test", "rule"]
+    list_select_related = ["rule"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="last error")
+    def short_error(self, obj: AlertDelivery) -> str:
+        return (obj.last_error or "")[:120]

@@ -283,3 +283,142 @@ class Review(models.Model):
     def __str__(self) -> str:
         target = f"annotation {self.annotation_id}" if self.annotation_id else "audit"
         return f"{self.verdict} on {target} by {self.reviewer_name or 'unknown'}"
+
+
+class AlertRule(models.Model):
+    """When finished audits match these conditions (often enough), POST to a webhook.
+
+    Every condition that is set must hold. The annotation conditions hold when one
+    annotation has the type and at least the severity (of `analyzer_id` when set);
+    `analyzer_id` alone means that analyzer's result surfaced.
+    """
+
+    class Severity(models.TextChoices):
+        ANY = "", "any"
+        INFO = "info"
+        WARNING = "warning"
+        CRITICAL = "critical"
+
+    name = models.CharField(max_length=200)
+    enabled = models.BooleanField(default=True)
+    webhook_url = models.URLField(
+        max_length=2000,
+        help_text="Receives a JSON POST with a Slack-compatible `text` field. It passes the "
+        "link checker's SSRF guard (private addresses only with "
+        "AUDITOR_ALLOW_PRIVATE_NETWORKS).",
+    )
+    min_overall_score = models.FloatField(
+        null=True, blank=True, help_text="The audit's overall score is at or above this (0 to 1)."
+    )
+    annotation_type = models.CharField(
+        max_length=100, blank=True, default="", help_text="An annotation of this type (blank: any)."
+    )
+    min_severity = models.CharField(
+        max_length=10, blank=True, default="", choices=Severity.choices,
+        help_text="An annotation of at least this severity.",
+    )
+    analyzer_id = models.CharField(
+        max_length=100, blank=True, default="",
+        help_text="Only this analyzer's annotations count; alone: its result surfaced.",
+    )
+    min_count = models.PositiveIntegerField(
+        default=1, help_text="Fire when at least this many matching audits arrive within the window."
+    )
+    window_minutes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Blank: every matching audit alerts. Otherwise at most one alert per window.",
+    )
+    # Set atomically when the rule fires with a window: the cooldown claim.
+    last_fired_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        errors: dict[str, str] = {}
+        if not (
+            self.min_overall_score is not None
+            or self.annotation_type
+            or self.min_severity
+            or self.analyzer_id
+        ):
+            errors["__all__"] = "Set at least one condition (score, annotation type, severity or analyzer)."
+        if self.min_overall_score is not None and not 0.0 <= self.min_overall_score <= 1.0:
+            errors["min_overall_score"] = "The score is between 0 and 1."
+        scheme = (self.webhook_url or "").split(":", 1)[0].lower()
+        if scheme not in ("http", "https"):
+            errors["webhook_url"] = "Only http and https webhooks."
+        if self.min_count < 1:
+            errors["min_count"] = "At least 1."
+        if self.window_minutes is not None and self.window_minutes < 1:
+            errors["window_minutes"] = "At least 1 minute (blank: every matching audit)."
+        if self.min_count > 1 and self.window_minutes is None:
+            errors["window_minutes"] = "A count above 1 needs a window."
+        if errors:
+            raise ValidationError(errors)
+
+    def conditions_summary(self) -> str:
+        parts = []
+        if self.min_overall_score is not None:
+            parts.append(f"score ≥ {self.min_overall_score:g}")
+        if self.annotation_type:
+            parts.append(f"type {self.annotation_type}")
+        if self.min_severity:
+            parts.append(f"severity ≥ {self.min_severity}")
+        if self.analyzer_id:
+            parts.append(f"analyzer {self.analyzer_id}")
+        text = ", ".join(parts) or "no condition"
+        if self.window_minutes:
+            text += f"; ≥ {self.min_count} in {self.window_minutes} min"
+        return text
+
+
+class AlertDelivery(models.Model):
+    """One alert sent (or tried) to a rule's webhook; every attempt updates the row."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")
+    audit = models.ForeignKey(
+        AuditRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="alert_deliveries"
+    )
+    is_test = models.BooleanField(default=False)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_http_status = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    # One entry per attempt: {"at", "http_status", "error", "wait_s"} (wait before the next).
+    history = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "alert deliveries"
+        indexes = [
+            models.Index(fields=["rule", "-created_at"], name="alert_delivery_rule_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id} → {self.status} ({self.attempts} attempt(s))"
+
+
+def _alert_rules_changed(**kwargs) -> None:
+    from .alerts import invalidate_rules_cache
+
+    invalidate_rules_cache()
+
+
+models.signals.post_save.connect(_alert_rules_changed, sender=AlertRule)
+models.signals.post_delete.connect(_alert_rules_changed, sender=AlertRule)

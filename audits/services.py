@@ -24,6 +24,7 @@ from django.utils import timezone
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
+from .alerts import after_audit_finished
 from .events import apublish, publish
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 
@@ -337,6 +338,7 @@ def execute_run(run_id: Any) -> str:
             "has_card": run.has_card,
         }
     )
+    after_audit_finished(audit_id)
     return run.status
 
 

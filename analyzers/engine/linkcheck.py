@@ -241,6 +241,10 @@ class LinkChecker:
             raise BlockedURL(f"cannot resolve {host}: {exc}") from exc
         return list(dict.fromkeys(info[4][0] for info in infos))
 
+    async def pin(self, url: str) -> tuple[httpx.URL, str, str]:
+        """The guard alone, for other outbound requests (alert webhooks): raises BlockedURL."""
+        return await self._pin(url)
+
     async def _pin(self, url: str) -> tuple[httpx.URL, str, str]:
         """Validate one hop; return (URL with the checked IP, Host header, TLS server name)."""
         parsed = httpx.URL(url)
