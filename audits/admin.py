@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from . import services
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -44,15 +44,42 @@ class LinkCheckInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class ReviewInline(ReadOnlyInline):
+    model = Review
+    fields = ["created_at", "verdict", "annotation", "reviewer_name", "comment", "is_current"]
+    readonly_fields = fields
+
+
+@admin.register(Review)
+class ReviewAdmin(admin.ModelAdmin):
+    """Every verdict ever recorded (read-only: verdicts are recorded on the dashboard or API)."""
+
+    list_display = ["created_at", "verdict", "audit", "annotation", "reviewer_name", "is_current"]
+    list_filter = ["verdict", "is_current", "annotation__analyzer_id", "annotation__type"]
+    search_fields = ["audit__id", "reviewer_name", "comment"]
+    date_hierarchy = "created_at"
+    list_select_related = ["audit", "annotation"]
+    raw_id_fields = ["audit", "annotation"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(AuditRun)
 class AuditRunAdmin(admin.ModelAdmin):
     list_display = ["id", "created_at", "status", "overall_score", "has_card", "external_id",
                     "api_key"]
-    list_filter = ["status", "has_card", "incomplete"]
+    list_filter = ["status", "has_card", "incomplete", ("reviewed_at", admin.EmptyFieldListFilter)]
     search_fields = ["id", "external_id", "user_input"]
     date_hierarchy = "created_at"
     list_select_related = ["api_key"]
-    inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkCheckInline]
+    inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkCheckInline, ReviewInline]
     actions = ["rerun"]
 
     def get_readonly_fields(self, request, obj=None):

@@ -307,3 +307,21 @@ def test_list_cards_show_the_audit_verdict_and_filter_by_review(staff_client, fl
     assert f'id="audit-card-{flagged.pk}"' not in unreviewed
     fps = staff_client.get(reverse("audits:list"), {"verdict": "false_positive"}).content.decode()
     assert f'id="audit-card-{flagged.pk}"' in fps and f'id="audit-card-{quiet.pk}"' not in fps
+
+
+# --- the admin ---------------------------------------------------------------------------
+
+
+def test_the_admin_lists_verdicts_read_only(staff_client, flagged, staff_user):
+    record_review(audit_id=flagged.pk, verdict="confirmed", comment="<i>x</i>", user=staff_user)
+    listing = staff_client.get("/admin/audits/review/", {"verdict": "confirmed"})
+    assert listing.status_code == 200 and "staff" in listing.content.decode()
+    review = Review.objects.get()
+    page = staff_client.get(f"/admin/audits/review/{review.pk}/change/").content.decode()
+    assert "&lt;i&gt;x&lt;/i&gt;" in page and "<i>x</i>" not in page
+    staff_client.post(f"/admin/audits/review/{review.pk}/change/", {"verdict": "unsure"})
+    review.refresh_from_db()
+    assert review.verdict == "confirmed"
+    audit_page = staff_client.get(f"/admin/audits/auditrun/{flagged.pk}/change/").content.decode()
+    assert "&lt;i&gt;x&lt;/i&gt;" in audit_page  # the review inline
+    assert staff_client.get("/admin/audits/auditrun/", {"reviewed_at__isnull": "True"}).status_code == 200
