@@ -189,7 +189,7 @@ def list_audits(
 CSV_COLUMNS = [
     "id", "external_id", "created_at", "finished_at", "status", "threshold", "overall_score",
     "has_card", "surfaced_analyzers", "annotation_types", "user_input", "response",
-    "cleaned_response", "metadata",
+    "cleaned_response", "metadata", "reviewed_at", "verdict",
 ]
 
 
@@ -209,8 +209,17 @@ def _csv_row(item: dict) -> list[str]:
             " ".join(sorted({a["type"] for r in item["results"] for a in r["annotations"]})),
             item["user_input"], item["response"], item["cleaned_response"],
             json.dumps(item["metadata"], ensure_ascii=False),
+            item["reviewed_at"], _audit_verdict(item),
         )
     ]
+
+
+def _audit_verdict(item: dict) -> str:
+    """The current verdict on the whole audit, or empty."""
+    for review in item["reviews"]:
+        if review["current"] and review["annotation_id"] is None:
+            return review["verdict"]
+    return ""
 
 
 def _encode_batch(items: list[dict], fmt: str) -> bytes:

@@ -325,3 +325,16 @@ def test_the_admin_lists_verdicts_read_only(staff_client, flagged, staff_user):
     audit_page = staff_client.get(f"/admin/audits/auditrun/{flagged.pk}/change/").content.decode()
     assert "&lt;i&gt;x&lt;/i&gt;" in audit_page  # the review inline
     assert staff_client.get("/admin/audits/auditrun/", {"reviewed_at__isnull": "True"}).status_code == 200
+
+
+def test_the_csv_export_carries_the_audit_verdict(api_client, flagged, staff_user):
+    import csv
+    import io
+
+    record_review(audit_id=flagged.pk, verdict="unsure", user=staff_user)
+    record_review(audit_id=flagged.pk, verdict="false_positive", user=staff_user)
+    response = api_client.get("/api/audits/export", {"format": "csv"})
+    header, row = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    values = dict(zip(header, row, strict=True))
+    assert values["verdict"] == "false_positive"
+    assert values["reviewed_at"].startswith(str(flagged.created_at.year))
