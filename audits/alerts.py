@@ -47,6 +47,9 @@ MAX_ANNOTATIONS = 10
 LABEL_CHARS = 120
 USER_AGENT = "response-auditor-alerts/1.0"
 RETRYABLE = frozenset({408, 425, 429})
+# A rule whose previous delivery failed this recently gets one attempt, no retries: a dead
+# receiver must not hold task threads (which also run the audits) for every alert.
+BREAKER_S = 60
 
 
 # --- is there anything to do? -----------------------------------------------------------
@@ -439,6 +442,17 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
         return None
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     max_attempts = max(1, settings.AUDITOR_ALERT_ATTEMPTS)
+    broken = (
+        AlertDelivery.objects.filter(
+            rule_id=delivery.rule_id,
+            status=AlertDelivery.Status.FAILED,
+            created_at__gte=timezone.now() - timedelta(seconds=BREAKER_S),
+        )
+        .exclude(pk=delivery.pk)
+        .exists()
+    )
+    if broken:
+        max_attempts = 1
     deadline = time.monotonic() + settings.AUDITOR_ALERT_DEADLINE_S
     post = async_to_sync(_post)
     while True:
@@ -460,6 +474,10 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
             delivery.delivered_at = timezone.now()
         elif not attempt.retryable or delivery.attempts >= max_attempts:
             delivery.status = AlertDelivery.Status.FAILED
+            if broken and attempt.retryable:
+                delivery.last_error += (
+                    f"; no retry: this rule's previous delivery failed in the last {BREAKER_S} s"
+                )
         else:
             wait = _delay(delivery.attempts, attempt.retry_after_s)
             if time.monotonic() + wait >= deadline:

@@ -375,6 +375,28 @@ def test_a_receiver_that_keeps_failing_leaves_a_failed_delivery(receiver, fast_r
 
 
 @pytest.mark.django_db
+def test_after_a_failed_delivery_the_rule_gets_one_attempt_until_the_breaker_resets(
+    receiver, fast_retries
+):
+    receiver.default = (500, {})
+    first = alerts.deliver(_delivery(receiver.url).pk)
+    assert first.status == "failed" and first.attempts == 3
+    second = AlertDelivery.objects.create(rule=first.rule, payload={"text": "again"})
+    second = alerts.deliver(second.pk)
+    assert second.status == "failed" and second.attempts == 1
+    assert "previous delivery failed" in second.last_error
+    assert len(receiver.hits) == 4
+
+    AlertDelivery.objects.filter(rule=first.rule).update(
+        created_at=timezone.now() - timedelta(seconds=alerts.BREAKER_S + 1)
+    )
+    receiver.answer(500, 200)
+    third = AlertDelivery.objects.create(rule=first.rule, payload={"text": "later"})
+    third = alerts.deliver(third.pk)
+    assert third.status == "delivered" and third.attempts == 2
+
+
+@pytest.mark.django_db
 def test_client_errors_and_redirects_are_not_retried(receiver, fast_retries):
     receiver.answer(404)
     delivery = alerts.deliver(_delivery(receiver.url).pk)
