@@ -30,6 +30,9 @@
     // A disabled button means a verdict is on its way: one key press, one verdict.
     if (!button || button.disabled || button.closest("fieldset:disabled")) return;
     event.preventDefault();
+    // htmx wires freshly swapped content only when it settles (a few ms later); a fast key
+    // press must not fall through to a full-page form post, so wire it now (idempotent).
+    if (window.htmx) window.htmx.process(panel);
     button.click();
   });
 
