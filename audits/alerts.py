@@ -489,12 +489,17 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
                 wait = None
             else:
                 entry["wait_s"] = round(wait, 3)
-        delivery.save(
-            update_fields=[
-                "status", "attempts", "last_http_status", "last_error", "history",
-                "delivered_at",
-            ]
-        )
+        try:
+            delivery.save(
+                update_fields=[
+                    "status", "attempts", "last_http_status", "last_error", "history",
+                    "delivered_at",
+                ]
+            )
+        except AlertDelivery.NotUpdated:
+            return None  # the rule (and its deliveries) was deleted meanwhile
         if wait is None:
             return delivery
         time.sleep(wait)
+        if not AlertDelivery.objects.filter(pk=delivery.pk).exists():
+            return None  # the rule was deleted while we waited

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audits import alerts
 from audits.alerts import AnnotationFact, AuditFacts
-from audits.models import AlertDelivery, AlertRule
+from audits.models import AlertDelivery, AlertRule, AuditRun
 from audits.services import submit_audit
 from tests.factories import annotation, make_audit, result
 
@@ -546,3 +546,41 @@ def test_the_admin_form_refuses_a_rule_without_conditions(admin_client):
     assert response.status_code == 200
     assert "Set at least one condition" in response.content.decode()
     assert not AlertRule.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_thread_backend_delivers_alerts_after_the_audits(receiver, fast_retries, thread_tasks):
+    receiver.answer(503)
+    AlertRule.objects.create(
+        name="empty", webhook_url=receiver.url, annotation_type="EMPTY_OUTPUT",
+        min_count=2, window_minutes=5,
+    )
+    runs = [submit_audit(user_input="Anything?", response="") for _ in range(3)]
+    for _ in range(3):  # the audits, then the evaluations they queue, then the delivery
+        assert thread_tasks.wait_idle(timeout=30)
+    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    assert set(statuses) == {"complete"}
+    delivery = AlertDelivery.objects.get()  # three matches, one alert in the window
+    assert delivery.status == "delivered" and delivery.attempts == 2
+    assert delivery.payload["window"]["count"] >= 2
+    assert len(receiver.hits) == 2
+
+
+@pytest.mark.django_db
+def test_deleting_the_rule_during_retries_ends_the_delivery_quietly(
+    receiver, fast_retries, monkeypatch
+):
+    delivery = _delivery(receiver.url)
+    receiver.default = (500, {})
+
+    class Clock:  # the admin deletes the rule while the delivery waits for its retry
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            AlertRule.objects.filter(pk=delivery.rule_id).delete()
+
+    monkeypatch.setattr(alerts, "time", Clock)
+    assert alerts.deliver(delivery.pk) is None
+    assert len(receiver.hits) == 1
+    assert not AlertDelivery.objects.exists()
