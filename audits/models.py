@@ -355,11 +355,12 @@ class AlertRule(models.Model):
         scheme = (self.webhook_url or "").split(":", 1)[0].lower()
         if scheme not in ("http", "https"):
             errors["webhook_url"] = "Only http and https webhooks."
-        if self.min_count < 1:
+        count = self.min_count if self.min_count is not None else 1  # None: a field error
+        if count < 1:
             errors["min_count"] = "At least 1."
         if self.window_minutes is not None and self.window_minutes < 1:
             errors["window_minutes"] = "At least 1 minute (blank: every matching audit)."
-        if self.min_count > 1 and self.window_minutes is None:
+        if count > 1 and self.window_minutes is None:
             errors["window_minutes"] = "A count above 1 needs a window."
         if errors:
             raise ValidationError(errors)

@@ -584,3 +584,18 @@ def test_deleting_the_rule_during_retries_ends_the_delivery_quietly(
     assert alerts.deliver(delivery.pk) is None
     assert len(receiver.hits) == 1
     assert not AlertDelivery.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "bad",
+    [{"min_count": ""}, {"min_count": "-2"}, {"min_overall_score": "high"},
+     {"webhook_url": "javascript:alert(1)"}, {"min_severity": "fatal"}],
+)
+def test_the_admin_form_answers_bad_values_with_errors_not_500(admin_client, bad):
+    form = {"name": "r", "enabled": "on", "webhook_url": "https://hooks.example.com/a",
+            "min_count": "1", "min_severity": "critical"} | bad
+    response = admin_client.post("/admin/audits/alertrule/add/", form)
+    assert response.status_code == 200
+    assert "errornote" in response.content.decode()
+    assert not AlertRule.objects.exists()
