@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, FilteredRelation, Q, QuerySet
-from django.db.models.functions import Coalesce, TruncDate, TruncWeek
+from django.db.models import Count, FilteredRelation, Max, Q, QuerySet
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from .models import Annotation, Review
@@ -130,36 +130,69 @@ class Precision:
         }
 
 
-def _grouped(by: str, since: datetime | None, until: datetime | None) -> list[Precision]:
+@dataclass(frozen=True, slots=True)
+class VerdictRow:
+    """Verdict counts of the findings of one analyzer and type on one day (local time)."""
+
+    day: date
+    analyzer_id: str
+    type: str
+    confirmed: int
+    false_positive: int
+    unsure: int
+
+    def counts(self, key: str = "") -> Precision:
+        return Precision(key, self.confirmed, self.false_positive, self.unsure)
+
+
+def verdict_rows(
+    *, since: datetime | None = None, until: datetime | None = None
+) -> list[VerdictRow]:
+    """The one query behind every precision figure: counts per day, analyzer and type.
+
+    At most days x analyzers x types rows, whatever the number of audits; the selectors
+    below sum them in Python.
+    """
     rows = (
         reviewed_findings(since=since, until=until)
-        .values(by)
+        .annotate(day=TruncDate("audit__created_at"))
+        .values("day", "analyzer_id", "type")
         .annotate(**_verdict_counts())
-        .order_by(by)
+        .order_by()
     )
-    return [
-        Precision(
-            key=row[by],
-            confirmed=row["confirmed"],
-            false_positive=row["false_positive"],
-            unsure=row["unsure"],
-        )
-        for row in rows
-    ]
+    return [VerdictRow(**row) for row in rows]
+
+
+def _grouped(rows: Iterable[VerdictRow], by: str) -> list[Precision]:
+    groups: dict[str, Precision] = {}
+    for row in rows:
+        key = getattr(row, by)
+        groups.setdefault(key, Precision(key=key)).add(row.counts())
+    return [groups[key] for key in sorted(groups)]
 
 
 def precision_by_analyzer(
-    *, since: datetime | None = None, until: datetime | None = None
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    rows: Iterable[VerdictRow] | None = None,
 ) -> list[Precision]:
-    """One row per analyzer that has reviewed findings, by analyzer id (one query)."""
-    return _grouped("analyzer_id", since, until)
+    """One row per analyzer with reviewed findings, by analyzer id (one query, or `rows`)."""
+    if rows is None:
+        rows = verdict_rows(since=since, until=until)
+    return _grouped(rows, "analyzer_id")
 
 
 def precision_by_type(
-    *, since: datetime | None = None, until: datetime | None = None
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    rows: Iterable[VerdictRow] | None = None,
 ) -> list[Precision]:
-    """One row per annotation type that has reviewed findings, by type (one query)."""
-    return _grouped("type", since, until)
+    """One row per annotation type with reviewed findings, by type (one query, or `rows`)."""
+    if rows is None:
+        rows = verdict_rows(since=since, until=until)
+    return _grouped(rows, "type")
 
 
 def total(rows: Iterable[Precision], key: str = "all") -> Precision:
@@ -216,20 +249,19 @@ def _bucket_starts(since: datetime, until: datetime, bucket: str) -> list[date]:
 
 
 def precision_over_time(
-    *, since: datetime, until: datetime | None = None, bucket: str = "week"
+    *,
+    since: datetime,
+    until: datetime | None = None,
+    bucket: str = "week",
+    rows: Iterable[VerdictRow] | None = None,
 ) -> PrecisionSeries:
-    """Precision per day or ISO week (Monday first) of the audits' creation (one query)."""
+    """Precision per day or per week (Monday first) of the audits' creation, overall and
+    per analyzer; every bucket of the window is present (one query, or `rows`)."""
     if bucket not in ("day", "week"):
         raise ValueError("bucket must be 'day' or 'week'")
     until = until or timezone.now()
-    trunc = TruncWeek if bucket == "week" else TruncDate
-    rows = (
-        reviewed_findings(since=since, until=until)
-        .annotate(bucket=trunc("audit__created_at"))
-        .values("bucket", "analyzer_id")
-        .annotate(**_verdict_counts())
-        .order_by("bucket", "analyzer_id")
-    )
+    if rows is None:
+        rows = verdict_rows(since=since, until=until)
     starts = _bucket_starts(since, until, bucket)
     index = {d: i for i, d in enumerate(starts)}
     overall = [Precision(key=d.isoformat()) for d in starts]
@@ -237,27 +269,53 @@ def precision_over_time(
         lambda: [Precision(key=d.isoformat()) for d in starts]
     )
     for row in rows:
-        start = row["bucket"]
-        if isinstance(start, datetime):  # TruncWeek: an aware datetime at local midnight
-            start = timezone.localtime(start).date() if timezone.is_aware(start) else start.date()
+        start = row.day - timedelta(days=row.day.weekday()) if bucket == "week" else row.day
         i = index.get(start)
         if i is None:
             continue
-        counts = Precision(
-            confirmed=row["confirmed"], false_positive=row["false_positive"], unsure=row["unsure"]
-        )
-        overall[i].add(counts)
-        per_analyzer[row["analyzer_id"]][i].add(counts)
+        overall[i].add(row.counts())
+        per_analyzer[row.analyzer_id][i].add(row.counts())
     return PrecisionSeries(bucket, starts, overall, dict(per_analyzer))
 
 
-def trends_quality(days: int, *, now: datetime | None = None) -> dict[str, Any]:
-    """The trends page's "Measured quality" section over the last `days` days (3 queries)."""
+# --- caching -----------------------------------------------------------------------------
+
+# Every figure here changes only when a verdict is recorded (or an audit with verdicts is
+# deleted): the cache key carries a fingerprint of the Review table, so a new verdict is
+# seen at once. The TTL only bounds how far a trends window's start may lag.
+CACHE_SECONDS = 300
+
+
+def verdicts_fingerprint() -> str:
+    """Changes whenever a verdict is added or removed (one indexed aggregate)."""
+    agg = Review.objects.aggregate(n=Count("id"), last=Max("id"), at=Max("created_at"))
+    at = agg["at"].timestamp() if agg["at"] else 0
+    return f"{agg['n']}.{agg['last']}.{at}"
+
+
+def _cached(key: str, compute):
+    from django.core.cache import cache
+
+    full = f"quality:{verdicts_fingerprint()}:{key}"
+    value = cache.get(full)
+    if value is None:
+        value = compute()
+        cache.set(full, value, CACHE_SECONDS)
+    return value
+
+
+def trends_quality(days: int, *, now: datetime | None = None, cache: bool = True) -> dict[str, Any]:
+    """The trends page's "Measured quality" section over the last `days` days: one grouped
+    query (cached until the next verdict, at most CACHE_SECONDS) and sums in Python."""
     now = now or timezone.now()
     since = now - timedelta(days=days)
-    by_analyzer = precision_by_analyzer(since=since, until=now)
-    by_type = precision_by_type(since=since, until=now)
-    series = precision_over_time(since=since, until=now, bucket=bucket_for(days))
+    if cache:
+        rows = _cached(f"rows:{days}", lambda: verdict_rows(since=since, until=now))
+    else:
+        rows = verdict_rows(since=since, until=now)
+    by_analyzer = precision_by_analyzer(rows=rows)
+    by_type = precision_by_type(rows=rows)
+    series = precision_over_time(since=since, until=now, bucket=bucket_for(days), rows=rows)
     by_type.sort(key=lambda p: (-p.reviewed, p.key))
     return {
         "overall": total(by_analyzer),
@@ -315,6 +373,23 @@ def candidate_thresholds(bins: int, selected: float) -> list[float]:
     return sorted(grid)
 
 
+def score_counts(
+    analyzer: str = "", *, exclude: Sequence[str] = ()
+) -> list[tuple[float, bool, str, int]]:
+    """(result score, forced, verdict, findings) of the reviewed findings of `analyzer`, or
+    of every analyzer but `exclude` (one query)."""
+    qs = reviewed_findings()
+    if analyzer:
+        qs = qs.filter(analyzer_id=analyzer)
+    elif exclude:
+        qs = qs.exclude(analyzer_id__in=exclude)
+    return list(
+        qs.values_list("result__score", "result__should_surface", "verdict")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
 def threshold_evidence(
     *,
     threshold: float,
@@ -322,6 +397,7 @@ def threshold_evidence(
     config=None,
     candidates: Sequence[float] | None = None,
     bins: int = 20,
+    cache: bool = False,
 ) -> ThresholdEvidence:
     """For each candidate threshold: reviewed false positives hidden, confirmed findings lost.
 
@@ -330,13 +406,11 @@ def threshold_evidence(
     that has no threshold of its own (`config.threshold_for`, as the engine decides). A
     finding is hidden at `t` when its result's score < t and the result is not forced
     (`should_surface` surfaces whatever the score). Every reviewed audit counts, not only the
-    preview's window: verdicts are scarce. One query, grouped by score.
+    preview's window: verdicts are scarce. One query, grouped by score (with `cache`, kept
+    until the next verdict, so moving the slider costs no query).
     """
-    qs = reviewed_findings()
     own: list[str] = []
-    if analyzer:
-        qs = qs.filter(analyzer_id=analyzer)
-    else:
+    if not analyzer:
         if config is None:
             from analyzers.config_store import load_config
 
@@ -344,22 +418,21 @@ def threshold_evidence(
         own = sorted(
             a for a, section in config.analyzers.items() if section.get("threshold") is not None
         )
-        if own:
-            qs = qs.exclude(analyzer_id__in=own)
-    rows = list(
-        qs.values("result__score", "result__should_surface", "verdict")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
+    if cache:
+        rows = _cached(
+            f"scores:{analyzer}:{','.join(own)}", lambda: score_counts(analyzer, exclude=own)
+        )
+    else:
+        rows = score_counts(analyzer, exclude=own)
     totals = {CONFIRMED: 0, FALSE_POSITIVE: 0, UNSURE: 0}
-    for row in rows:
-        totals[row["verdict"]] = totals.get(row["verdict"], 0) + row["n"]
+    for _, _, verdict, n in rows:
+        totals[verdict] = totals.get(verdict, 0) + n
     # Scores of the findings a threshold can hide, ascending, with running counts: the
     # count below t is one bisect, however many distinct scores there are.
     hideable = sorted(
-        (row["result__score"], row["verdict"], row["n"])
-        for row in rows
-        if not row["result__should_surface"] and row["verdict"] in (CONFIRMED, FALSE_POSITIVE)
+        (score, verdict, n)
+        for score, forced, verdict, n in rows
+        if not forced and verdict in (CONFIRMED, FALSE_POSITIVE)
     )
     scores = [score for score, _, _ in hideable]
     below: dict[str, list[int]] = {CONFIRMED: [0], FALSE_POSITIVE: [0]}

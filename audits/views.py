@@ -269,7 +269,8 @@ def tuning(request: HttpRequest) -> HttpResponse:
         threshold=threshold, current=current, analyzer=analyzer, window=window
     )
     evidence = quality.threshold_evidence(
-        threshold=threshold, analyzer=analyzer, config=config, bins=dashboard.HISTOGRAM_BINS
+        threshold=threshold, analyzer=analyzer, config=config, bins=dashboard.HISTOGRAM_BINS,
+        cache=True,
     )
     context = {
         "nav": "tuning",

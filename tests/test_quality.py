@@ -12,7 +12,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -162,8 +164,7 @@ def test_precision_over_time_is_bucketed_per_week_from_monday(db):
     series = quality.precision_over_time(since=NOW - timedelta(days=30), until=NOW, bucket="week")
     chart = series.chart()
     # The window starts on Monday 2026-10-26 (30 days before NOW).
-    assert chart["labels"] == ["2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16",
-                               "2026-11-23"]
+    assert chart["labels"] == ["2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16", "2026-11-23"]
     overall = chart["series"][0]
     assert overall["label"] == "all analyzers"
     assert overall["precision"] == [None, None, None, 100.0, 50.0]
@@ -229,7 +230,9 @@ def test_threshold_evidence_for_one_analyzers_own_threshold(verdicts):
 
 def test_global_evidence_leaves_out_analyzers_with_their_own_threshold(verdicts):
     config = load_config()
-    config = config.model_copy(update={"analyzers": {**config.analyzers, "bias": {"threshold": 0.5}}})
+    config = config.model_copy(
+        update={"analyzers": {**config.analyzers, "bias": {"threshold": 0.5}}}
+    )
     evidence = quality.threshold_evidence(threshold=0.45, config=config, candidates=[0.45, 0.95])
     assert evidence.own_threshold_analyzers == ["bias"]
     assert (evidence.fp_total, evidence.confirmed_total) == (2, 2)
@@ -311,6 +314,38 @@ def test_tuning_page_without_verdicts_says_so(staff_client, db):
     assert "No reviewed findings yet" in html
 
 
+def test_pages_see_a_new_verdict_at_once_despite_the_cache(staff_client, verdicts):
+    trends_url, tuning_url = reverse("audits:trends"), reverse("audits:tuning")
+    assert 'id="precision-overall">40.0%<' in staff_client.get(trends_url).content.decode()
+    assert (
+        "hides 1 of 3 reviewed false positives"
+        in staff_client.get(tuning_url, {"threshold": "0.45"}).content.decode()
+    )
+    # The unreviewed false_consensus finding of audit c, now called a false positive.
+    record_review(
+        audit_id=verdicts["c"].pk,
+        annotation_id=_ann(verdicts["c"], "false_consensus"),
+        verdict="false_positive",
+    )
+    assert 'id="precision-overall">33.3%<' in staff_client.get(trends_url).content.decode()
+    assert (
+        "hides 2 of 4 reviewed false positives"
+        in staff_client.get(tuning_url, {"threshold": "0.45"}).content.decode()
+    )
+
+
+def test_moving_the_slider_reuses_the_cached_evidence(staff_client, verdicts):
+    url = reverse("audits:tuning")
+    with CaptureQueriesContext(connection) as cold:
+        staff_client.get(url, {"threshold": "0.45"}, headers={"HX-Request": "true"})
+    with CaptureQueriesContext(connection) as warm:
+        html = staff_client.get(url, {"threshold": "0.85"}, headers={"HX-Request": "true"})
+    assert "At 0.85: hides 2 of 3" in html.content.decode()
+    # The findings' verdicts are read once (the only query joining the verdicts).
+    assert sum("COALESCE" in q["sql"] for q in cold.captured_queries) == 1
+    assert sum("COALESCE" in q["sql"] for q in warm.captured_queries) == 0
+
+
 def test_quality_sections_use_a_fixed_number_of_queries(
     staff_client, verdicts, django_assert_max_num_queries
 ):
@@ -325,7 +360,9 @@ def test_quality_sections_use_a_fixed_number_of_queries(
 # --- demo data -----------------------------------------------------------------------------
 
 
-def test_demo_reviews_about_half_of_the_cards_and_leaves_the_rest_for_the_queue(settings, tmp_path, db):
+def test_demo_reviews_about_half_of_the_cards_and_leaves_the_rest_for_the_queue(
+    settings, tmp_path, db
+):
     from io import StringIO
 
     from django.core.management import call_command
@@ -341,8 +378,11 @@ def test_demo_reviews_about_half_of_the_cards_and_leaves_the_rest_for_the_queue(
     assert cards.filter(reviewed_at__isnull=True).exists()
     assert not AuditRun.objects.filter(has_card=False, reviewed_at__isnull=False).exists()
     # reviewed_at is the time of the audit's latest verdict, as record_review leaves it.
-    latest = dict(Review.objects.values("audit_id").annotate(at=Max("created_at"))
-                  .values_list("audit_id", "at"))
+    latest = dict(
+        Review.objects.values("audit_id")
+        .annotate(at=Max("created_at"))
+        .values_list("audit_id", "at")
+    )
     for audit_id, at in cards.filter(reviewed_at__isnull=False).values_list("id", "reviewed_at"):
         assert latest[audit_id] == at
     verdicts = set(Review.objects.filter(is_current=True).values_list("verdict", flat=True))

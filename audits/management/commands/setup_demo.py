@@ -201,23 +201,23 @@ def load_demo_reviews(seed: int) -> int:
         if audit_id not in findings or rng.random() >= (0.15 if recent else 0.55):
             continue
         at = min(now, created + timedelta(minutes=rng.randint(20, 36 * 60)))
-        who = rng.choice(DEMO_REVIEWERS)
-
-        def add(verdict: str, annotation_id: int | None, when, current: bool = True) -> None:
-            reviews.append(Review(
-                audit_id=audit_id, annotation_id=annotation_id, verdict=verdict,
-                reviewer_name=who, created_at=when, is_current=current,
-            ))
-
+        given: list[tuple[str, int | None, Any, bool]] = []  # verdict, annotation, when, current
         if rng.random() < 0.25:
             # Per finding: each surfaced finding judged on its own.
             for finding in findings[audit_id][:4]:
-                add(verdict_for([finding]), finding[0], at)
+                given.append((verdict_for([finding]), finding[0], at, True))
         else:
-            verdict = verdict_for(findings[audit_id])
             if rng.random() < 0.05:  # changed their mind once
-                add(Review.Verdict.UNSURE, None, at - timedelta(minutes=5), current=False)
-            add(verdict, None, at)
+                given.append((Review.Verdict.UNSURE, None, at - timedelta(minutes=5), False))
+            given.append((verdict_for(findings[audit_id]), None, at, True))
+        who = rng.choice(DEMO_REVIEWERS)
+        reviews += [
+            Review(
+                audit_id=audit_id, annotation_id=annotation_id, verdict=verdict,
+                reviewer_name=who, created_at=when, is_current=current,
+            )
+            for verdict, annotation_id, when, current in given
+        ]
         stamps[audit_id] = at
     Review.objects.bulk_create(reviews, batch_size=500)
     for audit_id, at in stamps.items():
