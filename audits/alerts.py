@@ -221,18 +221,15 @@ def evaluate(audit_id: Any, *, now: datetime | None = None) -> list[AlertDeliver
     for rule in AlertRule.objects.filter(enabled=True):
         if not rule_matches(rule, facts):
             continue
-        count = None
-        if rule.window_minutes:
-            count = count_in_window(rule, facts, now)
-            if count < rule.min_count:
-                continue
+        if rule.window_minutes and count_in_window(rule, facts, now) < rule.min_count:
+            continue
         if not _claim(rule, now):
             continue
         created.append(
             AlertDelivery.objects.create(
                 rule=rule,
                 audit_id=facts.audit_id,
-                payload=build_payload(rule, facts, window_count=count, now=now),
+                payload=build_payload(rule, facts, now=now),
             )
         )
     return created
@@ -272,7 +269,6 @@ def build_payload(
     rule: AlertRule,
     facts: AuditFacts,
     *,
-    window_count: int | None = None,
     now: datetime | None = None,
     test: bool = False,
 ) -> dict[str, Any]:
@@ -290,7 +286,7 @@ def build_payload(
     ]
     url = audit_url(facts.audit_id)
     window = (
-        {"minutes": rule.window_minutes, "min_count": rule.min_count, "count": window_count}
+        {"minutes": rule.window_minutes, "min_count": rule.min_count}
         if rule.window_minutes
         else None
     )
@@ -306,8 +302,7 @@ def build_payload(
     ]
     if window:
         lines.append(
-            f"{window_count} matching audits in the last {rule.window_minutes} min "
-            f"(rule: at least {rule.min_count})"
+            f"At least {rule.min_count} matching audits in the last {rule.window_minutes} min"
         )
     for a in shown:
         lines.append(f"• {a['severity']} {_code(a['type'], 100)} {_code(a['label'])}")
