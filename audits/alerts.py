@@ -10,7 +10,8 @@
 - `deliver(delivery_id)` POSTs the payload through the link checker's SSRF guard (one DNS
   resolution, pinned address, no redirects), retrying 429/5xx/network errors with
   exponential backoff (honouring a capped Retry-After) within `AUDITOR_ALERT_DEADLINE_S`;
-  every attempt is recorded on the row.
+  every attempt is recorded on the row. While a rule's last delivery failed less than
+  `BREAKER_S` ago, its deliveries get one attempt (a dead receiver holds no task threads).
 
 Annotation types and labels may come from model output: in the Slack `text` they are
 shortened, stripped of backticks and control characters, escaped (&, <, >) and shown as
