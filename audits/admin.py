@@ -1,11 +1,22 @@
-"""Audit runs, read-only, with results, annotations, trace and links inline; re-run action."""
+"""Audit runs, read-only, with results, annotations, trace, links and verdicts inline; re-run
+action; verdicts; alert rules and their deliveries."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import OuterRef, Subquery
 
-from . import services
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from . import alerts, services
+from .models import (
+    AlertDelivery,
+    AlertRule,
+    AnalyzerRunRecord,
+    Annotation,
+    AuditRun,
+    LinkCheck,
+    Review,
+    TraceLine,
+)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -103,10 +114,7 @@ class AuditRunAdmin(admin.ModelAdmin):
 
 # --- alerts -----------------------------------------------------------------------------
 
-from django.db.models import OuterRef, Subquery  # noqa: E402
 
-from . import alerts  # noqa: E402
-from .models import AlertDelivery, AlertRule  # noqa: E402
 
 
 @admin.register(AlertRule)

@@ -427,6 +427,25 @@ def _delay(attempt_no: int, retry_after: float | None) -> float:
     return min(wanted, cap)
 
 
+def recover_pending_deliveries(*, older_than: timedelta | None = None) -> int:
+    """Re-queue deliveries a dead process left pending.
+
+    A live process finishes a delivery within `AUDITOR_ALERT_DEADLINE_S`, so one still
+    pending after twice that (and a minute) has lost its worker.
+    """
+    from .tasks import deliver_alert
+
+    if older_than is None:
+        older_than = timedelta(seconds=2 * settings.AUDITOR_ALERT_DEADLINE_S + 60)
+    stuck = AlertDelivery.objects.filter(
+        status=AlertDelivery.Status.PENDING, created_at__lt=timezone.now() - older_than
+    ).values_list("pk", flat=True)
+    ids = list(stuck)
+    for delivery_id in ids:
+        deliver_alert.enqueue(delivery_id)
+    return len(ids)
+
+
 def deliver(delivery_id: Any) -> AlertDelivery | None:
     """Send one pending delivery, retrying within the deadline; records every attempt."""
     delivery = (

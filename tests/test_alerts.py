@@ -6,6 +6,7 @@ except where the SSRF guard itself is tested).
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -599,3 +600,21 @@ def test_the_admin_form_answers_bad_values_with_errors_not_500(admin_client, bad
     assert response.status_code == 200
     assert "errornote" in response.content.decode()
     assert not AlertRule.objects.exists()
+
+
+@pytest.mark.django_db
+def test_recover_audits_resends_deliveries_a_dead_worker_left_pending(receiver, fast_retries):
+    from django.core.management import call_command
+
+    stuck = _delivery(receiver.url)
+    fresh = AlertDelivery.objects.create(rule=stuck.rule, payload={"text": "in flight"})
+    AlertDelivery.objects.filter(pk=stuck.pk).update(
+        created_at=timezone.now() - timedelta(minutes=10)
+    )
+    out = io.StringIO()
+    call_command("recover_audits", stdout=out)
+    assert "alert deliveries requeued 1" in out.getvalue()
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stuck.status == "delivered" and len(receiver.hits) == 1
+    assert fresh.status == "pending"  # its worker may still be sending it

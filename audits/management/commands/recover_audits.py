@@ -4,12 +4,14 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand
 
+from audits.alerts import recover_pending_deliveries
 from audits.services import MAX_ATTEMPTS, recover_stale_runs
 
 
 class Command(BaseCommand):
     help = ("Re-queue audit runs a dead worker left running (and old pending ones); "
-            "runs out of attempts are marked failed.")
+            "runs out of attempts are marked failed. Also re-queues alert deliveries a dead "
+            "worker left pending.")
 
     def add_arguments(self, parser):
         parser.add_argument("--stale-after", type=float, default=300,
@@ -27,6 +29,7 @@ class Command(BaseCommand):
             ),
             max_attempts=options["max_attempts"],
         )
+        alerts = recover_pending_deliveries()
         # An in-process backend runs the re-queued audits in this process: let them finish.
         from django.tasks import task_backends
 
@@ -35,5 +38,5 @@ class Command(BaseCommand):
             backend.wait_idle(timeout=600)
         self.stdout.write(
             f"requeued {outcome['requeued']}, failed {outcome['failed']}, "
-            f"pending requeued {outcome['pending_requeued']}"
+            f"pending requeued {outcome['pending_requeued']}, alert deliveries requeued {alerts}"
         )
