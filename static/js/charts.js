@@ -10,8 +10,11 @@
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   }
 
+  // The json_script blocks sit inside <template data-json-for=id>: htmx (allowScriptTags:
+  // false) strips <script> elements from swapped fragments, but not a template's content.
   function readJSON(id) {
-    var el = document.getElementById(id);
+    var tpl = document.querySelector('template[data-json-for="' + id + '"]');
+    var el = tpl ? tpl.content.getElementById(id) : document.getElementById(id);
     if (!el) return null;
     try {
       return JSON.parse(el.textContent);
@@ -229,21 +232,36 @@
   function evidenceChart(data) {
     var canvas = document.querySelector('canvas[data-chart="evidence"]');
     if (!canvas) return;
-    function points(values) {
-      return data.thresholds.map(function (t, i) { return { x: t, y: values[i] }; });
+    // Shares of each total, so the two lines compare; the tooltip gives the counts.
+    function points(values, total) {
+      return data.thresholds.map(function (t, i) {
+        return { x: t, y: total ? Math.round(1000 * values[i] / total) / 10 : 0, n: values[i] };
+      });
     }
     var chart = new window.Chart(canvas, {
       type: "line",
       data: {
         datasets: [
-          { label: "false positives hidden (of " + data.fp_total + ")", data: points(data.fp_hidden), borderColor: css("--ok"), backgroundColor: css("--ok"), stepped: true, pointRadius: 2 },
-          { label: "confirmed lost (of " + data.confirmed_total + ")", data: points(data.confirmed_lost), borderColor: css("--critical"), backgroundColor: css("--critical"), stepped: true, pointRadius: 2 },
+          { label: "false positives hidden (of " + data.fp_total + ")", data: points(data.fp_hidden, data.fp_total), total: data.fp_total, borderColor: css("--ok"), backgroundColor: css("--ok"), stepped: true, pointRadius: 2 },
+          { label: "confirmed lost (of " + data.confirmed_total + ")", data: points(data.confirmed_lost, data.confirmed_total), total: data.confirmed_total, borderColor: css("--critical"), backgroundColor: css("--critical"), stepped: true, pointRadius: 2 },
         ],
       },
       options: merge(baseOptions(), {
-        scales: { x: { type: "linear", min: 0, max: 1, ticks: { stepSize: 0.1 } } },
+        scales: {
+          x: { type: "linear", min: 0, max: 1, ticks: { stepSize: 0.1 } },
+          y: { max: 100, ticks: { precision: undefined, callback: function (v) { return v + "%"; } } },
+        },
         plugins: {
-          tooltip: { mode: "nearest", intersect: false },
+          tooltip: {
+            mode: "nearest",
+            intersect: false,
+            callbacks: {
+              title: function (items) { return items.length ? "at " + items[0].parsed.x.toFixed(2) : ""; },
+              label: function (ctx) {
+                return ctx.dataset.label.replace(/ \(of \d+\)$/, "") + ": " + ctx.raw.n + " of " + ctx.dataset.total + " (" + ctx.parsed.y + "%)";
+              },
+            },
+          },
           thresholdLines: { lines: [{ value: data.selected, color: css("--text"), dash: [], label: data.selected.toFixed(2) }] },
         },
       }),
@@ -256,6 +274,15 @@
       chart.update("none");
     };
     charts.push(chart);
+  }
+
+  // The evidence table scrolls; keep the selected threshold's row in view.
+  function showSelectedRow() {
+    var row = document.querySelector("#evidence-table tr.selected");
+    var wrap = row && row.closest(".evidence-table-wrap");
+    if (!wrap) return;
+    var offset = row.getBoundingClientRect().top - wrap.getBoundingClientRect().top;
+    wrap.scrollTop = Math.max(0, wrap.scrollTop + offset - wrap.clientHeight / 2);
   }
 
   function tuningChart(data) {
@@ -307,6 +334,7 @@
     if (tuning) tuningChart(tuning);
     var evidence = readJSON("tuning-evidence-data");
     if (evidence) evidenceChart(evidence);
+    showSelectedRow();
   }
 
   // The slider moves the line at once; the server's counts follow through htmx.
