@@ -2,8 +2,9 @@
 
 First run: loads the demo configuration (audits/demo/config.json), audits a few hundred
 demo responses through the real engine (audits/demo/cases.jsonl, spread over six weeks so
-the trends have shape) and creates an `admin` superuser with a generated password, kept in
-var/demo-admin.txt. Later runs change nothing and print the login again.
+the trends have shape), gives verdicts to about half of those with a card (the rest wait in
+the review queue; see `load_demo_reviews`) and creates an `admin` superuser with a generated
+password, kept in var/demo-admin.txt. Later runs change nothing and print the login again.
 """
 
 from __future__ import annotations
