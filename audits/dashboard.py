@@ -419,6 +419,16 @@ def _peak_expression() -> Case:
     )
 
 
+def _saved_surfacing(saved: dict[str, float], default: float) -> Q:
+    """A result surfaces at the saved thresholds: its analyzer's own, else the global one."""
+    condition = Q(should_surface=True) | (
+        Q(score__gte=default) & ~Q(analyzer_id__in=list(saved))
+    )
+    for analyzer_id, value in saved.items():
+        condition |= Q(analyzer_id=analyzer_id, score__gte=value)
+    return condition
+
+
 def tuning_preview(
     *,
     threshold: float,
@@ -426,13 +436,18 @@ def tuning_preview(
     analyzer: str = "",
     window: int = DEFAULT_WINDOW,
     examples: int = 15,
+    own_thresholds: dict[str, float] | None = None,
+    global_threshold: float | None = None,
 ) -> TuningPreview:
     """Which of the last `window` completed audits would surface at `threshold`.
 
-    An audit surfaces when one of its successful results has score >= threshold or is
-    forced (CONTRACT.md section 1); with `analyzer`, only that analyzer's results count.
-    Four queries, whatever the window.
+    An audit surfaces when one of its successful results reaches its threshold or is
+    forced (CONTRACT.md section 1). The slider governs the global threshold (the results
+    of analyzers without `own_thresholds`) or, with `analyzer`, that analyzer's own; every
+    other result surfaces as it does now, at its saved threshold. Five queries, whatever
+    the window.
     """
+    own = dict(own_thresholds or {})
     recent_ids = list(
         AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
         .order_by("-created_at", "-id")
@@ -441,15 +456,29 @@ def tuning_preview(
     ok_results = AnalyzerRunRecord.objects.filter(
         audit_id__in=recent_ids, status=AnalyzerRunRecord.Status.OK
     )
-    scoped = ok_results.filter(analyzer_id=analyzer) if analyzer else ok_results
+    if analyzer:
+        governed = Q(analyzer_id=analyzer)
+        saved = {a: t for a, t in own.items() if a != analyzer}
+        default = current if global_threshold is None else global_threshold
+    else:
+        governed = ~Q(analyzer_id__in=list(own))
+        saved, default = own, current
     peaks: dict[Any, float] = dict(
-        scoped.values("audit_id").annotate(peak=Max(_peak_expression())).values_list(
-            "audit_id", "peak"
-        )
+        ok_results.filter(governed)
+        .values("audit_id")
+        .annotate(peak=Max(_peak_expression()))
+        .values_list("audit_id", "peak")
     )
-    surfacing = [pk for pk in recent_ids if peaks.get(pk, -1.0) >= threshold]
+    # Audits a result outside the slider's reach surfaces anyway.
+    fixed = set(
+        ok_results.exclude(governed)
+        .filter(_saved_surfacing(saved, default))
+        .values_list("audit_id", flat=True)
+        .distinct()
+    )
+    surfacing = [pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= threshold]
     surfacing_set = set(surfacing)
-    now_set = {pk for pk in recent_ids if peaks.get(pk, -1.0) >= current}
+    now_set = {pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= current}
 
     per_analyzer = list(
         ok_results.values("analyzer_id")
@@ -457,10 +486,17 @@ def tuning_preview(
             total=Count("id"),
             at_threshold=Count("id", filter=Q(score__gte=threshold) | Q(should_surface=True)),
             at_current=Count("id", filter=Q(score__gte=current) | Q(should_surface=True)),
+            at_saved=Count("id", filter=_saved_surfacing(saved, default)),
         )
         .order_by("analyzer_id")
     )
     for row in per_analyzer:
+        name = row["analyzer_id"]
+        row["governed"] = name == analyzer if analyzer else name not in own
+        if not row["governed"]:
+            # Outside the slider's reach: it surfaces at its saved threshold either way.
+            row["at_threshold"] = row["at_current"] = row["at_saved"]
+            row["saved_threshold"] = own.get(name, default)
         row["delta"] = row["at_threshold"] - row["at_current"]
 
     histogram = [0] * HISTOGRAM_BINS

@@ -266,7 +266,16 @@ def tuning(request: HttpRequest) -> HttpResponse:
     if window not in dashboard.WINDOWS:
         window = dashboard.DEFAULT_WINDOW
     preview = dashboard.tuning_preview(
-        threshold=threshold, current=current, analyzer=analyzer, window=window
+        threshold=threshold,
+        current=current,
+        analyzer=analyzer,
+        window=window,
+        own_thresholds={
+            a: float(section["threshold"])
+            for a, section in config.analyzers.items()
+            if section.get("threshold") is not None
+        },
+        global_threshold=config.threshold,
     )
     evidence = quality.threshold_evidence(
         threshold=threshold, analyzer=analyzer, config=config, bins=dashboard.HISTOGRAM_BINS,

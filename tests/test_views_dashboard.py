@@ -417,15 +417,37 @@ def test_tuning_preview_counts_follow_the_threshold(staff_client, db):
     assert counts == {"0.0": 6, "0.3": 5, "0.5": 4, "0.9": 2, "1.0": 1}
 
 
-def test_tuning_preview_per_analyzer(staff_client, db):
-    make_audit(results=[result("redflag", 0.8), result("tone", 0.2)])
-    make_audit(results=[result("redflag", 0.1), result("tone", 0.6)])
-    html = staff_client.get(
-        reverse("audits:tuning"), {"threshold": "0.5", "analyzer": "tone"},
-        headers={"HX-Request": "true"},
+def _preview(client, **params) -> str:
+    return client.get(
+        reverse("audits:tuning"), params, headers={"HX-Request": "true"}
     ).content.decode()
-    assert _surfacing(html) == 1
+
+
+def test_tuning_preview_per_analyzer(staff_client, db):
+    make_audit(results=[result("redflag", 0.8), result("tone", 0.2)])  # redflag surfaces it
+    make_audit(results=[result("redflag", 0.1), result("tone", 0.6)])
+    make_audit(results=[result("redflag", 0.1), result("tone", 0.4)])
+    html = _preview(staff_client, threshold="0.5", analyzer="tone")
     assert html.strip().startswith('<section id="tuning-preview"')
+    # The slider moves tone's threshold; redflag stays at the saved global 0.3.
+    assert _surfacing(html) == 2
+    assert _surfacing(_preview(staff_client, threshold="0.3", analyzer="tone")) == 3
+    assert _surfacing(_preview(staff_client, threshold="0.9", analyzer="tone")) == 1
+
+
+def test_the_global_slider_leaves_analyzers_with_their_own_threshold_alone(staff_client, db):
+    from analyzers.config_store import save_config
+
+    config = load_config()
+    analyzers = {**config.analyzers, "bias": {**config.analyzers.get("bias", {}), "threshold": 0.7}}
+    save_config(config.model_copy(update={"analyzers": analyzers}), actor="test", source="test")
+    make_audit(results=[result("bias", 0.8), result("tone", 0.1)])  # bias: 0.8 >= its 0.7
+    make_audit(results=[result("bias", 0.5), result("tone", 0.1)])  # bias: below its 0.7
+    make_audit(results=[result("bias", 0.0), result("tone", 0.6)])
+    counts = [_surfacing(_preview(staff_client, threshold=t)) for t in ("0.0", "0.4", "0.9")]
+    assert counts == [3, 2, 1]  # at 0.4, bias 0.5 does not surface the second audit
+    html = _preview(staff_client, threshold="0.4")
+    assert "(at its saved 0.70)" in html
 
 
 def test_tuning_ignores_bad_threshold_values(staff_client, flagged):
