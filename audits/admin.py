@@ -19,6 +19,19 @@ from .models import (
 )
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records of what happened: viewable (view permission), never added or edited here."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
@@ -62,7 +75,7 @@ class ReviewInline(ReadOnlyInline):
 
 
 @admin.register(Review)
-class ReviewAdmin(admin.ModelAdmin):
+class ReviewAdmin(ReadOnlyAdmin):
     """Every verdict ever recorded (read-only: verdicts are recorded on the dashboard or API)."""
 
     list_display = ["created_at", "verdict", "audit", "annotation", "reviewer_name", "is_current"]
@@ -72,18 +85,9 @@ class ReviewAdmin(admin.ModelAdmin):
     list_select_related = ["audit", "annotation"]
     raw_id_fields = ["audit", "annotation"]
 
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(AuditRun)
-class AuditRunAdmin(admin.ModelAdmin):
+class AuditRunAdmin(ReadOnlyAdmin):
     list_display = ["id", "created_at", "status", "overall_score", "has_card", "external_id",
                     "api_key"]
     list_filter = ["status", "has_card", "incomplete", ("reviewed_at", admin.EmptyFieldListFilter)]
@@ -92,16 +96,6 @@ class AuditRunAdmin(admin.ModelAdmin):
     list_select_related = ["api_key"]
     inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkCheckInline, ReviewInline]
     actions = ["rerun"]
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        # Viewing is allowed (view permission); nothing can be edited.
-        return False
 
     @admin.action(description="Re-run the selected audits with the current configuration")
     def rerun(self, request, queryset):
@@ -179,21 +173,12 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(AlertDelivery)
-class AlertDeliveryAdmin(admin.ModelAdmin):
+class AlertDeliveryAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "rule", "status", "attempts", "last_http_status",
                     "short_error", "audit", "is_test", "delivered_at"]
     list_filter = ["status", "is_test", "rule"]
     list_select_related = ["rule"]
     date_hierarchy = "created_at"
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     @admin.display(description="last error")
     def short_error(self, obj: AlertDelivery) -> str:
