@@ -13,7 +13,6 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import (
-    Avg,
     Case,
     Count,
     F,
@@ -25,7 +24,6 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Floor, TruncDate
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
@@ -289,92 +287,71 @@ def bin_labels(bins: int = HISTOGRAM_BINS) -> list[str]:
     return [f"{i / bins:.2f}" for i in range(bins)]
 
 
-def trends(days: int, *, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the trends page charts, over the last `days` days (a fixed 5 queries)."""
+def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dict[str, Any]:
+    """Everything the trends page charts, over the last `days` days.
+
+    Summed from per-day figures (`audits.trend_stats`): complete past days come from the
+    cache, the partial first day and today are a few index range scans.
+    """
     from analyzers.config_store import load_config
+
+    from .trend_stats import mean, window_stats
 
     now = now or timezone.now()
     since = now - timedelta(days=days)
-    runs = AuditRun.objects.filter(created_at__gte=since)
+    totals, per_day = window_stats(since, now, HISTOGRAM_BINS, use_cache=cache)
 
-    per_day = {
-        row["day"]: row
-        for row in runs.annotate(day=TruncDate("created_at"))
-        .values("day")
-        .annotate(total=Count("id"), cards=Count("id", filter=Q(has_card=True)))
-        .order_by("day")
-    }
-    first_day = timezone.localdate(since)
-    last_day = timezone.localdate(now)
     day_labels, day_totals, day_cards = [], [], []
-    for i in range((last_day - first_day).days + 1):
-        day = first_day + timedelta(days=i)
-        row = per_day.get(day, {})
+    for day in sorted(per_day):
         day_labels.append(day.isoformat())
-        day_totals.append(row.get("total", 0))
-        day_cards.append(row.get("cards", 0))
+        day_totals.append(per_day[day]["total"])
+        day_cards.append(per_day[day]["cards"])
 
-    histogram = [0] * HISTOGRAM_BINS
-    for b, n in (
-        runs.filter(overall_score__isnull=False)
-        .annotate(bin=Floor(F("overall_score") * HISTOGRAM_BINS))
-        .values("bin")
-        .annotate(n=Count("id"))
-        .values_list("bin", "n")
-    ):
-        histogram[min(HISTOGRAM_BINS - 1, max(0, int(b)))] += n
-
-    summary = runs.aggregate(
-        total=Count("id"),
-        cards=Count("id", filter=Q(has_card=True)),
-        failed=Count("id", filter=Q(status=AuditRun.Status.FAILED)),
-        mean_score=Avg("overall_score"),
-    )
-
-    top_types = list(
-        Annotation.objects.filter(audit__created_at__gte=since)
-        .values("type")
-        .annotate(
-            n=Count("id"),
-            critical=Count("id", filter=Q(severity="critical")),
-            warning=Count("id", filter=Q(severity="warning")),
-            info=Count("id", filter=Q(severity="info")),
+    top_types = []
+    for type_, severities in totals["types"].items():
+        top_types.append(
+            {
+                "type": type_,
+                "n": sum(severities.values()),
+                "critical": severities.get("critical", 0),
+                "warning": severities.get("warning", 0),
+                "info": severities.get("info", 0),
+            }
         )
-        .order_by("-n", "type")[:12]
-    )
+    top_types.sort(key=lambda row: (-row["n"], row["type"]))
+    top_types = top_types[:12]
 
-    analyzers = list(
-        AnalyzerRunRecord.objects.filter(audit__created_at__gte=since)
-        .values("analyzer_id")
-        .annotate(
-            total=Count("id"),
-            surfaced=Count("id", filter=Q(surfaced=True)),
-            failed=Count("id", filter=Q(status=AnalyzerRunRecord.Status.FAILED)),
-            timeout=Count("id", filter=Q(status=AnalyzerRunRecord.Status.TIMEOUT)),
-            avg_ms=Avg("duration_ms"),
-            max_ms=Max("duration_ms"),
+    analyzers = []
+    for analyzer_id in sorted(totals["analyzers"]):
+        n, surfaced, failed, timeout, dur_sums, dur_n, dur_max = totals["analyzers"][analyzer_id]
+        avg_ms = mean(dur_sums, dur_n)
+        analyzers.append(
+            {
+                "analyzer_id": analyzer_id,
+                "total": n,
+                "surfaced": surfaced,
+                "failed": failed,
+                "timeout": timeout,
+                "avg_ms": round(avg_ms or 0, 1),
+                "max_ms": round(dur_max or 0, 1),
+                "surfaced_pct": round(100 * surfaced / n, 1) if n else 0,
+            }
         )
-        .order_by("analyzer_id")
-    )
-    for row in analyzers:
-        row["surfaced_pct"] = round(100 * row["surfaced"] / row["total"], 1) if row["total"] else 0
-        row["avg_ms"] = round(row["avg_ms"] or 0, 1)
-        row["max_ms"] = round(row["max_ms"] or 0, 1)
 
-    total = summary["total"] or 0
-    mean = summary["mean_score"]
+    total = totals["total"]
+    mean_score = mean(totals["score_sum"], totals["score_n"])
     return {
         "days": days,
         "threshold": load_config().threshold,
         "summary": {
             "total": total,
-            "cards": summary["cards"] or 0,
-            "card_pct": round(100 * (summary["cards"] or 0) / total, 1) if total else 0,
-            "failed": summary["failed"] or 0,
-            "mean_score": round(mean, 3) if mean is not None else None,
+            "cards": totals["cards"],
+            "card_pct": round(100 * totals["cards"] / total, 1) if total else 0,
+            "failed": totals["failed"],
+            "mean_score": round(mean_score, 3) if mean_score is not None else None,
         },
         "per_day": {"labels": day_labels, "total": day_totals, "cards": day_cards},
-        "histogram": {"labels": bin_labels(), "counts": histogram},
+        "histogram": {"labels": bin_labels(), "counts": totals["hist"]},
         "top_types": top_types,
         "analyzers": analyzers,
     }

@@ -83,6 +83,11 @@ class AuditRun(models.Model):
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
             models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
+            # Covering index of the trends page's per-day figures and its cache checks.
+            models.Index(
+                fields=["created_at", "status", "has_card", "overall_score"],
+                name="audit_trends_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -95,6 +100,38 @@ class AuditRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.COMPLETE, self.Status.FAILED)
+
+
+def stamp_audit_created_at(rows: list[models.Model]) -> None:
+    """Copy each row's audit `created_at` onto the row (the trends page's date column).
+
+    Results and annotations carry their audit's creation time so the trends aggregates
+    are index range scans without a join. An audit's `created_at` never changes once it has
+    child rows. Uses the cached audit object when there is one, else one query for all.
+    """
+    missing = [row for row in rows if row.audit_created_at is None]
+    if not missing:
+        return
+    unknown = set()
+    for row in missing:
+        if row._meta.get_field("audit").is_cached(row):
+            row.audit_created_at = row.audit.created_at
+        else:
+            unknown.add(row.audit_id)
+    if unknown:
+        stamps = dict(AuditRun.objects.filter(pk__in=unknown).values_list("pk", "created_at"))
+        for row in missing:
+            if row.audit_created_at is None:
+                row.audit_created_at = stamps.get(row.audit_id)
+
+
+class StampedQuerySet(models.QuerySet):
+    """`bulk_create` fills `audit_created_at` (save() does it for single rows)."""
+
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        stamp_audit_created_at(objs)
+        return super().bulk_create(objs, *args, **kwargs)
 
 
 class AnalyzerRunRecord(models.Model):
@@ -116,13 +153,26 @@ class AnalyzerRunRecord(models.Model):
     should_surface = models.BooleanField(default=False)
     surfaced = models.BooleanField(default=False)
     supplementary = models.JSONField(default=dict, blank=True)
+    # A copy of audit.created_at (set on save and bulk_create), for the trends aggregates.
+    audit_created_at = models.DateTimeField(editable=False)
+
+    objects = StampedQuerySet.as_manager()
 
     class Meta:
         ordering = ["audit", "position", "id"]
         verbose_name = "analyzer result"
         indexes = [
             models.Index(fields=["analyzer_id", "surfaced"], name="result_analyzer_idx"),
+            # Covering index of the trends page's per-analyzer figures.
+            models.Index(
+                fields=["audit_created_at", "analyzer_id", "status", "surfaced", "duration_ms"],
+                name="result_trends_idx",
+            ),
         ]
+
+    def save(self, *args, **kwargs):
+        stamp_audit_created_at([self])
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return f"{self.analyzer_id} {self.status} {self.score:.2f}"
@@ -149,13 +199,25 @@ class Annotation(models.Model):
     evidence = models.TextField(null=True, blank=True)
     start = models.IntegerField(null=True, blank=True)
     end = models.IntegerField(null=True, blank=True)
+    # A copy of audit.created_at (set on save and bulk_create), for the trends aggregates.
+    audit_created_at = models.DateTimeField(editable=False)
+
+    objects = StampedQuerySet.as_manager()
 
     class Meta:
         ordering = ["result", "position", "id"]
         indexes = [
             models.Index(fields=["type", "audit"], name="annotation_type_idx"),
             models.Index(fields=["severity", "audit"], name="annotation_severity_idx"),
+            # Covering index of the trends page's top annotation types.
+            models.Index(
+                fields=["audit_created_at", "type", "severity"], name="annotation_trends_idx"
+            ),
         ]
+
+    def save(self, *args, **kwargs):
+        stamp_audit_created_at([self])
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return f"{self.type} ({self.severity})"

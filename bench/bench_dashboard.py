@@ -83,11 +83,11 @@ def populate(n: int) -> None:
                 scores.append(score)
                 result_id += 1
                 results.append((result_id, run_id, pos, analyzer, "c", "ok", rng.random() * 20,
-                                score, False, score >= 0.3, "{}"))
+                                score, False, score >= 0.3, "{}", created))
                 if score >= 0.2:
                     annotations.append((run_id, result_id, 0, analyzer, types[analyzer], "Label",
                                         rng.choice(severities), "Why it matters.", "Decathlon",
-                                        0, 9))
+                                        0, 9, created))
             runs.append((run_id, "complete", False, "", f"Question {i} about Acme?", response,
                          response, "[]", "{}", "{}", 0.3, "{}", sum(scores) / len(scores),
                          any(s >= 0.3 for s in scores), created, created, created, "", 1))
@@ -102,10 +102,11 @@ def populate(n: int) -> None:
                 "finished_at", "error", "attempts"], runs)
             _insert(cursor, AnalyzerRunRecord, [
                 "id", "audit", "position", "analyzer_id", "category", "status", "duration_ms",
-                "score", "should_surface", "surfaced", "supplementary"], results)
+                "score", "should_surface", "surfaced", "supplementary", "audit_created_at"],
+                results)
             _insert(cursor, Annotation, [
                 "audit", "result", "position", "analyzer_id", "type", "label", "severity",
-                "description", "evidence", "start", "end"], annotations)
+                "description", "evidence", "start", "end", "audit_created_at"], annotations)
             _insert(cursor, TraceLine, ["audit", "position", "text"], traces)
             _insert(cursor, LinkCheck, [
                 "audit", "position", "url", "label", "decision", "http_status", "healthy"], links)

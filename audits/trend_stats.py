@@ -1,0 +1,274 @@
+"""The trends page's aggregates, summed from per-day pieces; complete past days are cached.
+
+A window (the last N days, up to now) is cut into segments: the partial first day, every
+whole day in between, and today (plus anything created after today, which counts in the
+totals but has no day of its own, as before). Each segment is aggregated with three
+index range scans (audits; results and annotations through their copy of the audit's
+`created_at`), and the window's figures are sums of the segments' - the same numbers one
+query over the window gives.
+
+A whole past day is cached (Django's cache, the default alias: per process with LocMem)
+once it is *settled*: no audit created that day is pending or running. A finished audit
+does not change any more (reruns are new audits, created now; results are only written
+to a run that was pending), except in two rare ways the cache must still see:
+
+- deletion (admin only) removes audits of a past day;
+- a worker that outlived `recover_stale_runs` stores its report on an audit already
+  marked failed (failed -> complete).
+
+Both change the number of audits, or of failed audits, over the cached days: one indexed
+count over those days is compared with the cached figures, and on any difference every
+day is computed afresh. Day boundaries are in the current time zone, part of the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Case, Count, F, Max, Q, Sum, Value, When
+from django.utils import timezone
+
+from .models import AnalyzerRunRecord, Annotation, AuditRun
+
+CACHE_VERSION = 1
+CACHE_SECONDS = 7 * 24 * 3600
+CACHE_DAYS = 400  # stored days older than a window's start by this are dropped
+UNFINISHED = (AuditRun.Status.PENDING, AuditRun.Status.RUNNING)
+
+# One segment's figures: plain, picklable data.
+#   runs: total, cards, failed, score_sum, score_n; hist: counts per bin
+#   types: {type: {severity: n}}
+#   analyzers: {id: [total, surfaced, failed, timeout, [dur_sum], dur_n, dur_max]}
+#   (sums are lists of SQL partial sums, added with math.fsum at the end)
+Stats = dict[str, Any]
+
+
+def empty_stats(bins: int) -> Stats:
+    return {
+        "total": 0, "cards": 0, "failed": 0, "score_sum": [], "score_n": 0,
+        "hist": [0] * bins, "types": {}, "analyzers": {},
+    }
+
+
+def _bin_expression(bins: int) -> Case:
+    """floor(score * bins) clamped to [0, bins - 1]; -1 without a score.
+
+    `score * bins >= i` holds exactly when floor(score * bins) >= i, so this groups as the
+    former Floor() did, without SQLite's per-row Python FLOOR. Needs the `scaled` alias.
+    """
+    return Case(
+        When(overall_score__isnull=True, then=Value(-1)),
+        *[When(scaled__gte=i, then=Value(i)) for i in range(bins - 1, 0, -1)],
+        default=Value(0),
+    )
+
+
+Segment = tuple[Any, datetime | None, datetime | None]  # (key, from, until): [from, until)
+CHUNK = 8  # segments per query of the child tables (more: a deeper CASE per row)
+
+
+def _span(field: str, segments: list[Segment]) -> Q:
+    """Rows of any of the (sorted, disjoint) segments: one range per contiguous run."""
+    ranges: list[list[datetime | None]] = []
+    for _, lo, hi in segments:
+        if ranges and ranges[-1][1] == lo:
+            ranges[-1][1] = hi
+        else:
+            ranges.append([lo, hi])
+    where = []
+    for lo, hi in ranges:
+        q = Q(**{f"{field}__gte": lo})
+        if hi is not None:
+            q &= Q(**{f"{field}__lt": hi})
+        where.append(q)
+    return functools.reduce(operator.or_, where)
+
+
+def _segment_index(field: str, starts: list[datetime], lo: int, hi: int):
+    """Which of the segments starting at starts[lo:hi] a row falls in (a binary search)."""
+    if hi - lo == 1:
+        return Value(lo)
+    mid = (lo + hi) // 2
+    return Case(
+        When(**{f"{field}__lt": starts[mid]}, then=_segment_index(field, starts, lo, mid)),
+        default=_segment_index(field, starts, mid, hi),
+    )
+
+
+def _grouped(qs, field: str, segments: list[Segment], numbers: list[int], keys: list[str],
+             **aggs):
+    """(segment number, row) pairs of `qs` grouped by segment and `keys`.
+
+    `segments` are sorted and disjoint, not necessarily adjacent: a row lies in one of
+    them, so a binary search over their starts finds which.
+    """
+    qs = qs.filter(_span(field, segments))
+    if len(segments) == 1:
+        return [(numbers[0], row) for row in qs.values(*keys).annotate(**aggs).order_by()]
+    starts = [lo for _, lo, _ in segments]
+    rows = (
+        qs.annotate(seg=_segment_index(field, starts, 0, len(starts)))
+        .values("seg", *keys)
+        .annotate(**aggs)
+        .order_by()
+    )
+    return [(numbers[row["seg"]], row) for row in rows]
+
+
+def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
+    """The figures of each segment (sorted, disjoint): one query of audits, then one of
+    results and one of annotations per CHUNK segments that have audits."""
+    out = [empty_stats(bins) for _ in segments]
+    if not segments:
+        return out
+    runs = AuditRun.objects.alias(scaled=F("overall_score") * bins).annotate(
+        bin=_bin_expression(bins)
+    )
+    for i, row in _grouped(
+        runs, "created_at", segments, list(range(len(segments))), ["bin"],
+        total=Count("*"),
+        cards=Count("created_at", filter=Q(has_card=True)),
+        failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED)),
+        score_sum=Sum("overall_score"),
+        score_n=Count("overall_score"),
+    ):
+        stats = out[i]
+        stats["total"] += row["total"]
+        stats["cards"] += row["cards"]
+        stats["failed"] += row["failed"]
+        if row["bin"] >= 0:
+            stats["hist"][row["bin"]] += row["total"]
+            stats["score_sum"].append(row["score_sum"])
+            stats["score_n"] += row["score_n"]
+
+    # Segments without audits have no results or annotations either.
+    busy = [i for i, stats in enumerate(out) if stats["total"]]
+    for start in range(0, len(busy), CHUNK):
+        chunk = busy[start : start + CHUNK]
+        part = [segments[i] for i in chunk]
+        for i, row in _grouped(
+            Annotation.objects.all(), "audit_created_at", part, chunk, ["type", "severity"],
+            n=Count("*"),
+        ):
+            types = out[i]["types"].setdefault(row["type"], {})
+            types[row["severity"]] = types.get(row["severity"], 0) + row["n"]
+        for i, row in _grouped(
+            AnalyzerRunRecord.objects.all(), "audit_created_at", part, chunk, ["analyzer_id"],
+            total=Count("*"),
+            surfaced=Count("audit_created_at", filter=Q(surfaced=True)),
+            failed=Count("audit_created_at", filter=Q(status=AnalyzerRunRecord.Status.FAILED)),
+            timeout=Count("audit_created_at", filter=Q(status=AnalyzerRunRecord.Status.TIMEOUT)),
+            dur_sum=Sum("duration_ms"),
+            dur_max=Max("duration_ms"),
+        ):
+            # duration_ms is NOT NULL: its count is the row count.
+            out[i]["analyzers"][row["analyzer_id"]] = [
+                row["total"], row["surfaced"], row["failed"], row["timeout"],
+                [row["dur_sum"] or 0.0], row["total"], row["dur_max"],
+            ]
+    return out
+
+
+def merge(parts: list[Stats], bins: int) -> Stats:
+    """The figures of several segments together."""
+    out = empty_stats(bins)
+    for part in parts:
+        for key in ("total", "cards", "failed", "score_n"):
+            out[key] += part[key]
+        out["score_sum"].extend(part["score_sum"])
+        out["hist"] = [a + b for a, b in zip(out["hist"], part["hist"], strict=True)]
+        for type_, severities in part["types"].items():
+            mine = out["types"].setdefault(type_, {})
+            for severity, n in severities.items():
+                mine[severity] = mine.get(severity, 0) + n
+        for analyzer_id, row in part["analyzers"].items():
+            mine = out["analyzers"].get(analyzer_id)
+            if mine is None:
+                out["analyzers"][analyzer_id] = [*row[:4], list(row[4]), *row[5:]]
+                continue
+            for i in (0, 1, 2, 3, 5):
+                mine[i] += row[i]
+            mine[4] = mine[4] + row[4]
+            if row[6] is not None and (mine[6] is None or row[6] > mine[6]):
+                mine[6] = row[6]
+    return out
+
+
+def day_start(day: date) -> datetime:
+    """The first instant of `day` in the current time zone (DST-safe with zoneinfo)."""
+    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+
+
+def _cache_key() -> str:
+    return f"trends-days:v{CACHE_VERSION}:{timezone.get_current_timezone_name()}"
+
+
+def window_stats(
+    since: datetime, now: datetime, bins: int, *, use_cache: bool = True
+) -> tuple[Stats, dict[date, Stats]]:
+    """The window's figures and each day's (the first day from `since`)."""
+    from django.core.cache import cache
+
+    first_day = timezone.localdate(since)
+    last_day = timezone.localdate(now)
+    days = [first_day + timedelta(days=i) for i in range((last_day - first_day).days + 1)]
+    middle = days[1:-1]
+    segments: list[Segment] = [(first_day, since, day_start(first_day + timedelta(days=1)))]
+    segments += [(d, day_start(d), day_start(d + timedelta(days=1))) for d in days[1:]]
+    # Created after today (clock skew): in the totals, as before, but in no day.
+    segments.append((None, day_start(last_day + timedelta(days=1)), None))
+
+    stored: dict[str, Stats] = (cache.get(_cache_key()) or {}) if use_cache else {}
+    per_day: dict[Any, Stats] = {
+        d: stored[d.isoformat()] for d in middle if d.isoformat() in stored
+    }
+    if per_day and not _still_valid(per_day):
+        per_day = {}
+    todo = [seg for seg in segments if seg[0] not in per_day]
+    # Settled is read before the figures: a day settled then stays so (see above).
+    settled = _settled([seg[0] for seg in todo if seg[0] in middle])
+    per_day.update(zip([seg[0] for seg in todo], segments_stats(todo, bins), strict=True))
+    fresh = {seg[0].isoformat(): per_day[seg[0]] for seg in todo if seg[0] in settled}
+    if use_cache and fresh:
+        horizon = (first_day - timedelta(days=CACHE_DAYS)).isoformat()
+        kept = {key: value for key, value in stored.items() if key >= horizon}
+        cache.set(_cache_key(), {**kept, **fresh}, CACHE_SECONDS)
+
+    future = per_day.pop(None)
+    return merge([*per_day.values(), future], bins), per_day
+
+
+def _settled(days: list[date]) -> set[date]:
+    """Those of `days` (past days) without a pending or running audit: one query."""
+    if not days:
+        return set()
+    unfinished = {
+        timezone.localdate(created)
+        for created in AuditRun.objects.filter(
+            created_at__gte=day_start(min(days)),
+            created_at__lt=day_start(max(days) + timedelta(days=1)),
+            status__in=UNFINISHED,
+        ).values_list("created_at", flat=True)
+    }
+    return set(days) - unfinished
+
+
+def _still_valid(cached: dict[Any, Stats]) -> bool:
+    """Whether the cached days still have the audits they had (no deletion, no late
+    failed -> complete): one indexed count over those days."""
+    segments = [(d, day_start(d), day_start(d + timedelta(days=1))) for d in sorted(cached)]
+    live = AuditRun.objects.filter(_span("created_at", segments)).aggregate(
+        total=Count("*"), failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED))
+    )
+    total = sum(stats["total"] for stats in cached.values())
+    failed = sum(stats["failed"] for stats in cached.values())
+    return live["total"] == total and live["failed"] == failed
+
+
+def mean(values: list[float], n: int) -> float | None:
+    """An average of SQL partial sums (math.fsum: no rounding drift between pieces)."""
+    return math.fsum(values) / n if n else None
