@@ -228,13 +228,13 @@ def populate(n: int) -> None:
         for pos, analyzer in enumerate(("redflag", "grounding")):
             result_id += 1
             results.append((result_id, run_id, pos, analyzer, "structure", "ok", None, 1.0,
-                            score, False, score >= 0.3, "{}"))
+                            score, False, score >= 0.3, "{}", created))
             if analyzer == "grounding" and score >= 0.3:
                 annotation_id += 1
                 annotations.append((annotation_id, run_id, result_id, 0, analyzer,
                                     rng.choice(types), "finding",
                                     rng.choice(["info", "warning", "critical"]), "",
-                                    "Decathlon", 0, 9))
+                                    "Decathlon", 0, 9, created))
         trace.append((run_id, 0, f"[AUDIT] audit {i}"))
     def insert(model, rows: list[tuple]) -> None:
         columns = [f.column for f in model._meta.concrete_fields]
