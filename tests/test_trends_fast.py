@@ -211,11 +211,15 @@ def test_past_days_come_from_the_cache():
     with CaptureQueriesContext(connection) as warm:
         data = dashboard.trends(60, now=now)
     assert data == reference_trends(60, now)
-    # Warm: audits of the live days (first, today, future), results and annotations of the
-    # first day and of today, one count to check the cached days.
-    assert len(warm) <= 6
-    # Cold: the settled days, one query of audits, two per 8 days with audits (62 here).
-    assert len(warm) < len(cold) <= 2 + 2 * 8
+    # Warm: one count to check the cached days; audits, results and annotations of the live
+    # days (the first, today, the future). Cold: which days are settled, then the same three.
+    assert len(warm) == 4
+    assert len(cold) == 4
+    # One grouped range scan per day and child table cold; only the live days warm.
+    def scans(queries) -> int:
+        return sum(q["sql"].count("UNION ALL") + 1 for q in queries if "_annotation" in q["sql"])
+
+    assert scans(warm) <= 3 < 40 < scans(cold)
 
 
 @pytest.mark.django_db
@@ -295,3 +299,25 @@ def test_an_empty_database_gives_empty_figures():
     data = dashboard.trends(7, now=_now())
     assert data == reference_trends(7, _now())
     assert data["summary"]["mean_score"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_copies_created_at_onto_existing_results_and_annotations():
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("audits", "0003_alerts")])
+    old = executor.loader.project_state([("audits", "0003_alerts")]).apps
+    at = datetime(2026, 1, 2, 23, 59, 59, 999999, tzinfo=UTC)
+    run = old.get_model("audits", "AuditRun").objects.create(created_at=at, status="complete")
+    record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
+        audit_id=run.pk, analyzer_id="tone"
+    )
+    old.get_model("audits", "Annotation").objects.create(
+        audit_id=run.pk, result_id=record.pk, analyzer_id="tone", type="dismissive"
+    )
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert AnalyzerRunRecord.objects.get().audit_created_at == at
+    assert Annotation.objects.get().audit_created_at == at
