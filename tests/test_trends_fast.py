@@ -234,6 +234,23 @@ def test_a_deleted_audit_of_a_cached_day_leaves_the_figures():
 
 
 @pytest.mark.django_db
+def test_cached_days_replaced_by_other_audits_with_the_same_counts_are_recomputed():
+    """As after a restore, or between tests sharing a process: same counts, other rows."""
+    now = _now()
+    rng = random.Random(19)
+    first = [_audit(rng, now - timedelta(days=3, hours=h)) for h in (1, 2)]
+    before = dashboard.trends(7, now=now)
+    for run in first:
+        run.delete()
+    for h in (3, 4):
+        make_audit(results=[result("links", 0.99 if h == 3 else 0.0, duration_ms=77.0)],
+                   created_at=now - timedelta(days=3, hours=h))
+    after = dashboard.trends(7, now=now)
+    assert after == reference_trends(7, now)
+    assert after != before
+
+
+@pytest.mark.django_db
 def test_an_audit_created_before_midnight_and_finished_after_it_is_counted():
     now = _now()
     rng = random.Random(13)
