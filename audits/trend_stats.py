@@ -20,7 +20,7 @@ to a run that was pending), except in two rare ways the cache must still see:
   marked failed (failed -> complete).
 
 Both change the number of audits, or of failed audits, over the cached days: one indexed
-count over those days (audits, failed, with a card, first and last creation time) is
+count over those days (audits, failed) and the first and last creation times are
 compared with the cached figures, and on any difference every day is computed afresh. Assumed: an audit's `created_at` never changes, and a finished
 audit is never edited otherwise (the admin is read-only). Day boundaries are in the
 current time zone, which is part of the key. Cold (nothing cached: a new process with
@@ -292,24 +292,29 @@ def _settled(days: list[date]) -> set[date]:
 
 
 def _still_valid(cached: dict[Any, Stats]) -> bool:
-    """Whether the cached days still have the audits they had (no deletion, no late
-    failed -> complete, not another database's): one count over those days' index range."""
-    segments = [(d, day_start(d), day_start(d + timedelta(days=1))) for d in sorted(cached)]
+    """Whether the cached days still have the audits they had: no deletion (count), no
+    late failed -> complete (failed count), not another database's rows (the first and
+    last creation times of the first and last cached days with audits). A count over
+    those days' index range and two index seeks."""
+    days = sorted(cached)
+    segments = [(d, day_start(d), day_start(d + timedelta(days=1))) for d in days]
     live = AuditRun.objects.filter(_span("created_at", segments)).aggregate(
-        total=Count("*"),
-        failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED)),
-        cards=Count("created_at", filter=Q(has_card=True)),
-        first=Min("created_at"),
-        last=Max("created_at"),
+        total=Count("*"), failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED))
     )
-    days = list(cached.values())
-    busy = [stats for stats in days if stats["total"]]
+    if live["total"] != sum(s["total"] for s in cached.values()) or live["failed"] != sum(
+        s["failed"] for s in cached.values()
+    ):
+        return False
+    busy = [seg for seg in segments if cached[seg[0]]["total"]]
+    if not busy:
+        return True
+    first, last = busy[0], busy[-1]
+    on = AuditRun.objects.order_by()
     return (
-        live["total"] == sum(stats["total"] for stats in days)
-        and live["failed"] == sum(stats["failed"] for stats in days)
-        and live["cards"] == sum(stats["cards"] for stats in days)
-        and live["first"] == min((stats["first"] for stats in busy), default=None)
-        and live["last"] == max((stats["last"] for stats in busy), default=None)
+        on.filter(_span("created_at", [first])).aggregate(at=Min("created_at"))["at"]
+        == cached[first[0]]["first"]
+        and on.filter(_span("created_at", [last])).aggregate(at=Max("created_at"))["at"]
+        == cached[last[0]]["last"]
     )
 
 

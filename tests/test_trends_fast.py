@@ -211,9 +211,10 @@ def test_past_days_come_from_the_cache():
     with CaptureQueriesContext(connection) as warm:
         data = dashboard.trends(60, now=now)
     assert data == reference_trends(60, now)
-    # Warm: one count to check the cached days; audits, results and annotations of the live
-    # days (the first, today, the future). Cold: which days are settled, then the same three.
-    assert len(warm) == 4
+    # Warm: a count and two index seeks to check the cached days; audits, results and
+    # annotations of the live days (the first, today, the future). Cold: which days are
+    # settled, then audits, results and annotations of every day.
+    assert len(warm) == 6
     assert len(cold) == 4
     # One grouped range scan per day and child table cold; only the live days warm.
     def scans(queries) -> int:
