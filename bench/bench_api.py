@@ -237,7 +237,8 @@ def populate(n: int) -> None:
                                     "Decathlon", 0, 9, created))
         trace.append((run_id, 0, f"[AUDIT] audit {i}"))
     def insert(model, rows: list[tuple]) -> None:
-        columns = [f.column for f in model._meta.concrete_fields]
+        # The tuples above give the first fields in model order; later fields are nullable.
+        columns = [f.column for f in model._meta.concrete_fields][: len(rows[0])]
         cur.executemany(
             f"INSERT INTO {model._meta.db_table} ({', '.join(map(connection.ops.quote_name, columns))}) "
             f"VALUES ({', '.join(['%s'] * len(columns))})",
