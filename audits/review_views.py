@@ -27,7 +27,7 @@ def verdict_context(audit: AuditRun, current, target: Annotation | None = None) 
 def _annotation_id(raw: str | None) -> int | None:
     if raw in (None, ""):
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # isdigit() alone passes "²", which int() refuses
         raise ReviewError("annotation_id must be a number")
     return int(raw)
 

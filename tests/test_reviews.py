@@ -338,3 +338,12 @@ def test_the_csv_export_carries_the_audit_verdict(api_client, flagged, staff_use
     values = dict(zip(header, row, strict=True))
     assert values["verdict"] == "false_positive"
     assert values["reviewed_at"].startswith(str(flagged.created_at.year))
+
+
+@pytest.mark.parametrize("raw", ["²", "¹²", "٣", "1_0"])
+def test_an_annotation_id_that_is_no_plain_number_is_a_400_not_a_500(staff_client, flagged, raw):
+    # str.isdigit() accepts superscripts, which int() refuses.
+    url = reverse("audits:review", args=[flagged.pk])
+    response = staff_client.post(url, {"verdict": "confirmed", "annotation_id": raw})
+    assert response.status_code == 400
+    assert not Review.objects.exists()
