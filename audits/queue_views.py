@@ -60,14 +60,19 @@ def _audit_context(run: AuditRun) -> dict[str, Any]:
 def queue_context(request: HttpRequest, order: str) -> dict[str, Any]:
     """Claim the next audit for this user and gather what the panel shows."""
     skipped = _skipped(request)
-    run = review_queue.claim_next(request.user, order, skipped)
+    can_review = request.user.has_perm("audits.add_review")
+    if can_review:
+        run = review_queue.claim_next(request.user, order, skipped)
+    else:
+        # Who may only look claims nothing: a claim would hide the audit from reviewers.
+        run = review_queue.candidates(request.user, order, skipped).first()
     context: dict[str, Any] = {
         "nav": "review",
         "order": order,
         "orders": [("oldest", "Oldest first"), ("score", "Highest score first")],
         "verdicts": VERDICTS,
         "skipped_count": len(skipped),
-        "can_review": request.user.has_perm("audits.add_review"),
+        "can_review": can_review,
         "audit": None,
         "claim_minutes": int(review_queue.CLAIM_TTL.total_seconds() // 60),
     }

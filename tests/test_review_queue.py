@@ -367,3 +367,17 @@ def test_staff_without_the_review_permission_can_look_but_not_judge(db, reviewer
     response = client.post(reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "confirmed"})
     assert response.status_code == 403
     assert not Review.objects.exists()
+
+
+def test_a_viewer_who_may_not_judge_does_not_hold_audits_back_from_reviewers(alice, reviewers):
+    viewer = reviewers("viewer", perm=False)
+    run = surfaced()
+    html = client_for(viewer).get(reverse("audits:queue")).content.decode()
+    assert f"queue-audit-{run.pk}" in html  # they may look...
+    run.refresh_from_db()
+    assert run.claimed_by is None  # ...but their look claims nothing
+    assert review_queue.progress(alice).claimed_by_others == 0
+    html = client_for(alice).get(reverse("audits:queue")).content.decode()
+    assert f"queue-audit-{run.pk}" in html
+    run.refresh_from_db()
+    assert run.claimed_by == alice
