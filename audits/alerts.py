@@ -392,6 +392,11 @@ async def _post(url: str, body: bytes, timeout_s: float) -> Attempt:
         return Attempt(None, f"blocked: {exc}", retryable=False)
     except httpx.InvalidURL as exc:
         return Attempt(None, f"blocked: invalid URL ({exc})", retryable=False)
+    if not host_header.isascii():
+        # An internationalised domain: HTTP headers and SNI carry its ASCII (IDNA) form.
+        ascii_url = httpx.URL(url)
+        host_header = ascii_url.netloc.decode("ascii")
+        server_name = ascii_url.raw_host.decode("ascii")
     headers = {
         "Host": host_header,
         "Content-Type": "application/json",

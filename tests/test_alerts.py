@@ -59,7 +59,7 @@ def receiver() -> Iterator[Receiver]:
             body = self.rfile.read(length)
             state.hits.append(
                 {"at": time.monotonic(), "path": self.path, "body": body,
-                 "content_type": self.headers.get("Content-Type")}
+                 "content_type": self.headers.get("Content-Type"), "host": self.headers.get("Host")}
             )
             status, headers = state.next()
             self.send_response(status)
@@ -618,3 +618,20 @@ def test_recover_audits_resends_deliveries_a_dead_worker_left_pending(receiver, 
     fresh.refresh_from_db()
     assert stuck.status == "delivered" and len(receiver.hits) == 1
     assert fresh.status == "pending"  # its worker may still be sending it
+
+
+@pytest.mark.django_db
+def test_a_webhook_on_an_internationalised_domain_is_delivered_with_its_ascii_host(
+    receiver, fast_retries, monkeypatch
+):
+    from analyzers.engine.linkcheck import LinkChecker
+
+    async def resolve(self, host, port):  # DNS is the outside world: the name is ours
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(LinkChecker, "resolve", resolve)
+    port = receiver.url.split(":")[2].split("/")[0]
+    receiver.answer(200)
+    delivery = alerts.deliver(_delivery(f"http://пример.рф:{port}/hook").pk)
+    assert delivery is not None and delivery.status == "delivered", delivery and delivery.last_error
+    assert receiver.hits[0]["host"] == f"xn--e1afmkfd.xn--p1ai:{port}"
