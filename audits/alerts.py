@@ -392,11 +392,6 @@ async def _post(url: str, body: bytes, timeout_s: float) -> Attempt:
         return Attempt(None, f"blocked: {exc}", retryable=False)
     except httpx.InvalidURL as exc:
         return Attempt(None, f"blocked: invalid URL ({exc})", retryable=False)
-    if not host_header.isascii():
-        # An internationalised domain: HTTP headers and SNI carry its ASCII (IDNA) form.
-        ascii_url = httpx.URL(url)
-        host_header = ascii_url.netloc.decode("ascii")
-        server_name = ascii_url.raw_host.decode("ascii")
     headers = {
         "Host": host_header,
         "Content-Type": "application/json",
@@ -478,7 +473,11 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
     while True:
         remaining = deadline - time.monotonic()
         timeout = max(0.1, min(float(settings.AUDITOR_ALERT_TIMEOUT_S), remaining))
-        attempt = post(delivery.rule.webhook_url, body, timeout)
+        try:
+            attempt = post(delivery.rule.webhook_url, body, timeout)
+        except Exception as exc:  # a bug must not leave the delivery pending for ever
+            logger.exception("alert delivery %s crashed", delivery.pk)
+            attempt = Attempt(None, f"{type(exc).__name__}: {exc}"[:500], retryable=False)
         delivery.attempts += 1
         delivery.last_http_status = attempt.http_status
         delivery.last_error = attempt.error

@@ -635,3 +635,16 @@ def test_a_webhook_on_an_internationalised_domain_is_delivered_with_its_ascii_ho
     delivery = alerts.deliver(_delivery(f"http://пример.рф:{port}/hook").pk)
     assert delivery is not None and delivery.status == "delivered", delivery and delivery.last_error
     assert receiver.hits[0]["host"] == f"xn--e1afmkfd.xn--p1ai:{port}"
+
+
+@pytest.mark.django_db
+def test_an_unexpected_error_fails_the_delivery_instead_of_leaving_it_pending(
+    fast_retries, monkeypatch
+):
+    async def broken(url, body, timeout_s):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(alerts, "_post", broken)
+    delivery = alerts.deliver(_delivery("https://hooks.example.com/x").pk)
+    assert delivery.status == "failed" and delivery.attempts == 1
+    assert delivery.last_error == "RuntimeError: a bug"

@@ -347,3 +347,15 @@ def test_an_annotation_id_that_is_no_plain_number_is_a_400_not_a_500(staff_clien
     response = staff_client.post(url, {"verdict": "confirmed", "annotation_id": raw})
     assert response.status_code == 400
     assert not Review.objects.exists()
+
+
+def test_staff_who_may_not_review_see_verdicts_without_buttons(django_user_model, flagged, staff_user):
+    record_review(audit_id=flagged.pk, verdict="confirmed", comment="seen <it>", user=staff_user)
+    viewer = django_user_model.objects.create_user("viewer", password="pw-123456789", is_staff=True)
+    client = Client()
+    client.force_login(viewer)
+    for url in (reverse("audits:detail", args=[flagged.pk]), reverse("audits:list")):
+        html = client.get(url).content.decode()
+        assert f'id="verdict-{flagged.pk}"' in html and "Confirmed" in html
+        assert "verdict-button" not in html
+        assert "seen &lt;it&gt;" in html

@@ -266,10 +266,12 @@ class LinkChecker:
                 if not is_public_address(address):
                     raise BlockedURL(f"{host} resolves to {address}, not globally routable")
         pinned = parsed.copy_with(host=addresses[0])
-        host_header = host if parsed.port is None else f"{host}:{parsed.port}"
-        if ":" in host and not host.startswith("["):
-            host_header = f"[{host}]" if parsed.port is None else f"[{host}]:{parsed.port}"
-        return pinned, host_header, host
+        # An internationalised name goes out in its ASCII (IDNA) form: header and SNI.
+        name = parsed.raw_host.decode("ascii")
+        host_header = name if parsed.port is None else f"{name}:{parsed.port}"
+        if ":" in name and not name.startswith("["):
+            host_header = f"[{name}]" if parsed.port is None else f"[{name}]:{parsed.port}"
+        return pinned, host_header, name
 
     async def _request(self, client: httpx.AsyncClient, url: str) -> tuple[int, str | None]:
         pinned, host_header, server_name = await self._pin(url)

@@ -252,3 +252,16 @@ async def test_hex_looking_domain_names_are_resolved_not_read_as_numbers(host):
 async def test_numeric_hosts_are_read_as_ipv4(host):
     checker = LinkChecker()
     assert await checker.resolve(host, 80) == ["127.0.0.1"]
+
+
+async def test_an_internationalised_domain_is_checked_with_its_ascii_host(server, monkeypatch):
+    checker = LinkChecker(allow_private_networks=True)
+
+    async def resolve(host, port):  # DNS is the outside world: the name is ours
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(checker, "resolve", resolve)
+    port = server.rsplit(":", 1)[1]
+    health = await checker.check(f"http://пример.рф:{port}/ok")
+    assert health.healthy is True, health.error
+    assert Handler.hits[-1][2] == f"xn--e1afmkfd.xn--p1ai:{port}"
