@@ -9,7 +9,7 @@ PORT ?= 8000
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test test-unit test-browser bench lint venv clean
+.PHONY: run test test-postgres test-unit test-browser bench lint venv clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
@@ -37,6 +37,10 @@ run: venv
 test: venv
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
+
+# The same suite against a throwaway PostgreSQL cluster (needs Debian's postgresql package).
+test-postgres: venv
+	bash .ci/postgres-tests
 
 bench: venv
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

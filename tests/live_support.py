@@ -31,6 +31,20 @@ def session_headers(user=None, origin: bytes | None = ORIGIN) -> list[tuple[byte
     return headers
 
 
+def child_database_url() -> str:
+    """DATABASE_URL of this run's test database, for server and worker child processes."""
+    from urllib.parse import quote
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    user = quote(db.get("USER") or "")
+    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgres://{auth}{db.get('HOST') or ''}{port}/{db['NAME']}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -38,11 +52,10 @@ def free_port() -> int:
 
 
 def start_daphne(port: int, log: Path, **env_extra: str) -> subprocess.Popen:
-    db_name = settings.DATABASES["default"]["NAME"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
-        "DATABASE_URL": f"sqlite:///{db_name}",
+        "DATABASE_URL": child_database_url(),
         "AUDITOR_TASK_BACKEND": "thread",
         "PYTHONUNBUFFERED": "1",
         **env_extra,

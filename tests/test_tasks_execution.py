@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import connection
 from django.utils import timezone
 
 from audits import services
 from audits.models import AuditRun
 from audits.services import recover_stale_runs, submit_audit
+from tests.live_support import child_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[1]
 INPUT = {"user_input": "Which retailers use Acme?", "response": "Acme is easy to set up."}
@@ -164,7 +164,7 @@ def test_a_worker_killed_mid_run_leaves_a_run_completed_on_restart():
     run = submit_audit(**INPUT, enqueue=False)
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "DATABASE_URL": child_database_url(),
         "AUDITOR_EXTRA_ANALYZERS": "tests.slow_analyzer.SlowAnalyzer",
         "AUDITOR_TASK_BACKEND": "immediate",
         "PYTHONPATH": str(BASE_DIR),

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
+
+from tests.live_support import child_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -65,11 +66,10 @@ def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float =
 @pytest.fixture(scope="session")
 def server_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
     """A daphne server (HTTP + WebSockets) on a free port, using this run's test database."""
-    db_name = settings.DATABASES["default"]["NAME"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
-        "DATABASE_URL": f"sqlite:///{db_name}",
+        "DATABASE_URL": child_database_url(),
         "DEBUG": "true",  # serves /static/ the way `make run` does
         "PYTHONUNBUFFERED": "1",
     }
