@@ -163,7 +163,17 @@ def verdict_rows(
     return [VerdictRow(**row) for row in rows]
 
 
-def _grouped(rows: Iterable[VerdictRow], by: str) -> list[Precision]:
+def precision_by(
+    by: str,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    rows: Iterable[VerdictRow] | None = None,
+) -> list[Precision]:
+    """One row per value of `by` ("analyzer_id" or "type") with reviewed findings, sorted
+    by that value (one query, or `rows`)."""
+    if rows is None:
+        rows = verdict_rows(since=since, until=until)
     groups: dict[str, Precision] = {}
     for row in rows:
         key = getattr(row, by)
@@ -171,28 +181,12 @@ def _grouped(rows: Iterable[VerdictRow], by: str) -> list[Precision]:
     return [groups[key] for key in sorted(groups)]
 
 
-def precision_by_analyzer(
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    rows: Iterable[VerdictRow] | None = None,
-) -> list[Precision]:
-    """One row per analyzer with reviewed findings, by analyzer id (one query, or `rows`)."""
-    if rows is None:
-        rows = verdict_rows(since=since, until=until)
-    return _grouped(rows, "analyzer_id")
+def precision_by_analyzer(**kwargs: Any) -> list[Precision]:
+    return precision_by("analyzer_id", **kwargs)
 
 
-def precision_by_type(
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    rows: Iterable[VerdictRow] | None = None,
-) -> list[Precision]:
-    """One row per annotation type with reviewed findings, by type (one query, or `rows`)."""
-    if rows is None:
-        rows = verdict_rows(since=since, until=until)
-    return _grouped(rows, "type")
+def precision_by_type(**kwargs: Any) -> list[Precision]:
+    return precision_by("type", **kwargs)
 
 
 def total(rows: Iterable[Precision], key: str = "all") -> Precision:
