@@ -35,6 +35,7 @@ run: venv
 # Unit, API and WebSocket tests first; real-browser tests in their own pytest run
 # (Playwright's sync API and pytest-asyncio do not share one process well).
 test: venv
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 
@@ -47,6 +48,7 @@ bench: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) var

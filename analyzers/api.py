@@ -8,10 +8,9 @@ from django.http import HttpRequest
 from ninja import Body, Router
 from ninja.errors import HttpError
 
-from audits.auth import admin_auth
-from audits.schemas import ErrorOut
-
+from .auth import admin_auth
 from .config_store import ConfigError, export_config, parse_config, save_config
+from .schemas import ErrorOut
 
 router = Router(tags=["config"])
 ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}

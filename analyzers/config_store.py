@@ -409,3 +409,23 @@ for _model in CONFIG_MODELS:
     post_delete.connect(
         _log_unrecorded, sender=_model, dispatch_uid=f"cfg-del-{_model.__name__}"
     )
+
+
+def option_errors(options: dict[str, dict]) -> list[dict[str, Any]]:
+    """What is wrong with an audit's per-request analyzer overrides (`options`), as the API
+    reports it (`loc`, `msg`); empty when they are valid."""
+    if not options:
+        return []
+    registry = get_registry()
+    config = load_config()
+    errors = []
+    for analyzer_id, overrides in options.items():
+        if registry.get(analyzer_id) is None:
+            errors.append(
+                {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
+            )
+            continue
+        merged = {**config.analyzer_section(analyzer_id), **overrides}
+        for message in validate_analyzer_settings(analyzer_id, merged, registry):
+            errors.append({"loc": ["body", "options", analyzer_id], "msg": message})
+    return errors

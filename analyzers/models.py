@@ -1,4 +1,4 @@
-"""The admin-editable configuration (CONTRACT.md section 5) and API keys.
+"""The admin-editable configuration (CONTRACT.md section 5), API keys and their rate counters.
 
 `analyzers.config_store.load_config()` turns these rows into the engine's `AuditorConfig`;
 `save_config()` writes one back. Every change is recorded in `ConfigChange`.
@@ -266,3 +266,14 @@ class ApiKey(models.Model):
         if not hmac.compare_digest(digest, key.secret_hash) or not key.is_active:
             return None
         return key
+
+
+class RateLimitCounter(models.Model):
+    """Requests of one API key in one time window; incremented atomically with F()."""
+
+    bucket = models.CharField(max_length=100, unique=True)
+    count = models.PositiveIntegerField(default=0)
+    window_start = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.bucket}: {self.count}"

@@ -11,8 +11,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from analyzers.api import router as config_router
-from audits.api import router as audits_router
-from audits.auth import PayloadTooLarge, RateLimited
+from analyzers.auth import PayloadTooLarge, RateLimited
+from audits.api.router import router as audits_router
 
 logger = logging.getLogger(__name__)
 

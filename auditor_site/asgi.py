@@ -23,8 +23,8 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from audits.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
-from audits.stream_http import stream_endpoint  # noqa: E402
+from audits.api.stream_http import stream_endpoint  # noqa: E402
+from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 STREAM_PATH = "/api/audits/stream"
 

@@ -189,7 +189,7 @@ AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
 # Link health checks may reach private networks (intranets, tests). Off by default: SSRF guard.
 AUDITOR_ALLOW_PRIVATE_NETWORKS = envbool("AUDITOR_ALLOW_PRIVATE_NETWORKS", False)
 
-# Alert webhooks (audits.alerts): attempts per delivery, first backoff (doubles; one wait,
+# Alert webhooks (audits.review.alerts): attempts per delivery, first backoff (doubles; one wait,
 # Retry-After included, is capped), per-request timeout, and the total time one delivery
 # may hold a task thread. AUDITOR_PUBLIC_URL (e.g. https://auditor.example.com) adds a
 # dashboard link to each alert.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import OuterRef, Subquery
 
-from . import alerts, services
+from . import services
 from .models import (
     AlertDelivery,
     AlertRule,
@@ -17,6 +17,7 @@ from .models import (
     Review,
     TraceLine,
 )
+from .review import alerts
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

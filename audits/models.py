@@ -280,17 +280,6 @@ class CollisionDigest(models.Model):
         return f"{self.scope_hash[:8]}:{self.digest[:12]}"
 
 
-class RateLimitCounter(models.Model):
-    """Requests of one API key in one time window; incremented atomically with F()."""
-
-    bucket = models.CharField(max_length=100, unique=True)
-    count = models.PositiveIntegerField(default=0)
-    window_start = models.DateTimeField(db_index=True)
-
-    def __str__(self) -> str:
-        return f"{self.bucket}: {self.count}"
-
-
 class Review(models.Model):
     """A reviewer's verdict on a whole audit (`annotation` empty) or on one annotation.
 
@@ -476,12 +465,3 @@ class AlertDelivery(models.Model):
     def __str__(self) -> str:
         return f"{self.rule_id} → {self.status} ({self.attempts} attempt(s))"
 
-
-def _alert_rules_changed(**kwargs) -> None:
-    from .alerts import invalidate_rules_cache
-
-    invalidate_rules_cache()
-
-
-models.signals.post_save.connect(_alert_rules_changed, sender=AlertRule)
-models.signals.post_delete.connect(_alert_rules_changed, sender=AlertRule)

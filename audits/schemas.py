@@ -153,10 +153,6 @@ class AuditPage(Schema):
     next: str | None
 
 
-class ErrorOut(Schema):
-    detail: Any
-
-
 class AuditBatchIn(Schema):
     model_config = ConfigDict(extra="forbid")
 

@@ -24,9 +24,9 @@ from django.utils import timezone
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
-from .alerts import after_audit_finished
 from .events import apublish, publish
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .signals import audit_finished
 
 __all__ = [
     "ExternalIdConflict",
@@ -338,7 +338,9 @@ def execute_run(run_id: Any) -> str:
             "has_card": run.has_card,
         }
     )
-    after_audit_finished(audit_id)
+    for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
+        if isinstance(error, Exception):
+            logger.error("%r failed after audit %s", receiver, audit_id, exc_info=error)
     return run.status
 
 

@@ -81,9 +81,8 @@ def parse_head(raw: bytes | str) -> AuditIn:
 @database_sync_to_async
 def authenticate(token: str | None, scope: str = "ingest") -> Any:
     """The API key for `token` with `scope`, counted against its rate limit; or StreamError."""
+    from analyzers.auth import RateLimited, hit_rate_limit
     from analyzers.models import ApiKey
-
-    from .auth import RateLimited, hit_rate_limit
 
     key = ApiKey.authenticate(token or "")
     if key is None:
@@ -107,14 +106,11 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def _validate_options(options: dict[str, dict[str, Any]]) -> None:
-    from ninja.errors import HttpError
+    from analyzers.config_store import option_errors
 
-    from .api import _validate_options as validate
-
-    try:
-        validate(options)
-    except HttpError as exc:
-        raise StreamError(exc.status_code, exc.message) from None
+    errors = option_errors(options)
+    if errors:
+        raise StreamError(422, errors)
 
 
 def _check_text(text: str) -> None:

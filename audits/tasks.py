@@ -11,23 +11,3 @@ from . import services
 def run_audit(run_id: str) -> str:
     """Audit one stored run; see `audits.services.execute_run`."""
     return str(services.execute_run(run_id))
-
-
-@task()
-def evaluate_alerts(audit_id: str) -> int:
-    """Match a finished audit against the alert rules; queue one delivery per rule fired."""
-    from . import alerts
-
-    deliveries = alerts.evaluate(audit_id)
-    for delivery in deliveries:
-        deliver_alert.enqueue(delivery.pk)
-    return len(deliveries)
-
-
-@task()
-def deliver_alert(delivery_id: int) -> str:
-    """POST one alert with bounded retries (`AUDITOR_ALERT_DEADLINE_S`); see audits.alerts."""
-    from . import alerts
-
-    delivery = alerts.deliver(delivery_id)
-    return delivery.status if delivery is not None else "skipped"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import queue_views, review_views, views
+from .dashboard import views
+from .live import views as live_views
+from .review import queue_views, verdict_views
 
 app_name = "audits"
 
@@ -13,10 +15,10 @@ urlpatterns = [
     path("audits/<uuid:pk>/", views.audit_detail, name="detail"),
     path("audits/<uuid:pk>.json", views.audit_json, name="json"),
     path("audits/<uuid:pk>/rerun/", views.audit_rerun, name="rerun"),
-    path("audits/<uuid:pk>/reviews/", review_views.record_verdict, name="review"),
+    path("audits/<uuid:pk>/reviews/", verdict_views.record_verdict, name="review"),
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
-    path("live/", views.live, name="live"),
+    path("live/", live_views.live, name="live"),
     path("review/", queue_views.queue, name="queue"),
     path("review/<uuid:pk>/verdict/", queue_views.verdict, name="queue_verdict"),
     path("review/<uuid:pk>/skip/", queue_views.skip, name="queue_skip"),

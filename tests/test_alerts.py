@@ -19,9 +19,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from audits import alerts
-from audits.alerts import AnnotationFact, AuditFacts
 from audits.models import AlertDelivery, AlertRule, AuditRun
+from audits.review import alerts
+from audits.review.alerts import AnnotationFact, AuditFacts
 from audits.services import submit_audit
 from tests.factories import annotation, make_audit, result
 
@@ -466,7 +466,7 @@ def test_internal_addresses_are_refused_like_link_checks(url, settings):
 def test_without_enabled_rules_the_hook_queues_nothing_and_reads_at_most_once(
     monkeypatch, django_assert_num_queries
 ):
-    from audits import tasks
+    from audits.review import tasks
 
     queued = []
 

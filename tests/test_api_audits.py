@@ -239,7 +239,7 @@ def test_list_filters(api_client):
 
 
 def test_export_jsonl_streams_every_filtered_audit(api_client, monkeypatch):
-    from audits import api as audits_api
+    from audits.api import router as audits_api
 
     monkeypatch.setattr(audits_api, "EXPORT_BATCH", 3)
     runs = [make_audit(results=[result("redflag", 0.5)]) for _ in range(7)]
@@ -308,7 +308,7 @@ def test_batch_limits(api_client, ingest_key, read_key):
 
 
 def test_the_fast_export_lines_equal_the_serializer():
-    from audits.export import export_page
+    from audits.api.export import export_page
     from audits.serializers import audit_queryset, audit_to_dict
 
     runs = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from analyzers.models import ApiKey
-from audits import auth
-from audits.models import AuditRun, RateLimitCounter
+from analyzers import auth
+from analyzers.models import ApiKey, RateLimitCounter
+from audits.models import AuditRun
 
 pytestmark = pytest.mark.django_db
 

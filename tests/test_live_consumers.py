@@ -122,7 +122,8 @@ async def test_the_feed_honours_its_filters(staff_user):
 async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filters(
     staff_user, monkeypatch
 ):
-    from audits import consumers, live_hub
+    from audits.live import consumers
+    from audits.live import hub as live_hub
 
     rendered = []
     render = consumers.LiveFeedConsumer._render

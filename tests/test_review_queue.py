@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from audits import review_queue
 from audits.models import AuditRun, Review
+from audits.review import queue as review_queue
 from audits.reviews import record_review
 from tests.factories import annotation, make_audit, result
 

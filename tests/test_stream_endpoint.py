@@ -19,8 +19,8 @@ from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from auditor_site.asgi import application
 from audits import services
+from audits.api.stream_http import stream_endpoint
 from audits.models import AuditRun
-from audits.stream_http import stream_endpoint
 from tests.conftest import ApiClient
 from tests.live_support import BASE_DIR, daphne
 

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from analyzers.config_store import load_config
 from analyzers.engine.contract import AuditReport
-from audits import dashboard, services
+from audits import services
+from audits.dashboard import queries as dashboard
 from audits.models import AnalyzerRunRecord, Annotation, AuditRun
 from tests.factories import annotation, make_audit, result
 

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand
 
-from audits.alerts import recover_pending_deliveries
+from audits.review.alerts import recover_pending_deliveries
 from audits.services import MAX_ATTEMPTS, recover_stale_runs
 
 

@@ -17,25 +17,25 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
-from analyzers.config_store import get_registry, load_config, validate_analyzer_settings
+from analyzers.auth import ingest_auth, ingest_auth_async, read_auth, review_auth
+from analyzers.config_store import option_errors
+from analyzers.schemas import ErrorOut
 
-from . import selectors, services
-from .auth import ingest_auth, ingest_auth_async, read_auth, review_auth
-from .db_pool import run_in_db_thread
-from .export import export_page
-from .models import AuditRun
-from .reviews import ReviewError, record_review, review_to_dict
-from .schemas import (
+from .. import selectors, services
+from ..models import AuditRun
+from ..reviews import ReviewError, record_review, review_to_dict
+from ..schemas import (
     AuditAccepted,
     AuditBatchIn,
     AuditBatchOut,
     AuditIn,
     AuditOut,
     AuditPage,
-    ErrorOut,
     ReviewIn,
     ReviewOut,
 )
+from .db_pool import run_in_db_thread
+from .export import export_page
 
 router = Router(tags=["audits"])
 
@@ -68,20 +68,7 @@ class ListFilters(Schema):
 
 
 def _validate_options(options: dict[str, dict]) -> None:
-    if not options:
-        return
-    registry = get_registry()
-    config = load_config()
-    errors = []
-    for analyzer_id, overrides in options.items():
-        if registry.get(analyzer_id) is None:
-            errors.append(
-                {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
-            )
-            continue
-        merged = {**config.analyzer_section(analyzer_id), **overrides}
-        for message in validate_analyzer_settings(analyzer_id, merged, registry):
-            errors.append({"loc": ["body", "options", analyzer_id], "msg": message})
+    errors = option_errors(options)
     if errors:
         raise HttpError(422, errors)
 

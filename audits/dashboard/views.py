@@ -3,12 +3,10 @@ partials; an htmx request gets just the partial it asks for (django-htmx example
 
 from __future__ import annotations
 
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -16,26 +14,15 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import dashboard, quality
-from .highlight import highlight_segments, side_by_side
-from .models import AuditRun
-from .serializers import audit_queryset, audit_to_dict
+from .. import cards, quality
+from ..detail import detail_context
+from ..models import AuditRun
+from ..permissions import staff_required
+from ..serializers import audit_queryset, audit_to_dict
+from . import queries
 
 TREND_WINDOWS = (7, 14, 30, 60, 90)
 DEFAULT_TREND_DAYS = 60
-
-
-def staff_required(view):
-    """Anonymous users go to the login page; signed-in non-staff users get a 403."""
-
-    @wraps(view)
-    @login_required
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("The dashboard is for staff accounts.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _is_partial(request: HttpRequest) -> bool:
@@ -50,17 +37,17 @@ def _is_partial(request: HttpRequest) -> bool:
 @require_GET
 @staff_required
 def audit_list(request: HttpRequest) -> HttpResponse:
-    filters = dashboard.ListFilters.from_query(request.GET)
+    filters = cards.ListFilters.from_query(request.GET)
     cursor = request.GET.get("cursor") or None
-    page = dashboard.audit_page(filters, cursor)
+    page = cards.audit_page(filters, cursor)
     context = {
         "nav": "audits",
         "filters": filters,
         "params": filters.as_params(),
         "page": page,
         "is_more": bool(cursor),
-        "choices": dashboard.filter_choices(filters),
-        "severities": dashboard.SEVERITIES,
+        "choices": cards.filter_choices(filters),
+        "severities": cards.SEVERITIES,
         "statuses": AuditRun.Status.values,
     }
     if _is_partial(request):
@@ -80,51 +67,9 @@ def audit_list(request: HttpRequest) -> HttpResponse:
 
 def _get_audit(pk: Any) -> AuditRun:
     try:
-        return dashboard.detail_queryset().get(pk=pk)
+        return cards.detail_queryset().get(pk=pk)
     except AuditRun.DoesNotExist:
         raise Http404("No such audit.") from None
-
-
-def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[str, Any]:
-    """What `audits/detail.html` and its partials need (also for live updates)."""
-    results = list(run.results.all())
-    surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
-    others = [r for r in results if not r.surfaced]
-    annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
-    reviews = list(run.reviews.all())
-    current = {r.annotation_id: r for r in reviews if r.is_current}
-    labels = {a.pk: a.label or a.type for _, a in annotations}
-    for _, a in annotations:
-        a.current_review = current.get(a.pk)
-    for review in reviews:
-        review.target_label = labels.get(review.annotation_id, "a finding")
-    can_rerun = bool(
-        request is not None and request.user.has_perm("audits.add_auditrun")
-    )
-    return {
-        "audit": run,
-        "results": results,
-        "surfaced_results": surfaced,
-        "other_results": others,
-        "highlights": highlight_segments(run.response, annotations),
-        "highlight_count": sum(1 for _, a in annotations if a.evidence or a.start is not None),
-        "diff": side_by_side(run.response, run.cleaned_response)
-        if run.status == AuditRun.Status.COMPLETE
-        else None,
-        "links": list(run.links.all()),
-        "trace_lines": list(run.trace_lines.all()),
-        "can_rerun": can_rerun,
-        "reviews": reviews,
-        "audit_verdict": current.get(None),
-        # The live parts while it runs (audits/live.html#connector, #stream).
-        **_stream_context(run),
-    }
-
-
-def _stream_context(run: AuditRun) -> dict[str, Any]:
-    from .stream_render import stream_context
-
-    return {k: v for k, v in stream_context(run).items() if k != "audit"}
 
 
 @require_GET
@@ -164,7 +109,7 @@ def audit_rerun(request: HttpRequest, pk: Any) -> HttpResponse:
         original = AuditRun.objects.get(pk=pk)
     except AuditRun.DoesNotExist:
         raise Http404("No such audit.") from None
-    from .services import rerun_audit
+    from ..services import rerun_audit
 
     new = rerun_audit(original)
     messages.success(request, "Re-run started with the current configuration.")
@@ -186,7 +131,7 @@ def trends(request: HttpRequest) -> HttpResponse:
         days = DEFAULT_TREND_DAYS
     if days not in TREND_WINDOWS:
         days = DEFAULT_TREND_DAYS
-    data = dashboard.trends(days)
+    data = queries.trends(days)
     measured = quality.trends_quality(days)
     context = {
         "nav": "trends",
@@ -260,12 +205,12 @@ def tuning(request: HttpRequest) -> HttpResponse:
 
     threshold = _threshold_param(request.GET.get("threshold"), current)
     try:
-        window = int(request.GET.get("window", dashboard.DEFAULT_WINDOW))
+        window = int(request.GET.get("window", queries.DEFAULT_WINDOW))
     except ValueError:
-        window = dashboard.DEFAULT_WINDOW
-    if window not in dashboard.WINDOWS:
-        window = dashboard.DEFAULT_WINDOW
-    preview = dashboard.tuning_preview(
+        window = queries.DEFAULT_WINDOW
+    if window not in queries.WINDOWS:
+        window = queries.DEFAULT_WINDOW
+    preview = queries.tuning_preview(
         threshold=threshold,
         current=current,
         analyzer=analyzer,
@@ -278,7 +223,7 @@ def tuning(request: HttpRequest) -> HttpResponse:
         global_threshold=config.threshold,
     )
     evidence = quality.threshold_evidence(
-        threshold=threshold, analyzer=analyzer, config=config, bins=dashboard.HISTOGRAM_BINS,
+        threshold=threshold, analyzer=analyzer, config=config, bins=queries.HISTOGRAM_BINS,
         cache=True,
     )
     context = {
@@ -288,10 +233,10 @@ def tuning(request: HttpRequest) -> HttpResponse:
         "evidence_chart": evidence.chart(),
         "current": current,
         "can_save": can_save,
-        "analyzers": sorted(set(dashboard.KNOWN_ANALYZERS) | set(config.analyzers)),
-        "windows": dashboard.WINDOWS,
+        "analyzers": sorted(set(cards.KNOWN_ANALYZERS) | set(config.analyzers)),
+        "windows": queries.WINDOWS,
         "chart": {
-            "labels": dashboard.bin_labels(),
+            "labels": queries.bin_labels(),
             "counts": preview.histogram,
             "threshold": threshold,
             "current": current,
@@ -300,32 +245,3 @@ def tuning(request: HttpRequest) -> HttpResponse:
     if _is_partial(request):
         return render(request, "audits/tuning.html#preview", context)
     return render(request, "audits/tuning.html", context)
-
-
-# --- live feed ----------------------------------------------------------------------------
-
-
-@require_GET
-@staff_required
-def live(request: HttpRequest) -> HttpResponse:
-    """New audits as they arrive (WebSocket /ws/audits/, audits.consumers)."""
-    from django.utils import timezone
-
-    from .stream_render import LIVE_ROWS, counters
-
-    filters = dashboard.ListFilters.from_query(request.GET)
-    cursor = timezone.now()  # before the reads: whatever commits later is caught up
-    page = dashboard.audit_page(filters, None, size=LIVE_ROWS)
-    query = urlencode(filters.as_params())
-    context = {
-        "nav": "live",
-        "filters": filters,
-        "cards": page.audits,
-        "counters": counters(),
-        "cursor": cursor.isoformat(),
-        "ws_url": "/ws/audits/" + (f"?{query}" if query else ""),
-        "cap": LIVE_ROWS,
-        "choices": dashboard.filter_choices(filters),
-        "severities": dashboard.SEVERITIES,
-    }
-    return render(request, "audits/live.html", context)

@@ -32,9 +32,7 @@ from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
-from analyzers.models import ApiKey
-
-from .models import RateLimitCounter
+from .models import ApiKey, RateLimitCounter
 
 WINDOW_S = 60
 AUTH_CACHE_SECONDS = 5.0
@@ -118,8 +116,8 @@ def forget_keys(**kwargs) -> None:
         _keys.clear()
 
 
-post_save.connect(forget_keys, sender=ApiKey, dispatch_uid="audits.auth.forget_keys.save")
-post_delete.connect(forget_keys, sender=ApiKey, dispatch_uid="audits.auth.forget_keys.delete")
+post_save.connect(forget_keys, sender=ApiKey, dispatch_uid="analyzers.auth.forget_keys.save")
+post_delete.connect(forget_keys, sender=ApiKey, dispatch_uid="analyzers.auth.forget_keys.delete")
 
 
 # --- rate limit -------------------------------------------------------------------------

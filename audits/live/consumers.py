@@ -3,12 +3,12 @@
 Staff only (others are closed at connect); the origin is checked by
 `AllowedHostsOriginValidator` in auditor_site.asgi. Events on the channel layer are small
 (`audits.events`); the consumers read the database and send `hx-swap-oob` fragments
-rendered from the pages' partials (`audits.stream_render`).
+rendered from the pages' partials (`audits.live.fragments`).
 
 No gaps: the client sends what it last saw (the feed's cursor, or the last trace position
 of an audit) as `{"after": ...}` / `{"after_trace": n}` when the socket opens (or in the
 connect URL's query string); the consumer has joined its group (for the feed: the
-process's feed hub, `audits.live_hub`) before it reads the database, and answers with
+process's feed hub, `audits.live.hub`) before it reads the database, and answers with
 everything since. Rows are swapped by id, so an overlap is
 harmless.
 """
@@ -26,10 +26,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
-from . import stream_render
-from .events import MESSAGE_TYPE, audit_group, remember_server_loop
-from .live_hub import feed_hub
-from .models import AuditRun
+from ..events import MESSAGE_TYPE, audit_group, remember_server_loop
+from ..models import AuditRun
+from . import fragments
+from .hub import feed_hub
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _query(scope: dict[str, Any]) -> dict[str, str]:
 class LiveFeedConsumer(AsyncWebsocketConsumer):
     """The Live page: new and changed audit cards, counters, the cursor.
 
-    Events come through the process's feed hub (`audits.live_hub`): rendered once per
+    Events come through the process's feed hub (`audits.live.hub`): rendered once per
     event and set of filters, whatever the number of pages.
     """
 
@@ -73,12 +73,12 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
             return
         remember_server_loop()
         raw = self.scope.get("query_string", b"")
-        self.filters = stream_render.parse_filters(raw)
+        self.filters = fragments.parse_filters(raw)
         self.filter_key = json.dumps(self.filters.as_params(), sort_keys=True)
         await self.accept()
         self.hub = feed_hub()
         await self.hub.join(self)  # before any read of the database: no gaps
-        after = stream_render.parse_cursor(_query(self.scope).get("after"))
+        after = fragments.parse_cursor(_query(self.scope).get("after"))
         if after is not None:
             await self.catch_up(after)
 
@@ -93,7 +93,7 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
         except ValueError:
             return
         if isinstance(message, dict):
-            after = stream_render.parse_cursor(message.get("after"))
+            after = fragments.parse_cursor(message.get("after"))
             if after is not None:
                 await self.catch_up(after)
 
@@ -103,8 +103,8 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
     @database_sync_to_async
     def _catch_up(self, after) -> str:
         now = timezone.now()
-        cards = stream_render.changed_since(self.filters, after)
-        return stream_render.feed_rows(cards) + stream_render.feed_status(now)
+        cards = fragments.changed_since(self.filters, after)
+        return fragments.feed_rows(cards) + fragments.feed_status(now)
 
     async def render_event(self, audit_id: str) -> str:
         """The fragment of an event about `audit_id` for pages with these filters."""
@@ -114,8 +114,8 @@ class LiveFeedConsumer(AsyncWebsocketConsumer):
     @database_sync_to_async
     def _render(filters, audit_id: str) -> str:
         now = timezone.now()
-        cards = stream_render.matching_cards(filters, [audit_id])
-        return stream_render.feed_rows(cards) + stream_render.feed_status(now)
+        cards = fragments.matching_cards(filters, [audit_id])
+        return fragments.feed_rows(cards) + fragments.feed_status(now)
 
 
 class AuditConsumer(LiveConsumer):
@@ -168,11 +168,11 @@ class AuditConsumer(LiveConsumer):
         if run is None:
             return ""
         finished = run.is_finished
-        html = stream_render.detail_sections(
+        html = fragments.detail_sections(
             self.audit_id, finished=finished, user=self.scope.get("user")
         )
         if not finished:
-            lines, self.trace_sent = stream_render.trace_lines_after(self.audit_id, self.trace_sent)
+            lines, self.trace_sent = fragments.trace_lines_after(self.audit_id, self.trace_sent)
             html += lines
         return html
 
@@ -180,7 +180,7 @@ class AuditConsumer(LiveConsumer):
         event = message.get("event") or {}
         kind = event.get("type")
         if kind in ("analyzer_started", "analyzer_finished"):
-            await self.send(text_data=stream_render.analyzer_progress(self.audit_id, event))
+            await self.send(text_data=fragments.analyzer_progress(self.audit_id, event))
         elif kind in ("stream_progress", "audit_started", "audit_finished"):
             async with self.lock:
                 html = await self._state()

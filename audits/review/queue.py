@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .models import AuditRun, Review
+from ..models import AuditRun, Review
 
 CLAIM_TTL = timedelta(minutes=10)
 ORDERS = {

@@ -1,6 +1,6 @@
 """Alert rules: match finished audits, count them in a window, POST webhooks with retries.
 
-- `after_audit_finished(audit_id)` is the pipeline hook: it queues `evaluate_alerts` only
+- `after_audit_finished(audit_id)` is the pipeline hook (on `audits.signals.audit_finished`): it queues `evaluate_alerts` only
   when an enabled rule exists (answer cached per process for `RULES_CACHE_S`, cleared on
   every rule save/delete), so ingest without rules costs at most one query per 5 s.
 - `evaluate(audit_id)` matches the audit against the enabled rules (`rule_matches`, a pure
@@ -34,11 +34,13 @@ import httpx
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from analyzers.engine.linkcheck import BlockedURL, LinkChecker
 
-from .models import AlertDelivery, AlertRule, AnalyzerRunRecord, Annotation, AuditRun
+from ..models import AlertDelivery, AlertRule, AnalyzerRunRecord, Annotation, AuditRun
+from ..signals import audit_finished
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,20 @@ def after_audit_finished(audit_id: str) -> None:
         evaluate_alerts.enqueue(str(audit_id))
     except Exception:
         logger.exception("could not queue the alert evaluation of audit %s", audit_id)
+
+
+def _on_audit_finished(sender: Any, audit_id: str, **kwargs: Any) -> None:
+    after_audit_finished(audit_id)
+
+
+def _rules_changed(**kwargs: Any) -> None:
+    invalidate_rules_cache()
+
+
+# Connected when the app is ready (`audits.apps`): the core only sends the signal.
+audit_finished.connect(_on_audit_finished, dispatch_uid="audits.review.alerts.finished")
+post_save.connect(_rules_changed, sender=AlertRule, dispatch_uid="audits.review.alerts.save")
+post_delete.connect(_rules_changed, sender=AlertRule, dispatch_uid="audits.review.alerts.delete")
 
 
 # --- matching ---------------------------------------------------------------------------

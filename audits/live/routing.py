@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from .consumers import AuditConsumer, LiveFeedConsumer
-from .stream_ws import IngestConsumer
+from .ingest import IngestConsumer
 
 # Behind the session auth and origin check: the live pages (staff only).
 websocket_urlpatterns = [

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
+from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,7 @@ shows into a replacement). Model text is escaped by the templates, never marked 
 
 from __future__ import annotations
 
-import difflib
 import re
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,21 +17,21 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from . import dashboard, selectors
-from .models import AuditRun, TraceLine
+from .. import cards, selectors
+from ..detail import detail_context, stream_context
+from ..models import AuditRun, TraceLine
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
 CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
-_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 # --- the live feed ------------------------------------------------------------------------
 
 
-def parse_filters(query: str | bytes) -> dashboard.ListFilters:
+def parse_filters(query: str | bytes) -> cards.ListFilters:
     if isinstance(query, bytes):
         query = query.decode("latin-1")
-    return dashboard.ListFilters.from_query(QueryDict(query))
+    return cards.ListFilters.from_query(QueryDict(query))
 
 
 def parse_cursor(value: Any) -> datetime | None:
@@ -69,19 +67,19 @@ def counters() -> dict[str, Any]:
     }
 
 
-def matching_cards(filters: dashboard.ListFilters, ids: list[Any]) -> list[AuditRun]:
-    qs = selectors.filter_audits(filters.to_selector(), dashboard.card_queryset())
-    return [dashboard.prepare_card(run) for run in qs.filter(pk__in=ids)]
+def matching_cards(filters: cards.ListFilters, ids: list[Any]) -> list[AuditRun]:
+    qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
+    return [cards.prepare_card(run) for run in qs.filter(pk__in=ids)]
 
 
-def changed_since(filters: dashboard.ListFilters, after: datetime) -> list[AuditRun]:
+def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]:
     """Cards of the audits created, started or finished after `after` (newest first)."""
     since = after - CURSOR_MARGIN
-    qs = selectors.filter_audits(filters.to_selector(), dashboard.card_queryset()).filter(
+    qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset()).filter(
         Q(created_at__gt=since) | Q(started_at__gt=since) | Q(finished_at__gt=since)
     )
     rows = list(qs.order_by("-created_at", "-id")[:LIVE_ROWS])
-    return [dashboard.prepare_card(run) for run in rows]
+    return [cards.prepare_card(run) for run in rows]
 
 
 def feed_rows(cards: list[AuditRun]) -> str:
@@ -101,38 +99,6 @@ def feed_status(now: datetime | None = None) -> str:
 
 
 # --- one audit ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    kind: str  # "same" | "removed" | "added"
-    text: str
-
-
-def marked_pieces(original: str, cleaned: str) -> list[Piece]:
-    """The cleaned text with what the rules removed (and put in its place) marked."""
-    if original == cleaned:
-        return [Piece("same", cleaned)] if cleaned else []
-    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
-    pieces: list[Piece] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            pieces.append(Piece("same", "".join(b[j1:j2])))
-            continue
-        if i2 > i1:
-            pieces.append(Piece("removed", "".join(a[i1:i2])))
-        if j2 > j1:
-            pieces.append(Piece("added", "".join(b[j1:j2])))
-    return pieces
-
-
-def stream_context(run: AuditRun) -> dict[str, Any]:
-    live = run.status in (AuditRun.Status.PENDING, AuditRun.Status.RUNNING)
-    return {
-        "audit": run,
-        "stream_live": live,
-        "stream_pieces": marked_pieces(run.response, run.cleaned_response) if live else [],
-    }
 
 
 def audit_stream(run: AuditRun) -> str:
@@ -161,9 +127,7 @@ def detail_sections(run_id: Any, *, finished: bool, user: Any = None) -> str:
     """The detail page's sections as they are now (the state a reload shows)."""
     from types import SimpleNamespace
 
-    from .views import detail_context
-
-    run = dashboard.detail_queryset().get(pk=run_id)
+    run = cards.detail_queryset().get(pk=run_id)
     context = detail_context(run, SimpleNamespace(user=user) if user is not None else None)
     names = ["header", "results"]
     if finished:

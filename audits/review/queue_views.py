@@ -1,6 +1,6 @@
 """The review queue page: one claimed audit at a time, a verdict, then the next.
 
-GET /review/ claims the next audit (audits.review_queue) and shows it; a verdict or a skip is
+GET /review/ claims the next audit (audits.review.queue) and shows it; a verdict or a skip is
 a POST that answers with the next audit's panel (htmx) or redirects back (no JavaScript).
 Skipped audits are remembered in the session so the next claim is a different one.
 """
@@ -16,11 +16,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from . import review_queue
-from .highlight import highlight_segments
-from .models import AuditRun, Review
-from .reviews import ReviewError, record_review
-from .views import staff_required
+from ..highlight import highlight_segments
+from ..models import AuditRun, Review
+from ..permissions import staff_required
+from ..reviews import ReviewError, record_review
+from . import queue as review_queue  # `queue` is the page's view below
 
 SKIPPED_KEY = "review_queue_skipped"
 ORDER_KEY = "review_queue_order"

@@ -17,7 +17,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
+from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from typing import Any
 from django.db.models import Case, Count, F, Max, Min, Q, Sum, Value, When
 from django.utils import timezone
 
-from .models import AnalyzerRunRecord, Annotation, AuditRun
+from ..models import AnalyzerRunRecord, Annotation, AuditRun
 
 CACHE_VERSION = 1
 CACHE_SECONDS = 7 * 24 * 3600

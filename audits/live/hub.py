@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from .events import ALL_AUDITS_GROUP, FEED_EVENTS
+from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
-from .selectors import after_cursor, encode_cursor_raw
+from ..models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from ..selectors import after_cursor, encode_cursor_raw
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 _encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses

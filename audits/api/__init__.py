@@ -1,0 +1,1 @@
+"""The HTTP API: ninja routers, the export, the HTTP stream endpoint (imports the core only)."""

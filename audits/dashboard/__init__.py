@@ -1,0 +1,2 @@
+"""The dashboard pages: list, detail, trends and tuning views and their queries (imports the
+core only)."""

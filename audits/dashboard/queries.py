@@ -1,0 +1,253 @@
+"""Reads of the trends and tuning pages (the list and cards are `audits.cards`).
+
+Every function here issues a fixed number of queries, whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    FloatField,
+    Max,
+    Q,
+    Value,
+    When,
+)
+from django.utils import timezone
+
+from ..models import AnalyzerRunRecord, AuditRun
+
+# --- trends -------------------------------------------------------------------------------
+
+HISTOGRAM_BINS = 20
+
+
+def bin_labels(bins: int = HISTOGRAM_BINS) -> list[str]:
+    return [f"{i / bins:.2f}" for i in range(bins)]
+
+
+def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dict[str, Any]:
+    """Everything the trends page charts, over the last `days` days.
+
+    Summed from per-day figures (`audits.dashboard.trend_stats`): complete past days come from the
+    cache, the partial first day and today are a few index range scans.
+    """
+    from analyzers.config_store import load_config
+
+    from .trend_stats import mean, window_stats
+
+    now = now or timezone.now()
+    since = now - timedelta(days=days)
+    totals, per_day = window_stats(since, now, HISTOGRAM_BINS, use_cache=cache)
+
+    day_labels, day_totals, day_cards = [], [], []
+    for day in sorted(per_day):
+        day_labels.append(day.isoformat())
+        day_totals.append(per_day[day]["total"])
+        day_cards.append(per_day[day]["cards"])
+
+    top_types = []
+    for type_, severities in totals["types"].items():
+        top_types.append(
+            {
+                "type": type_,
+                "n": sum(severities.values()),
+                "critical": severities.get("critical", 0),
+                "warning": severities.get("warning", 0),
+                "info": severities.get("info", 0),
+            }
+        )
+    top_types.sort(key=lambda row: (-row["n"], row["type"]))
+    top_types = top_types[:12]
+
+    analyzers = []
+    for analyzer_id in sorted(totals["analyzers"]):
+        n, surfaced, failed, timeout, dur_sums, dur_n, dur_max = totals["analyzers"][analyzer_id]
+        avg_ms = mean(dur_sums, dur_n)
+        analyzers.append(
+            {
+                "analyzer_id": analyzer_id,
+                "total": n,
+                "surfaced": surfaced,
+                "failed": failed,
+                "timeout": timeout,
+                "avg_ms": round(avg_ms or 0, 1),
+                "max_ms": round(dur_max or 0, 1),
+                "surfaced_pct": round(100 * surfaced / n, 1) if n else 0,
+            }
+        )
+
+    total = totals["total"]
+    mean_score = mean(totals["score_sum"], totals["score_n"])
+    return {
+        "days": days,
+        "threshold": load_config().threshold,
+        "summary": {
+            "total": total,
+            "cards": totals["cards"],
+            "card_pct": round(100 * totals["cards"] / total, 1) if total else 0,
+            "failed": totals["failed"],
+            "mean_score": round(mean_score, 3) if mean_score is not None else None,
+        },
+        "per_day": {"labels": day_labels, "total": day_totals, "cards": day_cards},
+        "histogram": {"labels": bin_labels(), "counts": totals["hist"]},
+        "top_types": top_types,
+        "analyzers": analyzers,
+    }
+
+
+# --- threshold tuning ---------------------------------------------------------------------
+
+WINDOWS = (200, 500, 1000, 5000)
+DEFAULT_WINDOW = 1000
+
+
+@dataclass(slots=True)
+class TuningPreview:
+    threshold: float
+    current: float
+    analyzer: str
+    window: int
+    considered: int
+    surfacing: int
+    surfacing_now: int
+    newly: int
+    dropped: int
+    examples: list[AuditRun]
+    per_analyzer: list[dict[str, Any]]
+    histogram: list[int]
+
+    @property
+    def surfacing_pct(self) -> float:
+        return round(100 * self.surfacing / self.considered, 1) if self.considered else 0.0
+
+    @property
+    def delta(self) -> int:
+        return self.surfacing - self.surfacing_now
+
+
+def _peak_expression() -> Case:
+    """A result's surfacing score: 1 when forced (should_surface), else its score."""
+    return Case(
+        When(should_surface=True, then=Value(1.0)),
+        default=F("score"),
+        output_field=FloatField(),
+    )
+
+
+def _saved_surfacing(saved: dict[str, float], default: float) -> Q:
+    """A result surfaces at the saved thresholds: its analyzer's own, else the global one."""
+    condition = Q(should_surface=True) | (
+        Q(score__gte=default) & ~Q(analyzer_id__in=list(saved))
+    )
+    for analyzer_id, value in saved.items():
+        condition |= Q(analyzer_id=analyzer_id, score__gte=value)
+    return condition
+
+
+def tuning_preview(
+    *,
+    threshold: float,
+    current: float,
+    analyzer: str = "",
+    window: int = DEFAULT_WINDOW,
+    examples: int = 15,
+    own_thresholds: dict[str, float] | None = None,
+    global_threshold: float | None = None,
+) -> TuningPreview:
+    """Which of the last `window` completed audits would surface at `threshold`.
+
+    An audit surfaces when one of its successful results reaches its threshold or is
+    forced (CONTRACT.md section 1). The slider governs the global threshold (the results
+    of analyzers without `own_thresholds`) or, with `analyzer`, that analyzer's own; every
+    other result surfaces as it does now, at its saved threshold. Five queries, whatever
+    the window.
+    """
+    own = dict(own_thresholds or {})
+    recent_ids = list(
+        AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
+        .order_by("-created_at", "-id")
+        .values_list("id", flat=True)[:window]
+    )
+    ok_results = AnalyzerRunRecord.objects.filter(
+        audit_id__in=recent_ids, status=AnalyzerRunRecord.Status.OK
+    )
+    if analyzer:
+        governed = Q(analyzer_id=analyzer)
+        saved = {a: t for a, t in own.items() if a != analyzer}
+        default = current if global_threshold is None else global_threshold
+    else:
+        governed = ~Q(analyzer_id__in=list(own))
+        saved, default = own, current
+    peaks: dict[Any, float] = dict(
+        ok_results.filter(governed)
+        .values("audit_id")
+        .annotate(peak=Max(_peak_expression()))
+        .values_list("audit_id", "peak")
+    )
+    # Audits a result outside the slider's reach surfaces anyway.
+    fixed = set(
+        ok_results.exclude(governed)
+        .filter(_saved_surfacing(saved, default))
+        .values_list("audit_id", flat=True)
+        .distinct()
+    )
+    surfacing = [pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= threshold]
+    surfacing_set = set(surfacing)
+    now_set = {pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= current}
+
+    per_analyzer = list(
+        ok_results.values("analyzer_id")
+        .annotate(
+            total=Count("id"),
+            at_threshold=Count("id", filter=Q(score__gte=threshold) | Q(should_surface=True)),
+            at_current=Count("id", filter=Q(score__gte=current) | Q(should_surface=True)),
+            at_saved=Count("id", filter=_saved_surfacing(saved, default)),
+        )
+        .order_by("analyzer_id")
+    )
+    for row in per_analyzer:
+        name = row["analyzer_id"]
+        row["governed"] = name == analyzer if analyzer else name not in own
+        if not row["governed"]:
+            # Outside the slider's reach: it surfaces at its saved threshold either way.
+            row["at_threshold"] = row["at_current"] = row["at_saved"]
+            row["saved_threshold"] = own.get(name, default)
+        row["delta"] = row["at_threshold"] - row["at_current"]
+
+    histogram = [0] * HISTOGRAM_BINS
+    for peak in peaks.values():
+        if peak is not None:
+            histogram[min(HISTOGRAM_BINS - 1, max(0, int(peak * HISTOGRAM_BINS)))] += 1
+
+    shown_ids = surfacing[:examples]
+    shown = AuditRun.objects.only(
+        "id", "created_at", "overall_score", "response", "user_input", "has_card", "status"
+    ).in_bulk(shown_ids)
+    example_runs = []
+    for pk in shown_ids:
+        run = shown[pk]
+        run.peak = peaks.get(pk)
+        run.is_new = pk not in now_set
+        example_runs.append(run)
+
+    return TuningPreview(
+        threshold=threshold,
+        current=current,
+        analyzer=analyzer,
+        window=window,
+        considered=len(recent_ids),
+        surfacing=len(surfacing),
+        surfacing_now=len(now_set),
+        newly=len(surfacing_set - now_set),
+        dropped=len(now_set - surfacing_set),
+        examples=example_runs,
+        per_analyzer=per_analyzer,
+        histogram=histogram,
+    )

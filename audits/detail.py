@@ -1,0 +1,91 @@
+"""What an audit's detail page shows, for the page and for its live updates alike.
+
+`detail_context` feeds `audits/detail.html` and its partials; `stream_context` the live
+parts while the audit runs (`audits/live.html#connector`, `#stream`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+
+from .highlight import highlight_segments, side_by_side
+from .models import AuditRun
+
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[str, Any]:
+    """What `audits/detail.html` and its partials need (also for live updates)."""
+    results = list(run.results.all())
+    surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
+    others = [r for r in results if not r.surfaced]
+    annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    reviews = list(run.reviews.all())
+    current = {r.annotation_id: r for r in reviews if r.is_current}
+    labels = {a.pk: a.label or a.type for _, a in annotations}
+    for _, a in annotations:
+        a.current_review = current.get(a.pk)
+    for review in reviews:
+        review.target_label = labels.get(review.annotation_id, "a finding")
+    can_rerun = bool(
+        request is not None and request.user.has_perm("audits.add_auditrun")
+    )
+    return {
+        "audit": run,
+        "results": results,
+        "surfaced_results": surfaced,
+        "other_results": others,
+        "highlights": highlight_segments(run.response, annotations),
+        "highlight_count": sum(1 for _, a in annotations if a.evidence or a.start is not None),
+        "diff": side_by_side(run.response, run.cleaned_response)
+        if run.status == AuditRun.Status.COMPLETE
+        else None,
+        "links": list(run.links.all()),
+        "trace_lines": list(run.trace_lines.all()),
+        "can_rerun": can_rerun,
+        "reviews": reviews,
+        "audit_verdict": current.get(None),
+        # The live parts while it runs (audits/live.html#connector, #stream).
+        **_stream_context(run),
+    }
+
+
+def _stream_context(run: AuditRun) -> dict[str, Any]:
+    return {k: v for k, v in stream_context(run).items() if k != "audit"}
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    kind: str  # "same" | "removed" | "added"
+    text: str
+
+
+def marked_pieces(original: str, cleaned: str) -> list[Piece]:
+    """The cleaned text with what the rules removed (and put in its place) marked."""
+    if original == cleaned:
+        return [Piece("same", cleaned)] if cleaned else []
+    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
+    pieces: list[Piece] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            pieces.append(Piece("same", "".join(b[j1:j2])))
+            continue
+        if i2 > i1:
+            pieces.append(Piece("removed", "".join(a[i1:i2])))
+        if j2 > j1:
+            pieces.append(Piece("added", "".join(b[j1:j2])))
+    return pieces
+
+
+def stream_context(run: AuditRun) -> dict[str, Any]:
+    live = run.status in (AuditRun.Status.PENDING, AuditRun.Status.RUNNING)
+    return {
+        "audit": run,
+        "stream_live": live,
+        "stream_pieces": marked_pieces(run.response, run.cleaned_response) if live else [],
+    }
