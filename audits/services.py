@@ -3,7 +3,8 @@
 - `submit_audit(...)` stores a run, then enqueues `audits.tasks.run_audit` on commit.
 - `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
 - `rerun_audit(run)` submits a copy with the current configuration.
-- `recover_stale_runs()` re-queues runs a dead worker left behind (bounded attempts).
+- `recover_stale_runs()` re-queues runs a dead worker left behind (bounded attempts) and
+  pending runs no queue holds; `audits.recovery` calls it with the configured deadlines.
 - `publish(event)` is the one way progress events leave the pipeline (see audits.events).
 """
 
@@ -13,7 +14,7 @@ import functools
 import hashlib
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -46,7 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-DEFAULT_STALE_AFTER = timedelta(minutes=5)
+RECOVER_BATCH = 5000  # at most this many pending runs queued again per call
 
 
 class ExternalIdConflict(Exception):
@@ -293,11 +294,19 @@ def build_auditor(config):
 
 def execute_run(run_id: Any) -> str:
     """The body of the `run_audit` task. Returns the final status (or why it did nothing)."""
-    from analyzers.config_store import load_config
-    from analyzers.engine.config import AuditorConfig
+    from .recovery import running_run
 
     if not _claim(run_id):
         return "skipped"
+
+    with running_run(run_id):  # its heartbeat tells recovery this process is alive
+        return _execute_claimed(run_id)
+
+
+def _execute_claimed(run_id: Any) -> str:
+    from analyzers.config_store import load_config
+    from analyzers.engine.config import AuditorConfig
+
     run = AuditRun.objects.get(pk=run_id)
     audit_id = str(run.pk)
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
@@ -406,6 +415,7 @@ def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
             update_fields=[
                 "cleaned_response", "threshold", "overall_score", "has_card",
                 "status", "finished_at", "error",
+                "started_at",  # the start again (heartbeats refreshed it while running)
             ]
         )
     return run
@@ -423,18 +433,32 @@ def mark_failed(run_id: Any, error: str) -> None:
 
 def recover_stale_runs(
     *,
-    stale_after: timedelta = DEFAULT_STALE_AFTER,
+    stale_after: timedelta | None = None,
     pending_after: timedelta | None = None,
+    pending_before: datetime | None = None,
     max_attempts: int = MAX_ATTEMPTS,
     enqueue: bool = True,
 ) -> dict[str, int]:
-    """Re-queue runs a dead worker left `running` (and, optionally, old `pending` ones).
+    """Re-queue runs a dead worker left `running`, and `pending` runs that no queue holds.
 
-    A run that already used `max_attempts` is marked failed instead. Safe to run from
-    several processes at once: every state change is a conditional UPDATE.
+    A running run is dead when its `started_at` (kept fresh by the heartbeat of the process
+    running it, see audits.recovery) is older than `stale_after`; one that already used
+    `max_attempts` is marked failed instead. A pending run is queued again when it is older
+    than `pending_after` or was created before `pending_before` (the start of this process)
+    and no queue holds it. Deadlines default to the settings `AUDITOR_RECOVER_*`. Safe to run
+    from several processes at once: every state change is a conditional UPDATE, and a run
+    queued twice is audited once (`execute_run` claims it).
     """
+    from django.conf import settings
+
+    from .recovery import queued_run_ids
+
+    if stale_after is None:
+        stale_after = timedelta(seconds=settings.AUDITOR_RECOVER_RUNNING_AFTER_S)
+    if pending_after is None:
+        pending_after = timedelta(seconds=settings.AUDITOR_RECOVER_PENDING_AFTER_S)
     now = timezone.now()
-    requeued, failed, pending = [], 0, []
+    requeued, failed = [], 0
     stale = AuditRun.objects.filter(
         status=AuditRun.Status.RUNNING, started_at__lt=now - stale_after
     )
@@ -456,15 +480,22 @@ def recover_stale_runs(
             **({"incomplete": True} if attempts == 0 else {}),
         ):
             requeued.append(run_id)
-    if pending_after is not None:
-        pending = list(
-            AuditRun.objects.filter(
-                Q(status=AuditRun.Status.PENDING), created_at__lt=now - pending_after
-            )
-            .exclude(pk__in=requeued)
-            .values_list("pk", flat=True)
-        )
+    old = Q(created_at__lt=now - pending_after)
+    if pending_before is not None:
+        old |= Q(created_at__lt=pending_before)
+    pending = list(
+        AuditRun.objects.filter(old, status=AuditRun.Status.PENDING)
+        .exclude(pk__in=requeued)
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:RECOVER_BATCH]
+    )
+    if pending or requeued:
+        queued = queued_run_ids() or set()
+        requeued_unqueued = [r for r in requeued if str(r) not in queued]
+        pending = [r for r in pending if str(r) not in queued]
+    else:
+        requeued_unqueued = []
     if enqueue:
-        for run_id in [*requeued, *pending]:
+        for run_id in [*requeued_unqueued, *pending]:
             enqueue_audit(run_id)
     return {"requeued": len(requeued), "failed": failed, "pending_requeued": len(pending)}
