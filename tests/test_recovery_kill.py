@@ -147,3 +147,26 @@ def test_a_db_worker_killed_mid_run_is_taken_over_by_another(tmp_path: Path, dat
     run = AuditRun.objects.get(pk=run.pk)
     assert run.attempts == 2
     assert DBTaskResult.objects.count() == 1  # taken over, not queued twice
+
+
+def test_a_task_row_that_killed_max_attempts_workers_fails_instead_of_looping(database_tasks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django_tasks_db.models import DBTaskResult
+
+    from audits.recovery import take_over_task_rows
+    from audits.services import submit_audit
+
+    submit_audit(**BODY)
+    submit_audit(**BODY)
+    once, thrice = DBTaskResult.objects.all()
+    long_ago = timezone.now() - timedelta(minutes=5)
+    DBTaskResult.objects.filter(pk=once.pk).update(
+        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a"])
+    DBTaskResult.objects.filter(pk=thrice.pk).update(
+        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a", "b", "c"])
+    assert take_over_task_rows(stale_after=timedelta(seconds=30), max_attempts=3) == 1
+    once.refresh_from_db(), thrice.refresh_from_db()
+    assert once.status == TaskResultStatus.READY
+    assert thrice.status == TaskResultStatus.FAILED
