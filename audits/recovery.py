@@ -165,8 +165,12 @@ def queued_run_ids() -> set[str] | None:
     return set()  # immediate: nothing waits in a queue
 
 
-def sweep() -> dict[str, int]:
-    """One pass of the three steps of the module docstring, with the configured deadlines."""
+def sweep(*, at_start: bool = False) -> dict[str, int]:
+    """One pass of the three steps of the module docstring, with the configured deadlines.
+
+    `at_start` also re-queues alert deliveries a dead process left pending (once per
+    process: a delivery has no heartbeat, so only its age says it was lost).
+    """
     from .alerts import recover_pending_deliveries
     from .services import MAX_ATTEMPTS, recover_stale_runs
 
@@ -178,7 +182,8 @@ def sweep() -> dict[str, int]:
         pending_before=_started_at,
     )
     outcome["task_rows_taken_over"] = tasks
-    outcome["alert_deliveries_requeued"] = recover_pending_deliveries()
+    if at_start:
+        outcome["alert_deliveries_requeued"] = recover_pending_deliveries()
     if any(outcome.values()):
         logger.warning("recovery: %s", outcome)
     return outcome
@@ -212,7 +217,7 @@ def _forever(interval: float) -> None:
         try:
             beat()
             if clock >= next_sweep:
-                sweep()
+                sweep(at_start=next_sweep == 0.0)
                 next_sweep = clock + interval
         except Exception:
             logger.warning("audit recovery failed; retrying", exc_info=True)
