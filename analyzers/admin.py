@@ -267,7 +267,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
             return
         super().save_model(request, obj, form, change)
 
-    @admin.action(description="Revoke the selected keys")
+    @admin.action(description="Revoke the selected keys", permissions=["change"])
     def revoke(self, request, queryset):
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        # One save per key, not queryset.update(): post_save clears the verified-key cache
+        # (audits.auth), so a revoked key is refused from the next request on.
+        now = timezone.now()
+        count = 0
+        for key in queryset.filter(revoked_at__isnull=True):
+            key.revoked_at = now
+            key.save(update_fields=["revoked_at"])
+            count += 1
         self.message_user(request, f"Revoked {count} key(s).")

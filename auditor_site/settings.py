@@ -71,9 +71,10 @@ INSTALLED_APPS = [
     "ninja",
     "django_htmx",
     "channels",
+    # audits before django_tasks_db: its `db_worker` (with recovery) replaces the stock one.
+    "audits",
     "django_tasks_db",
     "analyzers",
-    "audits",
 ]
 
 # Django's own middleware classes, subclassed to skip a thread hop per hook under ASGI
@@ -164,13 +165,20 @@ else:
 # processes on any number of machines (django-tasks-db); "immediate" runs them inside the
 # request (debugging only).
 AUDITOR_TASK_BACKEND = os.environ.get("AUDITOR_TASK_BACKEND", "thread")
+# Nothing left pending (audits.recovery): the server and every db_worker sweep at start and
+# every AUDITOR_RECOVERY_INTERVAL s. A running run (or task row) without a heartbeat for
+# AUDITOR_RECOVER_RUNNING_AFTER_S belongs to a dead process and is taken over; a pending
+# run that no queue holds is queued again after AUDITOR_RECOVER_PENDING_AFTER_S.
+AUDITOR_RECOVERY_INTERVAL = envint("AUDITOR_RECOVERY_INTERVAL", 10)
+AUDITOR_RECOVER_RUNNING_AFTER_S = envint("AUDITOR_RECOVER_RUNNING_AFTER_S", 30)
+AUDITOR_RECOVER_PENDING_AFTER_S = envint("AUDITOR_RECOVER_PENDING_AFTER_S", 30)
 if AUDITOR_TASK_BACKEND == "thread":
     TASKS = {
         "default": {
             "BACKEND": "audits.task_backends.ThreadPoolBackend",
             "OPTIONS": {
                 "MAX_WORKERS": envint("AUDITOR_TASK_THREADS", 2),
-                "SWEEP_INTERVAL": envint("AUDITOR_RECOVERY_INTERVAL", 60),
+                "SWEEP_INTERVAL": AUDITOR_RECOVERY_INTERVAL,
             },
         }
     }

@@ -98,7 +98,14 @@ class AuditRunAdmin(ReadOnlyAdmin):
     inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkCheckInline, ReviewInline]
     actions = ["rerun"]
 
-    @admin.action(description="Re-run the selected audits with the current configuration")
+    def has_rerun_permission(self, request):
+        """A re-run adds an audit run: the permission the dashboard's re-run button needs."""
+        return request.user.has_perm("audits.add_auditrun")
+
+    @admin.action(
+        description="Re-run the selected audits with the current configuration",
+        permissions=["rerun"],
+    )
     def rerun(self, request, queryset):
         count = 0
         for run in queryset:
@@ -152,7 +159,9 @@ class AlertRuleAdmin(admin.ModelAdmin):
             return "-"
         return f"{status} ({obj.last_attempts} attempt(s))"
 
-    @admin.action(description="Send a test alert to the selected rules' webhooks")
+    @admin.action(
+        description="Send a test alert to the selected rules' webhooks", permissions=["change"]
+    )
     def send_test_alert(self, request, queryset):
         count = 0
         for rule in queryset:
@@ -162,12 +171,12 @@ class AlertRuleAdmin(admin.ModelAdmin):
             request, f"Queued {count} test alert(s); see Alert deliveries for the outcome."
         )
 
-    @admin.action(description="Enable the selected rules")
+    @admin.action(description="Enable the selected rules", permissions=["change"])
     def enable(self, request, queryset):
         queryset.update(enabled=True)
         alerts.invalidate_rules_cache()
 
-    @admin.action(description="Disable the selected rules")
+    @admin.action(description="Disable the selected rules", permissions=["change"])
     def disable(self, request, queryset):
         queryset.update(enabled=False)
         alerts.invalidate_rules_cache()

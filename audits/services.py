@@ -3,7 +3,7 @@
 - `submit_audit(...)` stores a run, then enqueues `audits.tasks.run_audit` on commit.
 - `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
 - `rerun_audit(run)` submits a copy with the current configuration.
-- `recover_stale_runs()` re-queues runs a dead worker left behind (bounded attempts).
+- Runs a dead worker left behind are re-queued by `audits.recovery.recover_stale_runs()`.
 - `publish(event)` is the one way progress events leave the pipeline (see audits.events).
 """
 
@@ -13,18 +13,18 @@ import functools
 import hashlib
 import json
 import logging
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
 from .events import apublish, publish
+from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .signals import audit_finished
 
@@ -36,7 +36,6 @@ __all__ = [
     "execute_run",
     "mark_failed",
     "publish",
-    "recover_stale_runs",
     "request_fingerprint",
     "rerun_audit",
     "store_report",
@@ -46,7 +45,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-DEFAULT_STALE_AFTER = timedelta(minutes=5)
 
 
 class ExternalIdConflict(Exception):
@@ -202,7 +200,7 @@ def enqueue_task(run_id: Any) -> None:
 
 
 def enqueue_audit(run_id: Any) -> None:
-    """Queue the analysis; a failure leaves the run pending for `recover_stale_runs`."""
+    """Queue the analysis; a failure leaves the run pending for `recovery.recover_stale_runs`."""
     from .tasks import run_audit
 
     try:
@@ -293,11 +291,17 @@ def build_auditor(config):
 
 def execute_run(run_id: Any) -> str:
     """The body of the `run_audit` task. Returns the final status (or why it did nothing)."""
+    if not _claim(run_id):
+        return "skipped"
+
+    with running_run(run_id):  # its heartbeat tells recovery this process is alive
+        return _execute_claimed(run_id)
+
+
+def _execute_claimed(run_id: Any) -> str:
     from analyzers.config_store import load_config
     from analyzers.engine.config import AuditorConfig
 
-    if not _claim(run_id):
-        return "skipped"
     run = AuditRun.objects.get(pk=run_id)
     audit_id = str(run.pk)
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
@@ -408,6 +412,7 @@ def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
             update_fields=[
                 "cleaned_response", "threshold", "overall_score", "has_card",
                 "status", "finished_at", "error",
+                "started_at",  # the start again (heartbeats refreshed it while running)
             ]
         )
     return run
@@ -421,52 +426,3 @@ def mark_failed(run_id: Any, error: str) -> None:
         {"type": "audit_finished", "audit_id": str(run_id), "status": "failed",
          "overall_score": None, "has_card": False, "error": error[:500]}
     )
-
-
-def recover_stale_runs(
-    *,
-    stale_after: timedelta = DEFAULT_STALE_AFTER,
-    pending_after: timedelta | None = None,
-    max_attempts: int = MAX_ATTEMPTS,
-    enqueue: bool = True,
-) -> dict[str, int]:
-    """Re-queue runs a dead worker left `running` (and, optionally, old `pending` ones).
-
-    A run that already used `max_attempts` is marked failed instead. Safe to run from
-    several processes at once: every state change is a conditional UPDATE.
-    """
-    now = timezone.now()
-    requeued, failed, pending = [], 0, []
-    stale = AuditRun.objects.filter(
-        status=AuditRun.Status.RUNNING, started_at__lt=now - stale_after
-    )
-    for run_id, attempts, started_at in stale.values_list("pk", "attempts", "started_at"):
-        same = AuditRun.objects.filter(
-            pk=run_id, status=AuditRun.Status.RUNNING, started_at=started_at
-        )
-        if attempts >= max_attempts:
-            if same.update(
-                status=AuditRun.Status.FAILED,
-                finished_at=now,
-                error=f"the worker stopped during the run; gave up after {attempts} attempts",
-            ):
-                failed += 1
-        elif same.update(
-            status=AuditRun.Status.PENDING,
-            # Never claimed: a stream whose server went away (its heartbeat stopped). What
-            # arrived is audited, marked incomplete.
-            **({"incomplete": True} if attempts == 0 else {}),
-        ):
-            requeued.append(run_id)
-    if pending_after is not None:
-        pending = list(
-            AuditRun.objects.filter(
-                Q(status=AuditRun.Status.PENDING), created_at__lt=now - pending_after
-            )
-            .exclude(pk__in=requeued)
-            .values_list("pk", flat=True)
-        )
-    if enqueue:
-        for run_id in [*requeued, *pending]:
-            enqueue_audit(run_id)
-    return {"requeued": len(requeued), "failed": failed, "pending_requeued": len(pending)}

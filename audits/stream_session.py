@@ -43,11 +43,12 @@ logger = logging.getLogger(__name__)
 
 Event = tuple[str, dict[str, Any]]
 
-# While a stream is open its run is `running`; `services.recover_stale_runs` takes a
-# running run whose `started_at` is older than 5 minutes for one a dead worker left. A
-# stream can last longer (or wait on a slow model), so the session keeps `started_at`
-# fresh. (The claim at the end sets it again: it ends as the start of the final audit.)
-HEARTBEAT_SECONDS = 60.0
+# While a stream is open its run is `running`; `recovery.recover_stale_runs` takes a
+# running run whose `started_at` is older than AUDITOR_RECOVER_RUNNING_AFTER_S (default
+# 30 s) for one a dead worker left. A stream can last longer (or wait on a slow model), so
+# the session keeps `started_at` fresh. (The claim at the end sets it again: it ends as the
+# start of the final audit.)
+HEARTBEAT_SECONDS = 5.0
 
 
 class StreamError(Exception):

@@ -2,8 +2,9 @@
 
 The default for `make run`: the request that enqueues returns at once and nothing else
 needs to run. A process that dies loses its queue, but never an audit: runs are stored
-before they are enqueued and `recover_stale_runs` re-queues what was left behind (a
-sweeper thread of this backend calls it every `SWEEP_INTERVAL` seconds).
+before they are enqueued and `audits.recovery` re-queues what was left behind (its thread
+starts with the server, or with the first task here, and sweeps every `SWEEP_INTERVAL`
+seconds). `queued_args` tells the sweep which runs this queue already holds.
 
     TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
                          "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60}}}
@@ -11,9 +12,10 @@ sweeper thread of this backend calls it every `SWEEP_INTERVAL` seconds).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from traceback import format_exception
 
@@ -42,8 +44,8 @@ class _Pool:
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
         self.lock = threading.Lock()
-        self.sweeper: threading.Thread | None = None
-        self.stop = threading.Event()
+        # (task path, args) of every task queued or running here, counted.
+        self.queued: Counter[tuple[str, str]] = Counter()
 
 
 _pools: dict[str, _Pool] = {}
@@ -101,10 +103,28 @@ class ThreadPoolBackend(BaseTaskBackend):
             object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
         finally:
             object.__setattr__(task_result, "finished_at", timezone.now())
+            self._forget_queued(task_result)
             try:
                 task_finished.send(type(self), task_result=task_result)
             finally:
                 connections.close_all()  # this thread's connections only
+
+    @staticmethod
+    def _queued_key(task_result: TaskResult) -> tuple[str, str]:
+        return task_result.task.module_path, json.dumps(task_result.args, default=str)
+
+    def _forget_queued(self, task_result: TaskResult) -> None:
+        key = self._queued_key(task_result)
+        with self._pool.lock:
+            self._pool.queued[key] -= 1
+            if self._pool.queued[key] <= 0:
+                del self._pool.queued[key]
+
+    def queued_args(self, module_path: str) -> list[list]:
+        """The args of every task of `module_path` queued or running in this process."""
+        with self._pool.lock:
+            keys = [args for path, args in self._pool.queued if path == module_path]
+        return [json.loads(args) for args in keys]
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
@@ -127,6 +147,7 @@ class ThreadPoolBackend(BaseTaskBackend):
             pool.results[task_result.id] = task_result
             while len(pool.results) > self.max_results:
                 pool.results.popitem(last=False)
+            pool.queued[self._queued_key(task_result)] += 1
         task_enqueued.send(type(self), task_result=task_result)
         self._start_sweeper()
         pool.executor.submit(self._run, task_result)
@@ -157,24 +178,6 @@ class ThreadPoolBackend(BaseTaskBackend):
     # --- recovery of runs left behind by dead processes ---
 
     def _start_sweeper(self) -> None:
-        pool = self._pool
-        if self.sweep_interval <= 0 or pool.sweeper is not None:
-            return
-        with pool.lock:
-            if pool.sweeper is not None:
-                return
-            pool.sweeper = threading.Thread(
-                target=self._sweep_forever, name=f"tasks-{self.alias}-sweeper", daemon=True
-            )
-            pool.sweeper.start()
+        from .recovery import start
 
-    def _sweep_forever(self) -> None:
-        while not self._pool.stop.wait(self.sweep_interval):
-            try:
-                from audits.services import recover_stale_runs
-
-                recover_stale_runs()
-            except Exception:
-                logger.warning("recovering stale audit runs failed", exc_info=True)
-            finally:
-                connections.close_all()
+        start(self.sweep_interval)

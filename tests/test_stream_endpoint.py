@@ -18,7 +18,7 @@ from analyzers.config_store import load_config, save_config
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from auditor_site.asgi import application
-from audits import services
+from audits import recovery, services
 from audits.api.stream_http import stream_endpoint
 from audits.models import AuditRun
 from tests.conftest import ApiClient
@@ -154,7 +154,7 @@ async def test_a_long_stream_is_not_taken_for_a_stale_run(make_key, monkeypatch)
     await asyncio.sleep(0.6)  # the model is slow: no text for a while
     run = await sync_to_async(AuditRun.objects.get)(pk=run_id)
     assert run.status == "running" and run.started_at > first
-    outcome = await sync_to_async(services.recover_stale_runs)(
+    outcome = await sync_to_async(recovery.recover_stale_runs)(
         stale_after=timedelta(seconds=0.3), enqueue=False
     )
     assert outcome["requeued"] == 0
@@ -172,7 +172,7 @@ def test_a_stream_whose_server_died_is_recovered_as_incomplete():
         user_input="q", response="A paragraph.\n\n", status=AuditRun.Status.RUNNING,
         started_at=timezone.now() - timedelta(minutes=10),
     )
-    outcome = services.recover_stale_runs(enqueue=False)
+    outcome = recovery.recover_stale_runs(enqueue=False)
     assert outcome["requeued"] == 1
     services.execute_run(run.pk)
     run.refresh_from_db()

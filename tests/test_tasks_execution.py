@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from audits import services
 from audits.models import AuditRun
-from audits.services import recover_stale_runs, submit_audit
+from audits.recovery import recover_stale_runs
+from audits.services import submit_audit
 from tests.live_support import child_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[1]
@@ -227,3 +228,74 @@ def test_every_audit_in_a_process_shares_one_link_checker_and_its_cache(settings
     settings.AUDITOR_ALLOW_PRIVATE_NETWORKS = not settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
     other = build_auditor(AuditorConfig()).services["link_checker"]
     assert other.allow_private_networks is settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
+
+
+@pytest.mark.django_db
+def test_pending_runs_no_queue_holds_are_requeued_with_no_flags(settings):
+    settings.AUDITOR_RECOVER_PENDING_AFTER_S = 30
+    old = submit_audit(**INPUT, enqueue=False)
+    new = submit_audit(**INPUT, enqueue=False)
+    AuditRun.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(seconds=31))
+    outcome = recover_stale_runs()
+    assert outcome["pending_requeued"] == 1
+    old.refresh_from_db(), new.refresh_from_db()
+    assert old.status == "complete" and new.status == "pending"
+    # Created before this process started: nobody else can hold it.
+    outcome = recover_stale_runs(pending_before=timezone.now())
+    new.refresh_from_db()
+    assert outcome["pending_requeued"] == 1 and new.status == "complete"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pending_run_the_thread_backend_holds_is_not_queued_again(thread_tasks):
+    import threading
+
+    gate = threading.Event()
+    thread_tasks._pool.executor.submit(gate.wait, 30)  # both threads busy: the run waits
+    thread_tasks._pool.executor.submit(gate.wait, 30)
+    run = submit_audit(**INPUT)
+    try:
+        outcome = recover_stale_runs(pending_before=timezone.now())
+        assert outcome["pending_requeued"] == 0
+    finally:
+        gate.set()
+    assert thread_tasks.wait_idle(timeout=30)
+    run.refresh_from_db()
+    assert run.status == "complete" and run.attempts == 1
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_keeps_a_running_run_from_being_taken_over(settings):
+    from audits import heartbeats, recovery
+
+    run = submit_audit(**INPUT, enqueue=False)
+    long_ago = timezone.now() - timedelta(minutes=10)
+    AuditRun.objects.filter(pk=run.pk).update(status="running", started_at=long_ago, attempts=1)
+    with heartbeats.running_run(run.pk):
+        recovery.beat()
+    assert recover_stale_runs(stale_after=timedelta(seconds=30))["requeued"] == 0
+    run.refresh_from_db()
+    assert run.status == "running" and run.started_at > long_ago
+    recovery.beat()  # no longer running here: not refreshed
+    assert recover_stale_runs(stale_after=timedelta(0))["requeued"] == 1
+
+
+@pytest.mark.django_db
+def test_a_claim_that_hits_a_locked_database_leaves_a_run_the_sweep_requeues(monkeypatch):
+    from django.db import OperationalError
+
+    run = submit_audit(**INPUT, enqueue=False)
+
+    def locked(run_id):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(services, "_claim", locked)
+    with pytest.raises(OperationalError):
+        services.execute_run(run.pk)
+    monkeypatch.undo()
+    run.refresh_from_db()
+    assert run.status == "pending"
+    AuditRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=1))
+    assert recover_stale_runs()["pending_requeued"] == 1
+    run.refresh_from_db()
+    assert run.status == "complete"

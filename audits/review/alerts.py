@@ -40,7 +40,7 @@ from django.utils import timezone
 from analyzers.engine.linkcheck import BlockedURL, LinkChecker
 
 from ..models import AlertDelivery, AlertRule, AnalyzerRunRecord, Annotation, AuditRun
-from ..signals import audit_finished
+from ..signals import audit_finished, recovery_started
 
 logger = logging.getLogger(__name__)
 
@@ -538,3 +538,10 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
         time.sleep(wait)
         if not AlertDelivery.objects.filter(pk=delivery.pk).exists():
             return None  # the rule was deleted while we waited
+
+
+def _on_recovery_started(sender: Any, **kwargs: Any) -> int:
+    return recover_pending_deliveries()
+
+
+recovery_started.connect(_on_recovery_started, dispatch_uid="audits.review.alerts.recovery")
