@@ -313,3 +313,92 @@ def test_an_empty_export_request_is_fine(ingest_key):
     empty = ExportTraceServiceRequest(resource_spans=[{}]).SerializeToString()
     assert post(empty, ingest_key).status_code == 200
     assert post(b"{}", ingest_key, content_type=JS).status_code == 200
+
+
+# --- metadata filter, trace context, configuration -----------------------------------------
+
+
+def _ingest_two_models(key):
+    spans = record(lambda t: [genai_chat(t, model="gpt-4o", question="a"),
+                              genai_chat(t, model="claude", question="b")])
+    post(proto_body(spans), key)
+
+
+def test_the_api_list_filters_on_metadata(api_client, ingest_key, read_key):
+    _ingest_two_models(ingest_key)
+    items = api_client.get("/api/audits?meta=model:gpt-4o", key=read_key).json()["items"]
+    assert [i["user_input"] for i in items] == ["a"]
+    both = "/api/audits?meta=service_name:checkout-bot&meta=input_tokens:12"
+    assert len(api_client.get(both, key=read_key).json()["items"]) == 2
+    assert api_client.get("/api/audits?meta=model:none", key=read_key).json()["items"] == []
+    assert api_client.get("/api/audits?meta=no-colon", key=read_key).status_code == 422
+    assert api_client.get("/api/audits?meta=a__b:1", key=read_key).status_code == 422
+    r = api_client.get("/api/audits/export?meta=model:claude", key=read_key)
+    text = b"".join(r.streaming_content).decode()
+    assert [json.loads(line)["user_input"] for line in text.splitlines()] == ["b"]
+
+
+def test_the_dashboard_list_filters_on_metadata(client, staff_user, ingest_key):
+    _ingest_two_models(ingest_key)
+    client.force_login(staff_user)
+    page = client.get("/?meta=model:claude").content.decode()
+    assert 'name="meta" value="model:claude"' in page
+    run_b = AuditRun.objects.get(user_input="b")
+    run_a = AuditRun.objects.get(user_input="a")
+    assert str(run_b.pk) in page and str(run_a.pk) not in page
+    assert "Write key:value" in client.get("/?meta=bad").content.decode()
+
+
+def test_the_detail_page_shows_the_trace_and_links_it(client, staff_user, ingest_key):
+    from analyzers.config_store import export_config, save_config
+
+    spans = record(genai_chat)
+    post(proto_body(spans), ingest_key)
+    run = AuditRun.objects.get()
+    client.force_login(staff_user)
+    trace_id = f"{spans[0].context.trace_id:032x}"
+    page = client.get(f"/audits/{run.pk}/").content.decode()
+    assert trace_id in page and "trace-link" not in page
+    config = export_config()
+    config["otel"] = {"trace_url_template": "https://phoenix.example/t/{trace_id}?a=1&s={span_id}"}
+    save_config(config, actor="test")
+    page = client.get(f"/audits/{run.pk}/").content.decode()
+    span_id = f"{spans[0].context.span_id:016x}"
+    assert f'href="https://phoenix.example/t/{trace_id}?a=1&amp;s={span_id}"' in page
+
+
+@pytest.mark.parametrize("template", [
+    "javascript:alert(1)//{trace_id}", "https://x.example/no-placeholder",
+    "https://x.example/{trace_id}/{other}", "//x.example/{trace_id}",
+])
+def test_the_trace_url_template_must_be_an_http_url_with_the_trace_id(
+    api_client, make_key, template
+):
+    admin = make_key("admin")
+    config = api_client.get("/api/config", key=admin).json()
+    assert config["otel"] == {"trace_url_template": None}
+    config["otel"] = {"trace_url_template": template}
+    r = api_client.put("/api/config", config, key=admin)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"][:3] == ["body", "otel", "trace_url_template"]
+
+
+def test_the_trace_url_template_round_trips_through_the_api(api_client, make_key):
+    admin = make_key("admin")
+    config = api_client.get("/api/config", key=admin).json()
+    config["otel"] = {"trace_url_template": "https://jaeger.example/trace/{trace_id}"}
+    assert api_client.put("/api/config", config, key=admin).status_code == 200
+    assert api_client.get("/api/config", key=admin).json()["otel"] == config["otel"]
+
+
+def test_the_admin_edits_the_trace_url_template(admin_client):
+    from analyzers.config_store import load_config
+
+    form = {"threshold": "0.3", "max_concurrency": "4", "analyzer_timeout_s": "10",
+            "extra": "{}", "otel_trace_url_template": "javascript:alert(1)/{trace_id}"}
+    r = admin_client.post("/admin/analyzers/globalsettings/add/", form)
+    assert r.status_code == 200 and "http" in r.content.decode()
+    form["otel_trace_url_template"] = "https://phoenix.example/traces/{trace_id}"
+    r = admin_client.post("/admin/analyzers/globalsettings/add/", form)
+    assert r.status_code == 302
+    assert load_config().otel.trace_url("ab") == "https://phoenix.example/traces/ab"
