@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.utils import timezone
 from pydantic import ValidationError
 
-from analyzers.engine.config import LLMConfig
+from analyzers.engine.config import LLMConfig, OtelConfig
 from analyzers.engine.custom_judge import judge_from_dict
 
 from .config_store import (
@@ -62,8 +62,48 @@ class SingletonAdmin(RecordedAdmin):
         return False
 
 
+class GlobalSettingsForm(forms.ModelForm):
+    """Global settings, with the `otel` section of `extra` as its own field."""
+
+    otel_trace_url_template = forms.CharField(
+        label="Trace URL template (otel)",
+        required=False,
+        max_length=2000,
+        help_text="Link from an audit to its trace in your tracing tool, an http(s) URL with "
+        "{trace_id} (and optionally {span_id}), e.g. "
+        "https://phoenix.example/projects/default/traces/{trace_id}. Empty: no link.",
+    )
+
+    class Meta:
+        model = GlobalSettings
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        otel = (self.instance.extra or {}).get("otel") or {}
+        self.fields["otel_trace_url_template"].initial = otel.get("trace_url_template") or ""
+
+    def clean(self):
+        data = super().clean()
+        extra = data.get("extra")
+        if extra is None or extra == "":
+            extra = {}
+        if not isinstance(extra, dict):
+            self.add_error("extra", "must be a JSON object")
+            return data
+        template = data.get("otel_trace_url_template") or None
+        try:
+            otel = OtelConfig(trace_url_template=template)
+        except ValidationError as exc:
+            self.add_error("otel_trace_url_template", exc.errors()[0]["msg"])
+            return data
+        data["extra"] = {**extra, "otel": otel.model_dump()}
+        return data
+
+
 @admin.register(GlobalSettings)
 class GlobalSettingsAdmin(SingletonAdmin):
+    form = GlobalSettingsForm
     list_display = ["__str__", "threshold", "max_concurrency", "analyzer_timeout_s"]
 
 

@@ -191,6 +191,11 @@ else:
 # API limits: request body size and requests per minute per API key.
 AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
 AUDITOR_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_RATE_LIMIT_PER_MINUTE", 6000)
+# POST /v1/traces (OTLP): body on the wire, after gzip, spans per request, text per span.
+AUDITOR_OTLP_MAX_BODY_BYTES = envint("AUDITOR_OTLP_MAX_BODY_BYTES", 8_000_000)
+AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES = envint("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", 32_000_000)
+AUDITOR_OTLP_MAX_SPANS = envint("AUDITOR_OTLP_MAX_SPANS", 2000)
+AUDITOR_OTLP_MAX_TEXT_CHARS = envint("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])

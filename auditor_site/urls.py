@@ -4,12 +4,15 @@ from django.contrib import admin
 from django.urls import include, path
 
 from auditor_site.api import api
+from audits.api.otlp.view import traces as otlp_traces
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     # The HTTP API (django-ninja): /api/docs, /api/openapi.json.
     path("api/", api.urls),
+    # OTLP/HTTP trace ingestion (an exporter's default path for traces).
+    path("v1/traces", otlp_traces, name="otlp-traces"),
     # The dashboard's pages are added below this line (audits.urls).
 ]
 

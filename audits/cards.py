@@ -84,6 +84,7 @@ class ListFilters:
     q: str = ""
     reviewed: str = ""  # "", "true" or "false", as in the API
     verdict: str = ""
+    meta: str = ""  # one metadata "key:value" (the API takes several)
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -105,6 +106,13 @@ class ListFilters:
         if verdict and verdict not in Review.Verdict.values:
             errors["verdict"] = "Unknown verdict."
             verdict = ""
+        meta = query.get("meta", "").strip()[:500].replace("\x00", "")
+        if meta:
+            try:
+                selectors.parse_meta_filter(meta)
+            except selectors.InvalidMetaFilter:
+                errors["meta"] = "Write key:value, e.g. model:gpt-4o."
+                meta = ""
         return cls(
             min_score=_float(query.get("min_score"), errors, "min_score"),
             max_score=_float(query.get("max_score"), errors, "max_score"),
@@ -118,6 +126,7 @@ class ListFilters:
             q=query.get("q", "").strip()[:200],
             reviewed=reviewed,
             verdict=verdict,
+            meta=meta,
             errors=errors,
         )
 
@@ -157,6 +166,7 @@ class ListFilters:
             status=self.status or None,
             reviewed={"true": True, "false": False}.get(self.reviewed),
             verdict=self.verdict or None,
+            meta=[self.meta] if self.meta else None,
         )
 
 

@@ -50,8 +50,32 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "can_rerun": can_rerun,
         "reviews": reviews,
         "audit_verdict": current.get(None),
+        "trace_context": trace_context(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
+    }
+
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+_SPAN_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def trace_context(run: AuditRun) -> dict[str, Any] | None:
+    """The OpenTelemetry trace of an audit (metadata `trace_id`, `span_id`: OTLP ingestion
+    stores them) and its link by the configuration's `otel.trace_url_template`."""
+    meta = run.metadata if isinstance(run.metadata, dict) else {}
+    trace_id = str(meta.get("trace_id") or "").lower()
+    if not _TRACE_ID.match(trace_id):
+        return None
+    span_id = str(meta.get("span_id") or "").lower()
+    span_id = span_id if _SPAN_ID.match(span_id) else ""
+    from analyzers.config_store import load_config
+
+    return {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "service_name": meta.get("service_name"),
+        "url": load_config().otel.trace_url(trace_id, span_id),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,41 @@ class AuditFilters:
     status: str | None = None
     reviewed: bool | None = None
     verdict: str | None = None
+    meta: list[str] | None = None  # "key:value" pairs, all must match (see metadata_filter)
+
+
+class InvalidMetaFilter(ValueError):
+    pass
+
+
+_META_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+def parse_meta_filter(pair: str) -> tuple[str, str]:
+    """`key:value` -> (key, value); a top-level metadata key of letters, digits, `_.-`."""
+    key, sep, value = pair.partition(":")
+    key = key.strip()
+    if not sep or not _META_KEY.match(key) or "__" in key:
+        raise InvalidMetaFilter(
+            f"meta filter {pair[:120]!r}: write key:value, the key of letters, digits, _ . -"
+        )
+    return key, value
+
+
+def metadata_filter(key: str, value: str) -> Q:
+    """Audits whose metadata[key] equals `value` (as text, or as the number/boolean it spells)."""
+    lookup = f"metadata__{key}"
+    q = Q(**{lookup: value})
+    if value in ("true", "false"):
+        q |= Q(**{lookup: value == "true"})
+    else:
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is not None and number == number and abs(number) != float("inf"):
+            q |= Q(**{lookup: int(number) if number.is_integer() else number})
+    return q
 
 
 def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -> QuerySet[AuditRun]:
@@ -74,6 +110,8 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
         qs = qs.filter(
             Exists(Review.objects.filter(audit=OuterRef("pk"), verdict=f.verdict, is_current=True))
         )
+    for pair in f.meta or ():
+        qs = qs.filter(metadata_filter(*parse_meta_filter(pair)))
     if f.q:
         qs = qs.filter(
             Q(user_input__icontains=f.q)

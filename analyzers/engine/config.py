@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,6 +47,40 @@ class LLMConfig(BaseModel):
         return bool(self.base_url and self.model)
 
 
+class OtelConfig(BaseModel):
+    """OpenTelemetry ingestion: where the detail page links an audit's trace.
+
+    `trace_url_template` is an absolute http(s) URL with `{trace_id}` (and optionally
+    `{span_id}`), e.g. `https://phoenix.example/projects/default/traces/{trace_id}`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace_url_template: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("trace_url_template")
+    @classmethod
+    def _http_url_with_trace_id(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not re.match(r"^https?://[^/\s?#{}]+", value, re.IGNORECASE) or re.search(r"\s", value):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if "{trace_id}" not in value:
+            raise ValueError("must contain {trace_id}")
+        if set(re.findall(r"\{[^{}]*\}", value)) - {"{trace_id}", "{span_id}"}:
+            raise ValueError("the only placeholders are {trace_id} and {span_id}")
+        return value
+
+    def trace_url(self, trace_id: str, span_id: str = "") -> str | None:
+        """The link to a trace (ids are hex, so they need no quoting), or None."""
+        if not self.trace_url_template:
+            return None
+        return self.trace_url_template.replace("{trace_id}", trace_id).replace(
+            "{span_id}", span_id
+        )
+
+
 def is_valid_threshold(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 1
 
@@ -68,6 +103,7 @@ class AuditorConfig(BaseModel):
     brand: Brand = Field(default_factory=Brand)
     known_customers: list[KnownCustomer] = Field(default_factory=list)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    otel: OtelConfig = Field(default_factory=OtelConfig)
 
     @field_validator("analyzers")
     @classmethod

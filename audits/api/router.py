@@ -58,12 +58,24 @@ class ListFilters(Schema):
     verdict: Literal["confirmed", "false_positive", "unsure"] | None = Field(
         None, description="audits with a current verdict of this kind (on the audit or a finding)"
     )
+    meta: list[str] | None = Field(
+        None, max_length=10,
+        description="metadata `key:value` (repeatable, all must match), e.g. `model:gpt-4o`, "
+        "`service_name:checkout`; a top-level metadata key, compared as text or number",
+    )
 
     def to_filters(self) -> selectors.AuditFilters:
         for name in ("analyzer", "type", "q"):
             value = getattr(self, name)
             if value is not None and "\x00" in value:
                 raise HttpError(422, f"{name}: NUL characters are not allowed")
+        for pair in self.meta or ():
+            try:
+                selectors.parse_meta_filter(pair)
+            except selectors.InvalidMetaFilter as exc:
+                raise HttpError(422, [{"loc": ["query", "meta"], "msg": str(exc)}]) from None
+            if "\x00" in pair or len(pair) > 500:
+                raise HttpError(422, [{"loc": ["query", "meta"], "msg": "invalid meta filter"}])
         return selectors.AuditFilters(**self.model_dump())
 
 

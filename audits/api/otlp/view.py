@@ -1,0 +1,220 @@
+"""`POST /v1/traces`: OTLP/HTTP trace export in, one audit per LLM span.
+
+The OTLP/HTTP answers: 200 with an `ExportTraceServiceResponse` in the request's encoding
+(`partial_success` counts the rejected spans and says why); 400 for a body that is not an
+export request; 401/403 for a missing, wrong or under-scoped key; 413 over the body,
+decompressed-size or span-count limits; 415 for another Content-Type or Content-Encoding;
+429 with `Retry-After` over the key's rate limit; 503 (retryable) when the database fails.
+Error bodies are `google.rpc.Status`. Spans that are not LLM calls are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import ValidationError
+
+from analyzers.auth import RateLimited, authenticate_token, hit_rate_limit
+
+from ... import services
+from ..db_pool import run_in_db_thread
+from . import decode, spans
+from .decode import JSON, PROTOBUF, OtlpError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 8_000_000
+DEFAULT_MAX_DECOMPRESSED_BYTES = 32_000_000
+DEFAULT_MAX_SPANS = 2_000
+MAX_MESSAGES = 5  # distinct rejection reasons quoted in partial_success.error_message
+
+
+def _setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+def limits() -> spans.Limits:
+    return spans.Limits(max_text_chars=_setting("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000))
+
+
+@dataclass
+class Outcome:
+    created: int = 0
+    duplicates: int = 0
+    ignored: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def message(self) -> str:
+        if not self.rejected:
+            return ""
+        top = sorted(self.reasons.items(), key=lambda kv: -kv[1])[:MAX_MESSAGES]
+        return f"{self.rejected} span(s) rejected: " + "; ".join(f"{r} ({n})" for r, n in top)
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _authenticate(request: HttpRequest):
+    token = _bearer(request)
+    key = authenticate_token(token) if token else None
+    if key is None:
+        raise OtlpError(401, "a valid ingest key is required (Authorization: Bearer <key>)")
+    if not key.allows("ingest"):
+        raise OtlpError(403, f"this API key has the {key.scope!r} scope; ingestion needs 'ingest'")
+    try:
+        hit_rate_limit(key)
+    except RateLimited as exc:
+        raise OtlpError(429, str(exc), retry_after=exc.retry_after) from None
+    return key
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    """The raw body, refused past the limit (by Content-Length, else by what arrives)."""
+    limit = _setting("AUDITOR_OTLP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        raise OtlpError(413, f"request body is larger than {limit} bytes")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise OtlpError(413, f"request body is larger than {limit} bytes")
+    return body
+
+
+def ingest(request_message, api_key) -> Outcome:
+    """Store one audit per LLM span of an export request (see the module docstring)."""
+    bounds = limits()
+    outcome = Outcome()
+    llm, retrieval = [], []
+    for span, error in spans.iter_spans(request_message):
+        if span is None:
+            outcome.reject(error)
+            continue
+        kind = spans.kind_of(span)
+        if kind == "llm":
+            llm.append(span)
+        elif kind == "retrieval":
+            retrieval.append(span)
+        else:
+            outcome.ignored += 1
+    sources, errors = spans.sources_by_trace(retrieval, bounds)
+    for _, error in errors:
+        outcome.reject(error)
+    outcome.ignored += len(retrieval) - len(errors)
+    calls = []
+    for span in llm:
+        try:
+            call = spans.llm_call(span, sources.get(span.trace_id, []), bounds)
+        except spans.MalformedSpan as exc:
+            outcome.reject(str(exc))
+            continue
+        if call is None:
+            outcome.ignored += 1
+        else:
+            calls.append(call)
+    # One transaction for the batch: one commit (and, with a database queue, one write)
+    # instead of one per audit; the analyses are enqueued when it commits.
+    with transaction.atomic():
+        for call in calls:
+            _submit(call, api_key, outcome)
+    return outcome
+
+
+def _submit(call: spans.LLMCall, api_key, outcome: Outcome) -> None:
+    try:
+        run = services.submit_audit(
+            user_input=call.user_input,
+            response=call.response,
+            sources=call.sources,
+            metadata={k: v for k, v in call.metadata.items() if v is not None},
+            external_id=call.external_id,
+            api_key=api_key,
+        )
+    except services.ExternalIdConflict:
+        # The same span sent again in another grouping (other sources): already stored.
+        outcome.duplicates += 1
+        return
+    except ValidationError as exc:
+        outcome.reject(f"invalid audit: {exc.errors()[0]['msg']}")
+        return
+    if run.was_created:
+        outcome.created += 1
+    else:
+        outcome.duplicates += 1
+
+
+def _handle(request: HttpRequest, fmt: str) -> HttpResponse:
+    api_key = _authenticate(request)
+    body = decode.decompress(
+        _read_body(request),
+        request.headers.get("Content-Encoding", ""),
+        _setting("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", DEFAULT_MAX_DECOMPRESSED_BYTES),
+    )
+    message = decode.parse_request(body, fmt)
+    max_spans = _setting("AUDITOR_OTLP_MAX_SPANS", DEFAULT_MAX_SPANS)
+    count = sum(len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans)
+    if count > max_spans:
+        raise OtlpError(413, f"{count} spans in one request; the limit is {max_spans} "
+                             "(lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
+    try:
+        outcome = ingest(message, api_key)
+    except DatabaseError:
+        logger.exception("OTLP ingestion: database error")
+        raise OtlpError(503, "the database is unavailable; try again later", retry_after=5) from None
+    response = HttpResponse(
+        decode.export_response(outcome.rejected, outcome.message(), fmt), content_type=fmt
+    )
+    response["X-Auditor-Spans"] = str(count)
+    response["X-Auditor-Audits-Created"] = str(outcome.created)
+    response["X-Auditor-Audits-Existing"] = str(outcome.duplicates)
+    response["X-Auditor-Spans-Ignored"] = str(outcome.ignored)
+    response["X-Auditor-Spans-Rejected"] = str(outcome.rejected)
+    return response
+
+
+def _error(exc: OtlpError, fmt: str) -> HttpResponse:
+    # google.rpc.Code: INVALID_ARGUMENT 3, UNAUTHENTICATED 16, PERMISSION_DENIED 7,
+    # RESOURCE_EXHAUSTED 8, UNAVAILABLE 14, UNIMPLEMENTED 12.
+    code = {400: 3, 401: 16, 403: 7, 413: 8, 415: 3, 429: 8, 405: 12, 503: 14}.get(exc.status, 2)
+    response = HttpResponse(
+        decode.status_response(code, exc.message, fmt), status=exc.status, content_type=fmt
+    )
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    if exc.status == 401:
+        response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@csrf_exempt
+async def traces(request: HttpRequest) -> HttpResponse:
+    """OTLP/HTTP `POST /v1/traces` (protobuf or JSON, optionally gzip)."""
+    if request.method != "POST":
+        response = _error(OtlpError(405, "use POST"), JSON)
+        response["Allow"] = "POST"
+        return response
+    try:
+        fmt = decode.media_type(request.headers.get("Content-Type", ""))
+    except OtlpError as exc:
+        return _error(exc, JSON)
+    try:
+        return await run_in_db_thread(request, _handle, request, fmt)
+    except OtlpError as exc:
+        return _error(exc, fmt)
+
+
+__all__ = ["traces", "ingest", "PROTOBUF", "JSON"]
