@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (served by daphne).
+"""ASGI entry point: HTTP through Django, WebSockets through Channels (served by uvicorn,
+`python -m auditor_site.serve`).
+
+Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_BODY_BYTES`
+get 413 before they are read (auditor_site/body_limit.py).
 
 `POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
 whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
@@ -22,18 +26,28 @@ django_asgi_app = ReusableThreadASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 STREAM_PATH = "/api/audits/stream"
 
 
-async def http_app(scope, receive, send):
+async def route_http(scope, receive, send):
     if scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
+
+
+# The stream endpoint counts its own body (it answers while it reads).
+http_app = BodyLimitMiddleware(
+    route_http,
+    limit=lambda: settings.AUDITOR_MAX_BODY_BYTES,
+    counted_by_app=(STREAM_PATH, STREAM_PATH + "/"),
+)
 
 
 ingest_app = URLRouter(ingest_urlpatterns)
