@@ -2,7 +2,8 @@
 `python -m auditor_site.serve`).
 
 Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_BODY_BYTES`
-get 413 before they are read (auditor_site/body_limit.py).
+get 413 before they are read (auditor_site/body_limit.py). Requests and WebSockets wait at
+most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
 `POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
 whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
@@ -28,6 +29,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
@@ -36,6 +38,7 @@ STREAM_PATH = "/api/audits/stream"
 
 
 async def route_http(scope, receive, send):
+    lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
     else:
@@ -55,6 +58,7 @@ live_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_u
 
 
 async def websocket_app(scope, receive, send):
+    lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"].startswith("/ws/ingest/"):
         await ingest_app(scope, receive, send)
     else:
