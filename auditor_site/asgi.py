@@ -22,7 +22,9 @@ django_asgi_app = get_asgi_application()  # sets Django up
 from auditor_site.asgi_handler import ReusableThreadASGIHandler  # noqa: E402
 
 # Django's handler, reusing request threads instead of starting two per request.
-django_asgi_app = ReusableThreadASGIHandler()
+# (Off with AUDITOR_BENCH_PLAIN_HANDLER=1 only to measure it: bench/bench_server.py.)
+if os.environ.get("AUDITOR_BENCH_PLAIN_HANDLER") != "1":
+    django_asgi_app = ReusableThreadASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
