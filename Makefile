@@ -30,7 +30,7 @@ run: venv
 	@demo=""; if [ "$(DEMO_STREAM)" != "0" ]; then \
 		$(PY) manage.py demo_stream --url http://$(HOST):$(PORT) & demo=$$!; fi; \
 	trap '[ -n "$$demo" ] && kill $$demo 2>/dev/null' EXIT INT TERM; \
-	$(PY) -m daphne -b $(HOST) -p $(PORT) auditor_site.asgi:application
+	$(PY) -m auditor_site.serve --host $(HOST) --port $(PORT)
 
 # Unit, API and WebSocket tests first; real-browser tests in their own pytest run
 # (Playwright's sync API and pytest-asyncio do not share one process well).

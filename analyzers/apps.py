@@ -6,4 +6,7 @@ class AnalyzersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import config_store  # noqa: F401  (connects the change-log signals)
+        from . import (
+            config_store,  # noqa: F401  (connects the change-log signals)
+            lock_wait,  # noqa: F401  (bounded SQLite lock waits per context)
+        )

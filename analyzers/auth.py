@@ -12,6 +12,10 @@ Hot-path costs are kept off the database:
   process is exact; with several, a key can exceed its limit by what the other processes
   accepted since their last sync (under 1/20 of the limit each, or half a second of their
   traffic). Small limits (under 20 a minute) sync on every request, so they stay exact.
+- The sync never holds a request up on a locked database: it waits at most
+  `RATE_SYNC_LOCK_WAIT_MS` for the lock, and if the counter is locked (or the database
+  fails), the hits stay pending in memory and this request is decided on what this process
+  knows; the next sync adds them.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from datetime import UTC, datetime, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
+from .lock_wait import waiting_at_most
 from .models import ApiKey, RateLimitCounter
 
 WINDOW_S = 60
@@ -39,6 +44,7 @@ AUTH_CACHE_SECONDS = 5.0
 AUTH_CACHE_MAX = 1000
 RATE_SYNC_SECONDS = 0.5
 RATE_SYNC_FRACTION = 20
+RATE_SYNC_LOCK_WAIT_MS = 50
 
 
 class PayloadTooLarge(Exception):
@@ -207,7 +213,18 @@ class RateLimiter:
             n, state.pending = state.pending, 0
         try:
             start = datetime.fromtimestamp(state.window * WINDOW_S, tz=UTC)
-            total = _add(f"{key.pk}:{state.window}", n, start) if n else state.shared
+            with waiting_at_most(RATE_SYNC_LOCK_WAIT_MS):
+                total = _add(f"{key.pk}:{state.window}", n, start) if n else state.shared
+        except DatabaseError:
+            # Locked (or down): keep the hits for the next sync, decide on local counts.
+            with self._lock:
+                state.pending += n
+                state.syncing = False
+                state.last_sync = time.monotonic()
+                over = state.shared + state.pending > limit
+            if over:
+                raise RateLimited(_retry_after(state.window, now)) from None
+            return
         except BaseException:
             with self._lock:
                 state.pending += n

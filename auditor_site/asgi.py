@@ -1,4 +1,9 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (served by daphne).
+"""ASGI entry point: HTTP through Django, WebSockets through Channels (served by uvicorn,
+`python -m auditor_site.serve`).
+
+Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_BODY_BYTES`
+get 413 before they are read (auditor_site/body_limit.py). Requests and WebSockets wait at
+most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
 `POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
 whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
@@ -17,23 +22,47 @@ django_asgi_app = get_asgi_application()  # sets Django up
 from auditor_site.asgi_handler import ReusableThreadASGIHandler  # noqa: E402
 
 # Django's handler, reusing request threads instead of starting two per request.
-django_asgi_app = ReusableThreadASGIHandler()
+# (Off with AUDITOR_BENCH_PLAIN_HANDLER=1 only to measure it: bench/bench_server.py.)
+if os.environ.get("AUDITOR_BENCH_PLAIN_HANDLER") != "1":
+    django_asgi_app = ReusableThreadASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from analyzers.lock_wait import lock_wait  # noqa: E402
+from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 STREAM_PATH = "/api/audits/stream"
 
 
-async def http_app(scope, receive, send):
+async def route_http(scope, receive, send):
+    lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
+
+
+OTLP_PATH = "/v1/traces"
+
+
+def body_limit(path: str) -> int:
+    """OTLP exporters send batches of spans: their endpoint has its own, larger limit."""
+    if path.rstrip("/") == OTLP_PATH:
+        return settings.AUDITOR_OTLP_MAX_BODY_BYTES
+    return settings.AUDITOR_MAX_BODY_BYTES
+
+
+# The stream endpoint counts its own body (it answers while it reads).
+http_app = BodyLimitMiddleware(
+    route_http,
+    limit=body_limit,
+    counted_by_app=(STREAM_PATH, STREAM_PATH + "/"),
+)
 
 
 ingest_app = URLRouter(ingest_urlpatterns)
@@ -41,6 +70,7 @@ live_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_u
 
 
 async def websocket_app(scope, receive, send):
+    lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"].startswith("/ws/ingest/"):
         await ingest_app(scope, receive, send)
     else:

@@ -61,7 +61,6 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -196,6 +195,8 @@ AUDITOR_OTLP_MAX_BODY_BYTES = envint("AUDITOR_OTLP_MAX_BODY_BYTES", 8_000_000)
 AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES = envint("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", 32_000_000)
 AUDITOR_OTLP_MAX_SPANS = envint("AUDITOR_OTLP_MAX_SPANS", 2000)
 AUDITOR_OTLP_MAX_TEXT_CHARS = envint("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000)
+# How long a request waits for SQLite's write lock before its 503 (analyzers/lock_wait.py).
+AUDITOR_REQUEST_LOCK_WAIT_MS = envint("AUDITOR_REQUEST_LOCK_WAIT_MS", 2000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])

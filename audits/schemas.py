@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Literal
 
@@ -10,7 +11,10 @@ from pydantic import ConfigDict, Field, model_validator
 
 
 def _check_text(value: Any, path: str = "") -> None:
-    """Reject NUL characters and lone surrogates anywhere (databases cannot store them)."""
+    """Reject NUL characters, lone surrogates and NaN/Infinity anywhere (not storable as
+    JSON or text: the database refused them, which surfaced as a 409)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path or 'body'}: NaN and Infinity are not valid JSON numbers")
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError(f"{path or 'body'}: NUL characters are not allowed")

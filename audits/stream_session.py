@@ -188,6 +188,20 @@ def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
         close_old_connections()
 
 
+def _refuse_run(run_id: Any, response: str, detail: str) -> dict[str, Any]:
+    """A stream stopped by a limit: stored `failed` (not audited, never a clean audit of a
+    cut response) with what had arrived; the Audit (a thread)."""
+    from .serializers import audit_queryset, audit_to_dict
+
+    close_old_connections()
+    try:
+        AuditRun.objects.filter(pk=run_id).update(response=response, incomplete=True)
+        services.mark_failed(run_id, f"refused: {detail}")
+        return audit_to_dict(audit_queryset().get(pk=run_id))
+    finally:
+        close_old_connections()
+
+
 @dataclass
 class StreamSession:
     run_id: Any
@@ -278,6 +292,20 @@ class StreamSession:
         )
         events.append(("audit", audit))
         return events
+
+    async def refuse(self, detail: str) -> list[Event]:
+        """End a stream that went over a limit: no final audit, the run is `failed` with
+        `detail` (see `_refuse_run`); the last events."""
+        if self.closed:
+            return []
+        self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        response = "".join(self.received) + self.partial
+        audit = await sync_to_async(_refuse_run, thread_sensitive=False)(
+            self.run_id, response, detail
+        )
+        return [("audit", audit)]
 
     def _events(self, paragraphs) -> list[Event]:
         events: list[Event] = []

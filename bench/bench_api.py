@@ -1,4 +1,4 @@
-"""API benchmarks: ingest, export and list, against daphne on 127.0.0.1 with SQLite.
+"""API benchmarks: ingest, export and list, against the server (uvicorn) on 127.0.0.1 with SQLite.
 
     .venv/bin/python bench/bench_api.py [--rows 100000] [--ingest 2000]
 
@@ -78,8 +78,8 @@ def start_server(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2, **env_extra,
            "PYTHONPATH": str(BASE_DIR)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "auditor_site.asgi:application"],
+        [sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1", "--port", str(port),
+         "--no-access-log", "--log-level", "warning"],
         cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
@@ -91,7 +91,7 @@ def start_server(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("daphne did not start")
+    raise SystemExit("the server did not start")
 
 
 def stop(proc: subprocess.Popen) -> None:

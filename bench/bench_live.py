@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_live.py
 
-1. One daphne process (in-memory channel layer, a throwaway SQLite file); N staff
+1. One server process (in-memory channel layer, a throwaway SQLite file); N staff
    WebSocket watchers on /ws/audits/; audits submitted through POST /api/audits. Latency =
    from the submission to the audit's card fragment arriving at each watcher; p50/p95 with
    1 and with 200 watchers (target: p95 < 150 ms at 200).
@@ -43,7 +43,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from tests.live_support import free_port, start_daphne, stop  # noqa: E402
+from tests.live_support import free_port, start_server, stop  # noqa: E402
 
 PARAGRAPH = "Acme is easy to set up and most teams go live within a week of starting.\n\n"
 WARMUP = 5  # audits (and streams) before any measurement: first requests load code, templates
@@ -159,7 +159,7 @@ def main() -> None:
     _, key = ApiKey.create_key("bench", scope="ingest")
     port = free_port()
     os.environ["AUDITOR_TEST_DB"] = str(TMP / "unused.sqlite3")
-    proc = start_daphne(port, TMP / "daphne.log", DATABASE_URL=os.environ["DATABASE_URL"])
+    proc = start_server(port, TMP / "server.log", DATABASE_URL=os.environ["DATABASE_URL"])
     host = f"127.0.0.1:{port}"
     try:
         p95s = []

@@ -1,4 +1,9 @@
-"""Helpers of the live tests: sessions for WebSocket clients, a daphne server process."""
+"""Helpers of the live tests: sessions for WebSocket clients, a server process.
+
+The server is the shipped one (`python -m auditor_site.serve`, uvicorn); `server="daphne"`
+starts the old one (benchmarks compare them). `start_daphne` and `daphne` are the old
+names of `start_server` and `live_server`.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +56,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_daphne(port: int, log: Path, **env_extra: str) -> subprocess.Popen:
+def server_command(port: int, server: str = "uvicorn") -> list[str]:
+    """The command line of a server on 127.0.0.1:`port` (`uvicorn`: the shipped one)."""
+    if server == "daphne":
+        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                "auditor_site.asgi:application"]
+    return [sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1",
+            "--port", str(port), "--no-access-log", "--log-level", "warning"]
+
+
+def start_server(port: int, log: Path, server: str = "uvicorn", **env_extra: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
@@ -62,21 +76,20 @@ def start_daphne(port: int, log: Path, **env_extra: str) -> subprocess.Popen:
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "auditor_site.asgi:application"],
+            server_command(port, server),
             cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited; log: {log.read_text()}")
+            raise RuntimeError(f"{server} exited; log: {log.read_text()}")
         try:
             httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1.0)
             return proc
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"daphne did not answer; log: {log.read_text()}")
+    raise RuntimeError(f"{server} did not answer; log: {log.read_text()}")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -89,11 +102,15 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def daphne(tmp_path: Path, **env_extra: str):
-    """A daphne server on a free port using this run's (file) test database: its base URL."""
+def live_server(tmp_path: Path, server: str = "uvicorn", **env_extra: str):
+    """A server on a free port using this run's (file) test database: its host:port."""
     port = free_port()
-    proc = start_daphne(port, tmp_path / f"daphne-{port}.log", **env_extra)
+    proc = start_server(port, tmp_path / f"{server}-{port}.log", server, **env_extra)
     try:
         yield f"127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+start_daphne = start_server
+daphne = live_server

@@ -14,6 +14,7 @@ Under the test client (a sync request) the function runs through the usual
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 
 MAX_CONNECTION_AGE = 60.0
+# Off only to measure what the pool still pays (bench/bench_server.py).
+_BENCH_PLAIN = os.environ.get("AUDITOR_BENCH_PLAIN_HANDLER") == "1"
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -73,6 +76,6 @@ def _call[T](func: Callable[..., T], *args: Any) -> T:
 
 async def run_in_db_thread[T](request: Any, func: Callable[..., T], *args: Any) -> T:
     """`func(*args)` on a pooled thread (ASGI) or the request's sync thread (tests)."""
-    if isinstance(request, ASGIRequest):
+    if isinstance(request, ASGIRequest) and not _BENCH_PLAIN:
         return await SyncToAsync(_call, thread_sensitive=False, executor=_pool())(func, *args)
     return await sync_to_async(func)(*args)

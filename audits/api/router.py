@@ -192,10 +192,19 @@ CSV_COLUMNS = [
 ]
 
 
+# A spreadsheet reads a cell as a formula when it starts with one of these (full-width
+# forms included), also after leading blanks and after separators it may split cells on.
+_FORMULA_START = frozenset("=+-@\uff1d\uff0b\uff0d\uff20")
+_LEADING_IGNORED = " \t\r\n\f\v\u00a0\u3000;,|"
+
+
 def _csv_safe(value) -> str:
-    """Neutralise spreadsheet formulas (CSV injection)."""
+    """Neutralise spreadsheet formulas (CSV injection): a leading `'` on any cell that is,
+    or after leading blanks/separators becomes, a formula (`=1`, `;=cmd`, ` @SUM()`)."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    if text[:1] in ("\t", "\r", "\n") or text.lstrip(_LEADING_IGNORED)[:1] in _FORMULA_START:
+        return "'" + text
+    return text
 
 
 def _csv_row(item: dict) -> list[str]:

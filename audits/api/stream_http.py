@@ -6,10 +6,12 @@ the view runs). The body is NDJSON: the head object on the first line, then one
 response. The answer is `text/event-stream` with events `accepted`, `chunk`,
 `audit_trace`, `audit` (and `error`).
 
-Note: daphne (Twisted) buffers a request body completely before calling the app, so
-behind daphne this endpoint audits once the upload ends and cannot see a client that
-drops mid-upload; ASGI servers that stream bodies (uvicorn, hypercorn) get it live.
-`/ws/ingest/` is the live transport on daphne.
+The body and the response text are limited to `AUDITOR_MAX_BODY_BYTES`: a Content-Length
+over it gets `413` before anything is read or stored; a chunked body that goes over it
+mid-stream (the `200` is already sent) gets an `error` event with status 413 and a last
+`audit` event of a run stored `failed` ("refused: ..."), never analysed as if the cut
+response were whole. The server (uvicorn) hands the body over as it arrives, so the audit
+runs live and a client that drops mid-upload is noticed.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
             await send({"type": "http.response.body", "body": body, "more_body": True})
 
     await emit([("accepted", {"id": session.audit_id, "status": "running"})])
-    complete = True
+    complete, refused = True, None
     try:
         while (line := await reader.readline()) is not None:
             if not line.strip():
@@ -138,8 +140,12 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
         complete = False
     except StreamError as exc:
         complete = False
+        refused = str(exc.detail) if exc.status == 413 else None
         await emit([("error", {"status": exc.status, "detail": exc.detail})])
-    final = await session.close(complete=complete)
+    if refused:  # over the limit: stored as failed, never as an audit of a cut response
+        final = await session.refuse(refused)
+    else:
+        final = await session.close(complete=complete)
     try:
         await emit(final)
         await send({"type": "http.response.body", "body": b""})

@@ -1,4 +1,4 @@
-"""Real-browser test infrastructure: a daphne server and headless Debian Chromium.
+"""Real-browser test infrastructure: the shipped server (uvicorn) and headless Debian Chromium.
 
 The server runs in a child process (not a fork: see ../shared/DESIGN.md) against the
 file-based SQLite test database this pytest run created, so data a test commits (use
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live_support import child_database_url
+from tests.live_support import child_database_url, server_command
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -60,12 +59,12 @@ def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float =
             return True
         except httpx.HTTPError:
             time.sleep(0.1)
-    raise RuntimeError(f"daphne did not answer within {timeout} s; log: {log.read_text()}")
+    raise RuntimeError(f"the server did not answer within {timeout} s; log: {log.read_text()}")
 
 
 @pytest.fixture(scope="session")
 def server_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
-    """A daphne server (HTTP + WebSockets) on a free port, using this run's test database."""
+    """The server (HTTP + WebSockets) on a free port, using this run's test database."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
@@ -73,14 +72,13 @@ def server_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
         "DEBUG": "true",  # serves /static/ the way `make run` does
         "PYTHONUNBUFFERED": "1",
     }
-    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    log = tmp_path_factory.mktemp("server") / "server.log"
     for _attempt in range(3):
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                 "auditor_site.asgi:application"],
+                server_command(port),
                 cwd=BASE_DIR,
                 env=env,
                 stdout=out,
@@ -89,7 +87,7 @@ def server_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
         if _wait_until_up(url, proc, log):
             break
     else:
-        raise RuntimeError(f"daphne did not start; log: {log.read_text()}")
+        raise RuntimeError(f"the server did not start; log: {log.read_text()}")
     try:
         yield url
     finally:

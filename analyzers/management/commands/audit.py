@@ -58,6 +58,9 @@ def audit_document(case: CaseLine, report: AuditReport, started: datetime) -> di
 
 
 def parse_line(raw: str) -> CaseLine:
+    for column, char in enumerate(raw, start=1):
+        if "\udc80" <= char <= "\udcff":  # a byte `decode` could not read (surrogateescape)
+            raise ValueError(f"not valid UTF-8 (byte 0x{ord(char) - 0xDC00:02x} at column {column})")
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -160,12 +163,19 @@ def load_config_file(path: str | None) -> AuditorConfig:
         raise CommandError(f"invalid config {path}:\n{exc}") from None
 
 
+def decode(data: bytes) -> str:
+    """UTF-8, keeping undecodable bytes as surrogate escapes: only their lines fail (in
+    `parse_line`, with the line number), the rest of the file is audited."""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
 def read_lines(path: str) -> list[str]:
     if path == "-":
-        return sys.stdin.read().splitlines()
+        stdin = getattr(sys.stdin, "buffer", None)
+        return (decode(stdin.read()) if stdin else sys.stdin.read()).splitlines()
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        return decode(Path(path).read_bytes()).splitlines()
+    except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc}") from None
 
 

@@ -1,0 +1,62 @@
+"""How long a database call may wait for SQLite's write lock, per context.
+
+SQLite makes a writer wait for the lock up to the connection's busy timeout (the `timeout`
+of the database settings, 20 s: right for analysis threads and workers). A request should
+not hang that long: the server sets `lock_wait` to `AUDITOR_REQUEST_LOCK_WAIT_MS` for
+every HTTP request and WebSocket (auditor_site/asgi.py), so a locked database gives a 503
+with Retry-After in about that time, and code that must not wait at all (the rate
+limiter's counter sync) narrows it further with `waiting_at_most`.
+
+`lock_wait` is a ContextVar, so asgiref carries it into the threads that run a request's
+sync code. A wrapper on every SQLite connection (installed when it is created) sets
+`PRAGMA busy_timeout` when the wanted wait differs from the connection's current one, so
+a pooled connection serves a request and a task with their own waits. Other databases
+keep their own lock handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from django.db.backends.signals import connection_created
+
+# Milliseconds; None: the connection's configured timeout.
+lock_wait: ContextVar[int | None] = ContextVar("db_lock_wait_ms", default=None)
+
+
+@contextmanager
+def waiting_at_most(ms: int) -> Iterator[None]:
+    """Database calls inside wait at most `ms` for a lock (never longer than now)."""
+    current = lock_wait.get()
+    token = lock_wait.set(ms if current is None else min(ms, current))
+    try:
+        yield
+    finally:
+        lock_wait.reset(token)
+
+
+def _configured_ms(connection) -> int:
+    return int(float(connection.settings_dict.get("OPTIONS", {}).get("timeout", 5)) * 1000)
+
+
+def _busy_timeout(execute, sql, params, many, context):
+    connection = context["connection"]
+    wanted = lock_wait.get()
+    ms = _configured_ms(connection) if wanted is None else wanted
+    if getattr(connection, "_busy_timeout_ms", None) != ms and connection.connection is not None:
+        connection.connection.execute(f"PRAGMA busy_timeout = {int(ms)}")
+        connection._busy_timeout_ms = ms
+    return execute(sql, params, many, context)
+
+
+def _install(sender, connection, **kwargs) -> None:
+    if connection.vendor != "sqlite":
+        return
+    connection._busy_timeout_ms = _configured_ms(connection)  # a new sqlite3 connection
+    if _busy_timeout not in connection.execute_wrappers:
+        connection.execute_wrappers.append(_busy_timeout)
+
+
+connection_created.connect(_install, dispatch_uid="analyzers.lock_wait.install")

@@ -1,0 +1,60 @@
+"""The shipped server: `python -m auditor_site.serve --host 127.0.0.1 --port 8000`.
+
+uvicorn (httptools + uvloop + websockets, `uvicorn[standard]`) serving
+`auditor_site.asgi:application`: HTTP through Django, WebSockets through Channels. Unlike
+daphne, uvicorn hands a request body to the application as it arrives and stops reading
+the socket while the application does not ask for more, so `BodyLimitMiddleware` refuses
+an oversized upload before it is buffered. A WebSocket message may be at most
+`AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing.
+
+SIGTERM/SIGINT: uvicorn stops accepting, gives open requests `--graceful-timeout` seconds,
+and then this process exits at once, without waiting for threads still busy with a request
+or an analysis (they would delay the exit for as long as their work takes; a run cut short
+this way is re-queued by the recovery of runs left behind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+WS_FRAMING = 64 * 1024
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--graceful-timeout", type=float, default=5.0,
+                        help="seconds open requests get after SIGTERM (default 5)")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-access-log", action="store_true")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+    import django
+    import uvicorn
+    from django.conf import settings
+
+    django.setup()
+    config = uvicorn.Config(
+        "auditor_site.asgi:application",
+        host=args.host,
+        port=args.port,
+        lifespan="off",  # Channels' router speaks http and websocket only
+        ws_max_size=settings.AUDITOR_MAX_BODY_BYTES + WS_FRAMING,
+        timeout_graceful_shutdown=args.graceful_timeout,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Do not join threads still busy (a sync view, an analysis): exit now.
+    os._exit(0 if server.started else 1)
+
+
+if __name__ == "__main__":
+    main()
