@@ -189,6 +189,15 @@ AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
 # Link health checks may reach private networks (intranets, tests). Off by default: SSRF guard.
 AUDITOR_ALLOW_PRIVATE_NETWORKS = envbool("AUDITOR_ALLOW_PRIVATE_NETWORKS", False)
 
+# What the configuration (admin API keys, staff) may name; the environment decides
+# (analyzers/policy.py). `llm.api_key_env` must match AUDITOR_LLM_KEY_ENVS (exact names,
+# or prefixes ending in `*`); `llm.base_url` passes the SSRF guard unless
+# AUDITOR_LLM_ALLOW_PRIVATE (a model server on localhost or the LAN); redflag `validators`
+# must live under one of AUDITOR_VALIDATOR_MODULES (module prefixes; none by default).
+AUDITOR_LLM_KEY_ENVS = envlist("AUDITOR_LLM_KEY_ENVS", ["AUDITOR_LLM_*"])
+AUDITOR_LLM_ALLOW_PRIVATE = envbool("AUDITOR_LLM_ALLOW_PRIVATE", False)
+AUDITOR_VALIDATOR_MODULES = envlist("AUDITOR_VALIDATOR_MODULES", [])
+
 # Alert webhooks (audits.alerts): attempts per delivery, first backoff (doubles; one wait,
 # Retry-After included, is capped), per-request timeout, and the total time one delivery
 # may hold a task thread. AUDITOR_PUBLIC_URL (e.g. https://auditor.example.com) adds a

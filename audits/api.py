@@ -79,6 +79,11 @@ def _validate_options(options: dict[str, dict]) -> None:
                 {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
             )
             continue
+        locked = sorted(registry.get(analyzer_id).config_only_settings.intersection(overrides))
+        if locked:
+            errors.append({"loc": ["body", "options", analyzer_id],
+                           "msg": f"{', '.join(locked)} can only be set in the configuration"})
+            continue
         merged = {**config.analyzer_section(analyzer_id), **overrides}
         for message in validate_analyzer_settings(analyzer_id, merged, registry):
             errors.append({"loc": ["body", "options", analyzer_id], "msg": message})
