@@ -2,7 +2,7 @@
 
 `POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
 whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
-pages' sockets need a staff session and a same-site origin.
+pages' sockets need a staff session and the same origin (scheme, host and port).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ django_asgi_app = ReusableThreadASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
 from audits.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 from audits.stream_http import stream_endpoint  # noqa: E402
 
@@ -37,7 +37,8 @@ async def http_app(scope, receive, send):
 
 
 ingest_app = URLRouter(ingest_urlpatterns)
-live_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+# Same origin = scheme, host and port (auditor_site/ws_origin.py), then the staff session.
+live_app = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 
 async def websocket_app(scope, receive, send):
