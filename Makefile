@@ -23,6 +23,10 @@ venv: $(VENV)/.installed
 # `make run DEMO_STREAM=0` skips the streamed demo audits (manage.py demo_stream).
 DEMO_STREAM ?= 1
 
+# Development mode for `make run` only (DEBUG=false make run tries the production profile,
+# which then needs SECRET_KEY and `manage.py collectstatic`).
+run: export DEBUG ?= true
+
 run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py setup_demo --url http://$(HOST):$(PORT)/
@@ -43,7 +47,10 @@ test: venv
 test-postgres: venv
 	bash .ci/postgres-tests
 
+# Benchmarks run the production profile (DEBUG off): a throwaway key, collected static files.
+bench: export SECRET_KEY ?= bench-only-secret-key-not-for-any-server-0123456789abcdef
 bench: venv
+	@$(PY) manage.py collectstatic --noinput -v0
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 lint: venv

@@ -15,6 +15,7 @@ from .config_store import (
     base_registry,
     get_registry,
     recording_change,
+    unknown_analyzer_message,
     validate_analyzer_settings,
 )
 from .models import (
@@ -29,6 +30,7 @@ from .models import (
     LLMProvider,
     PromptLeakPattern,
 )
+from .policy import REDFLAG_ID, llm_problems, validator_problems
 
 
 class RecordedAdmin(admin.ModelAdmin):
@@ -132,6 +134,10 @@ class LLMProviderForm(forms.ModelForm):
                 field = str(err["loc"][0]) if err["loc"] else None
                 self.add_error(field if field in self.fields else "extra",
                                f"{'.'.join(map(str, err['loc']))}: {err['msg']}")
+            return data
+        for field, problems in llm_problems(values).items():
+            for problem in problems:
+                self.add_error(field, problem)
         return data
 
 
@@ -165,7 +171,14 @@ class AnalyzerConfigForm(forms.ModelForm):
         analyzer_id, settings = data.get("analyzer_id"), data.get("settings")
         if analyzer_id and settings is not None:
             registry = get_registry()
+            judge_ids = set(CustomJudge.objects.values_list("analyzer_id", flat=True))
+            if registry.get(analyzer_id) is None and analyzer_id not in judge_ids:
+                self.add_error("analyzer_id", unknown_analyzer_message(analyzer_id, registry))
+                return data
             raw = dict(settings)
+            if analyzer_id == REDFLAG_ID:
+                for message in validator_problems(raw):
+                    self.add_error("settings", message)
             if analyzer_id == PROMPT_LEAK_ID and "patterns" in raw:
                 self.add_error("settings", "Edit prompt-leak patterns on their own screen.")
             for message in validate_analyzer_settings(analyzer_id, raw, registry):
@@ -310,7 +323,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected keys", permissions=["change"])
     def revoke(self, request, queryset):
         # One save per key, not queryset.update(): post_save clears the verified-key cache
-        # (audits.auth), so a revoked key is refused from the next request on.
+        # (analyzers.auth), so a revoked key is refused from the next request on.
         now = timezone.now()
         count = 0
         for key in queryset.filter(revoked_at__isnull=True):

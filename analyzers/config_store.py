@@ -38,6 +38,7 @@ from .models import (
     LLMProvider,
     PromptLeakPattern,
 )
+from .policy import configuration_problems
 
 logger = logging.getLogger(__name__)
 
@@ -256,15 +257,36 @@ def parse_config(data: dict[str, Any]) -> tuple[AuditorConfig, list[dict] | None
                     if not isinstance(judge.get(field), str) or not judge.get(field):
                         errors.setdefault(f"custom_judges.{i}.{field}", []).append("required")
     registry = base_registry()
+    judge_ids = _judge_ids(judges)
     for analyzer_id, section in config.analyzers.items():
+        if registry.get(analyzer_id) is None and analyzer_id not in judge_ids:
+            errors[f"analyzers.{analyzer_id}"] = [unknown_analyzer_message(analyzer_id, registry)]
+            continue
         messages = validate_analyzer_settings(analyzer_id, section, registry)
         if messages:
             errors[f"analyzers.{analyzer_id}"] = messages
         if "enabled" in section and not isinstance(section["enabled"], bool):
             errors.setdefault(f"analyzers.{analyzer_id}.enabled", []).append("must be a boolean")
+    for path, messages in configuration_problems(config).items():
+        errors.setdefault(path, []).extend(messages)
     if errors:
         raise ConfigError(errors)
     return config, judges
+
+
+def _judge_ids(judges: Any) -> set[str]:
+    """Custom judge ids: those of the file when it has `custom_judges`, else the stored ones."""
+    if isinstance(judges, list):
+        return {j["analyzer_id"] for j in judges if isinstance(j, dict)
+                and isinstance(j.get("analyzer_id"), str)}
+    return set(CustomJudge.objects.values_list("analyzer_id", flat=True))
+
+
+def unknown_analyzer_message(analyzer_id: str, registry: Registry) -> str:
+    return (
+        f"unknown analyzer {analyzer_id!r}; registered: {', '.join(sorted(registry.ids()))} "
+        "(and custom judges)"
+    )
 
 
 def _diff(before: Any, after: Any, path: str = "") -> dict[str, list[Any]]:
@@ -424,6 +446,11 @@ def option_errors(options: dict[str, dict]) -> list[dict[str, Any]]:
             errors.append(
                 {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
             )
+            continue
+        locked = sorted(registry.get(analyzer_id).config_only_settings.intersection(overrides))
+        if locked:
+            errors.append({"loc": ["body", "options", analyzer_id],
+                           "msg": f"{', '.join(locked)} can only be set in the configuration"})
             continue
         merged = {**config.analyzer_section(analyzer_id), **overrides}
         for message in validate_analyzer_settings(analyzer_id, merged, registry):

@@ -7,7 +7,7 @@ most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait
 
 `POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
 whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
-pages' sockets need a staff session and a same-site origin.
+pages' sockets need a staff session and the same origin (scheme, host and port).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ if os.environ.get("AUDITOR_BENCH_PLAIN_HANDLER") != "1":
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
+from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
@@ -66,7 +66,8 @@ http_app = BodyLimitMiddleware(
 
 
 ingest_app = URLRouter(ingest_urlpatterns)
-live_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+# Same origin = scheme, host and port (auditor_site/ws_origin.py), then the staff session.
+live_app = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 
 async def websocket_app(scope, receive, send):

@@ -12,6 +12,10 @@ for all of its sync code, but threads are reused. An executor goes back to the p
 once its thread is idle (a sync call abandoned by a disconnected client finishes first),
 and at most `MAX_IDLE` idle executors are kept; under a burst, new ones are made as
 before, so a slow request never holds up another.
+
+It also loads Django's middleware through their inline-hook twins
+(`auditor_site.middleware.FAST_EQUIVALENTS`): settings.MIDDLEWARE keeps the stock paths,
+which `check --deploy` needs to run Django's real security checks.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
 MAX_IDLE = 32
@@ -59,6 +64,21 @@ def _noop() -> None:
 
 class ReusableThreadASGIHandler(ASGIHandler):
     executors = _ExecutorPool()
+
+    def load_middleware(self, is_async=False):
+        """Django's loading of settings.MIDDLEWARE, each stock class swapped for its twin.
+
+        Django reads settings.MIDDLEWARE once, here, at start-up: the swapped list is in
+        place only while it does.
+        """
+        from auditor_site.middleware import fast_middleware_paths
+
+        stock = settings.MIDDLEWARE
+        settings.MIDDLEWARE = fast_middleware_paths(list(stock))
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = stock
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

@@ -13,16 +13,22 @@ database run in a thread as before:
 - CSRF hooks when `CSRF_USE_SESSIONS` is on.
 
 In a sync (WSGI, test client) stack they behave exactly like Django's classes.
+
+settings.MIDDLEWARE lists the stock paths (so `check --deploy` runs Django's real
+security checks, which look for those paths); the ASGI handler
+(auditor_site/asgi_handler.py) loads the twin named in `FAST_EQUIVALENTS` for each.
+`StaticFilesMiddleware` does the same for WhiteNoise, which is sync-only.
 """
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
 from django.middleware import clickjacking, common, csp, csrf, security
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 
 class InlineHooks:
@@ -81,3 +87,67 @@ class MessageMiddleware(InlineHooks, messages.MessageMiddleware):
 
 class XFrameOptionsMiddleware(InlineHooks, clickjacking.XFrameOptionsMiddleware):
     pass
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, async-capable: a collected file is looked up in memory and served
+    without a thread hop; other requests pass straight on. With autorefresh (DEBUG) the
+    lookup touches the disk, so it runs in a thread, and only for paths under STATIC_URL."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None, settings=settings):
+        super().__init__(get_response, settings)
+        if get_response is not None and iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request):
+        path = request.path_info
+        if not self.autorefresh:
+            static_file = self.files.get(path)
+        elif path.startswith(self.static_prefix):
+            static_file = await sync_to_async(self.find_file)(path)
+        else:
+            static_file = None
+        if static_file is None:
+            return await self.get_response(request)
+        response = self.serve(static_file, request)
+        filelike = getattr(response, "file_to_stream", None)
+        if filelike is not None:  # an async iterator: Django streams it without a thread
+            response.streaming_content = _read_blocks(filelike, response.block_size)
+        return response
+
+
+async def _read_blocks(filelike, size: int):
+    """A local static file in blocks (small, on local disk: read on the event loop)."""
+    while chunk := filelike.read(size):
+        yield chunk
+
+
+# Stock path in settings.MIDDLEWARE -> the class the ASGI handler loads in its place.
+FAST_EQUIVALENTS = {
+    "django.middleware.security.SecurityMiddleware": SecurityMiddleware,
+    "whitenoise.middleware.WhiteNoiseMiddleware": StaticFilesMiddleware,
+    "django.middleware.csp.ContentSecurityPolicyMiddleware": ContentSecurityPolicyMiddleware,
+    "django.contrib.sessions.middleware.SessionMiddleware": SessionMiddleware,
+    "django.middleware.common.CommonMiddleware": CommonMiddleware,
+    "django.middleware.csrf.CsrfViewMiddleware": CsrfViewMiddleware,
+    "django.contrib.auth.middleware.AuthenticationMiddleware": AuthenticationMiddleware,
+    "django.contrib.messages.middleware.MessageMiddleware": MessageMiddleware,
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": XFrameOptionsMiddleware,
+}
+
+
+def fast_middleware_paths(paths: list[str]) -> list[str]:
+    """`paths` with every stock class that has an inline-hook twin replaced by the twin."""
+    out = []
+    for path in paths:
+        twin = FAST_EQUIVALENTS.get(path)
+        out.append(f"{twin.__module__}.{twin.__qualname__}" if twin else path)
+    return out

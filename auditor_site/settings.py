@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -45,7 +47,8 @@ def envlist(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-DEBUG = envbool("DEBUG", True)
+# Off unless the environment turns it on (`make run` does, for development).
+DEBUG = envbool("DEBUG", False)
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
@@ -73,21 +76,25 @@ INSTALLED_APPS = [
     # audits before django_tasks_db: its `db_worker` (with recovery) replaces the stock one.
     "audits",
     "django_tasks_db",
+    "axes",
     "analyzers",
 ]
 
-# Django's own middleware classes, subclassed to skip a thread hop per hook under ASGI
-# (auditor_site/middleware.py): same behaviour, a fraction of the per-request CPU.
+# Stock paths, so `check --deploy` sees (and checks) the real stack. The ASGI handler loads
+# each one's inline-hook twin from auditor_site/middleware.py instead (no thread hop per
+# hook; same behaviour): see `FAST_EQUIVALENTS` there.
 MIDDLEWARE = [
-    "auditor_site.middleware.SecurityMiddleware",
-    "auditor_site.middleware.ContentSecurityPolicyMiddleware",
-    "auditor_site.middleware.SessionMiddleware",
-    "auditor_site.middleware.CommonMiddleware",
-    "auditor_site.middleware.CsrfViewMiddleware",
-    "auditor_site.middleware.AuthenticationMiddleware",
-    "auditor_site.middleware.MessageMiddleware",
-    "auditor_site.middleware.XFrameOptionsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "auditor_site.urls"
@@ -130,6 +137,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Login throttling (django-axes): after AUDITOR_LOGIN_FAILURE_LIMIT failed logins of one
+# username from one address, that pair is locked out for AUDITOR_LOGIN_COOLOFF_MINUTES.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("AUDITOR_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("AUDITOR_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # failures only: no row per successful login
+AXES_VERBOSE = False
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -140,9 +160,21 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Static files are served by WhiteNoise. With DEBUG off: compressed (gzip) and
+# content-hashed (cached for ever) by `manage.py collectstatic` into STATIC_ROOT; with DEBUG
+# on (`make run`): straight from static/, no collectstatic needed.
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "auditor_site.static_storage.CompressedHashedStorage"
+    },
+}
+WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -203,6 +235,15 @@ AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
 # Link health checks may reach private networks (intranets, tests). Off by default: SSRF guard.
 AUDITOR_ALLOW_PRIVATE_NETWORKS = envbool("AUDITOR_ALLOW_PRIVATE_NETWORKS", False)
 
+# What the configuration (admin API keys, staff) may name; the environment decides
+# (analyzers/policy.py). `llm.api_key_env` must match AUDITOR_LLM_KEY_ENVS (exact names,
+# or prefixes ending in `*`); `llm.base_url` passes the SSRF guard unless
+# AUDITOR_LLM_ALLOW_PRIVATE (a model server on localhost or the LAN); redflag `validators`
+# must live under one of AUDITOR_VALIDATOR_MODULES (module prefixes; none by default).
+AUDITOR_LLM_KEY_ENVS = envlist("AUDITOR_LLM_KEY_ENVS", ["AUDITOR_LLM_*"])
+AUDITOR_LLM_ALLOW_PRIVATE = envbool("AUDITOR_LLM_ALLOW_PRIVATE", False)
+AUDITOR_VALIDATOR_MODULES = envlist("AUDITOR_VALIDATOR_MODULES", [])
+
 # Alert webhooks (audits.review.alerts): attempts per delivery, first backoff (doubles; one wait,
 # Retry-After included, is capped), per-request timeout, and the total time one delivery
 # may hold a task thread. AUDITOR_PUBLIC_URL (e.g. https://auditor.example.com) adds a
@@ -233,6 +274,48 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# HTTPS (README "Production"): AUDITOR_HTTPS=true turns on the redirect to https, Secure
+# session and CSRF cookies and one year of HSTS including subdomains; each Django setting
+# below can also be set on its own. Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER
+# names the header it sets (e.g. X-Forwarded-Proto) to "https".
+AUDITOR_HTTPS = envbool("AUDITOR_HTTPS", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", AUDITOR_HTTPS)
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", AUDITOR_HTTPS)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", AUDITOR_HTTPS)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31_536_000 if AUDITOR_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", AUDITOR_HTTPS)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+_proxy_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "").strip()
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+)
+
+# E-mail: only when EMAIL_HOST is set (SMTP). Without it there is no mailer (sending
+# raises; nothing tries SMTP on localhost) and the password-reset pages are off (404).
+_email_host = os.environ.get("EMAIL_HOST", "")
+_smtp = {
+    "host": _email_host,
+    "port": envint("EMAIL_PORT", 587),
+    "username": os.environ.get("EMAIL_HOST_USER", ""),
+    "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+    "use_tls": envbool("EMAIL_USE_TLS", True),
+}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "webmaster@localhost")
+if django.VERSION >= (6, 1):  # MAILERS replaces the EMAIL_* settings
+    MAILERS = (
+        {"default": {"BACKEND": "django.core.mail.backends.smtp.EmailBackend", "OPTIONS": _smtp}}
+        if _email_host
+        else {}
+    )
+    if not _email_host:  # no mailer on purpose: sending raises instead of trying localhost
+        SILENCED_SYSTEM_CHECKS = ["mail.W001"]
+elif _email_host:
+    EMAIL_HOST, EMAIL_PORT, EMAIL_USE_TLS = _smtp["host"], _smtp["port"], _smtp["use_tls"]
+    EMAIL_HOST_USER, EMAIL_HOST_PASSWORD = _smtp["username"], _smtp["password"]
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.dummy.EmailBackend"
+AUDITOR_PASSWORD_RESET = bool(_email_host)
 
 LOGGING = {
     "version": 1,

@@ -8,7 +8,7 @@ from audits.api.otlp.view import traces as otlp_traces
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("auditor_site.auth_urls")),
     # The HTTP API (django-ninja): /api/docs, /api/openapi.json.
     path("api/", api.urls),
     # OTLP/HTTP trace ingestion (an exporter's default path for traces).
@@ -18,9 +18,4 @@ urlpatterns = [
 
 # The dashboard at the site root (after the other prefixes).
 urlpatterns += [path("", include("audits.urls"))]
-
-# /static/ from the app itself when DEBUG is on (`make run`, browser tests); a real
-# deployment serves collected files from its web server.
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns  # noqa: E402
-
-urlpatterns += staticfiles_urlpatterns()
+# /static/ is served by WhiteNoise (a middleware), with DEBUG on or off.

@@ -277,10 +277,14 @@ def build_auditor(config):
 
     from analyzers.config_store import get_registry
     from analyzers.engine.auditor import Auditor
+    from analyzers.policy import audit_services
 
     from .collisions import DatabaseCollisionStore
 
-    services = {"link_checker": shared_link_checker(settings.AUDITOR_ALLOW_PRIVATE_NETWORKS)}
+    services = {
+        "link_checker": shared_link_checker(settings.AUDITOR_ALLOW_PRIVATE_NETWORKS),
+        **audit_services(),  # the operator's limits: model key/URL, validator modules
+    }
     return Auditor(
         config,
         get_registry(),

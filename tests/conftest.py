@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from typing import Any
 
 import pytest
@@ -24,6 +25,28 @@ def _reset_task_backends(value: dict) -> None:
     task_backends._settings = task_backends.configure_settings(value)
     with contextlib.suppress(AttributeError):
         del task_backends["default"]
+
+
+def pytest_sessionstart(session):
+    """Tests run with DEBUG off (the production profile): pages link the compressed,
+    content-hashed files of `collectstatic`, collected once per run (unchanged files are
+    skipped). Child servers share STATIC_ROOT. Before collection: a test module that builds
+    the ASGI application at import starts WhiteNoise, which reads STATIC_ROOT once."""
+    from django.conf import settings
+    from django.contrib.staticfiles import finders
+    from django.core.management import call_command
+
+    manifest = settings.STATIC_ROOT / "staticfiles.json"
+    if manifest.exists():
+        built = manifest.stat().st_mtime
+        sources = (
+            storage.path(path)
+            for finder in finders.get_finders()
+            for path, storage in finder.list(None)
+        )
+        if all(os.stat(source).st_mtime < built for source in sources):
+            return  # nothing changed since the last run
+    call_command("collectstatic", interactive=False, verbosity=0)
 
 
 @pytest.fixture(autouse=True)

@@ -204,3 +204,44 @@ def test_a_per_analyzer_threshold_is_stored_and_validated():
     config["analyzers"]["bias"]["threshold"] = 2
     with pytest.raises(ConfigError, match="threshold"):
         save_config(config, actor="test")
+
+
+class TestUnknownAnalyzers:
+    """Issue 17, finding 7: a configuration naming an unknown analyzer was accepted silently."""
+
+    def test_put_naming_an_unknown_analyzer_is_422(self, api_client, admin_key):
+        data = sample()
+        data["analyzers"]["redflg"] = {"enabled": True}
+        r = api_client.put("/api/config", data, key=admin_key)
+        assert r.status_code == 422
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", "analyzers", "redflg"]
+        assert "unknown analyzer 'redflg'" in error["msg"]
+        assert not AnalyzerConfig.objects.filter(analyzer_id="redflg").exists()
+
+    def test_import_config_refuses_it(self, tmp_path):
+        data = sample()
+        data["analyzers"]["nope"] = {}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(CommandError, match="unknown analyzer 'nope'"):
+            call_command("import_config", str(path), stdout=StringIO())
+
+    def test_a_custom_judge_of_the_same_file_is_known(self, api_client, admin_key):
+        data = sample()
+        data["analyzers"]["legal"] = {"enabled": False}
+        data["custom_judges"] = [{"analyzer_id": "legal", "name": "Legal",
+                                  "prompt_template": "Rate $response"}]
+        assert api_client.put("/api/config", data, key=admin_key).status_code == 200
+
+    def test_the_admin_refuses_an_unknown_analyzer(self, staff_user):
+        from django.test import Client
+
+        client = Client()
+        client.force_login(staff_user)
+        page = client.post("/admin/analyzers/analyzerconfig/add/",
+                           {"analyzer_id": "nope", "enabled": "on", "position": "0",
+                            "settings": "{}"})
+        assert page.status_code == 200
+        assert "unknown analyzer" in str(page.context["adminform"].form.errors["analyzer_id"])
+        assert not AnalyzerConfig.objects.filter(analyzer_id="nope").exists()

@@ -87,6 +87,44 @@ def is_public_address(address: str) -> bool:
     )
 
 
+def static_url_problem(url: str, *, allow_private: bool = False) -> str | None:
+    """What the guard would refuse in `url` before any DNS lookup; None when it may pass.
+
+    For configuration forms: a literal private address, `localhost`, another port, another
+    scheme or userinfo is refused at once; names are only resolved at request time.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        return f"invalid URL ({exc})"
+    if parsed.scheme not in ("http", "https"):
+        return f"scheme {parsed.scheme!r} is not allowed (http or https)"
+    if not parsed.host:
+        return "the URL has no host"
+    if parsed.userinfo:
+        return "credentials in the URL are not allowed"
+    if allow_private:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    if port not in ALLOWED_PORTS:
+        return f"port {port} is not allowed (80 or 443)"
+    host = parsed.host.rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is not a public address"
+    literal: str | None = None
+    try:
+        literal = str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        if _LEGACY_IPV4.fullmatch(host):
+            try:
+                literal = socket.inet_ntoa(socket.inet_aton(host))
+            except OSError:
+                return f"invalid numeric host {host}"
+    if literal is not None and not is_public_address(literal):
+        return f"{host} is not a public address"
+    return None
+
+
 class LinkChecker:
     """Check link health safely. One instance may serve many audits (it holds the cache)."""
 

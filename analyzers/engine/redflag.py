@@ -53,6 +53,22 @@ class RedflagSettings(AnalyzerSettings):
     )
 
 
+# `context.services[VALIDATOR_MODULES_SERVICE]`: the module prefixes the operator allows for
+# custom validators (the Django app passes AUDITOR_VALIDATOR_MODULES); absent = no limit
+# (the engine used as a library by trusted code).
+VALIDATOR_MODULES_SERVICE = "validator_modules"
+
+
+def validator_allowed(path: str, prefixes: list[str] | tuple[str, ...]) -> bool:
+    """True when dotted `path` is inside one of the module `prefixes` (`a.b` allows `a.b.f`
+    and `a.b.c.f`, never `a.bc.f`)."""
+    for prefix in prefixes:
+        prefix = prefix.strip().rstrip(".")
+        if prefix and path.startswith(prefix + "."):
+            return True
+    return False
+
+
 def count_tokens(text: str) -> int:
     """Whitespace-split tokens, as in the reference."""
     return len(text.split())
@@ -268,7 +284,19 @@ class RedflagAnalyzer(Analyzer):
                 )
             )
 
+        allowed = context.services.get(VALIDATOR_MODULES_SERVICE)
         for path in settings.validators:
+            if allowed is not None and not validator_allowed(path, allowed):
+                flags.append(
+                    Annotation(
+                        type="EXCEPTION",
+                        label="Validator not allowed",
+                        severity="warning",
+                        description=f"Validator {path} is outside the modules the operator "
+                        "allows (AUDITOR_VALIDATOR_MODULES); it was not imported.",
+                    )
+                )
+                continue
             flags.extend(await run_validator(path, text, parsed, audit))
 
         return self.result(

@@ -14,7 +14,13 @@ from analyzers.engine.base import AuditContext
 from analyzers.engine.bias import BiasAnalyzer
 from analyzers.engine.config import AuditorConfig, LLMConfig
 from analyzers.engine.contract import AuditInput
-from analyzers.engine.llm import LLMClient, LLMInvalidOutput, clear_client_cache
+from analyzers.engine.llm import (
+    POLICY_SERVICE,
+    LLMClient,
+    LLMInvalidOutput,
+    ModelAccessPolicy,
+    clear_client_cache,
+)
 from analyzers.engine.registry import Registry
 from tests.llm_server import Reply, ScriptedLLMServer, by_task
 
@@ -177,7 +183,9 @@ async def test_through_the_auditor_the_client_comes_from_the_configuration(serve
         {"bias_detect.v1": AGREES, "bias_classify.v1": SYCOPHANCY, "bias_counterpoint.v1": COUNTER}
     )
     config = AuditorConfig(llm=LLMConfig(base_url=server.base_url, model="judge-from-config"))
-    report = await Auditor(config, Registry([BiasAnalyzer()])).audit(audit())
+    # The test model server is on 127.0.0.1: the operator's policy must allow it.
+    services = {POLICY_SERVICE: ModelAccessPolicy(allow_private=True)}
+    report = await Auditor(config, Registry([BiasAnalyzer()]), services=services).audit(audit())
     [run_] = report.results
     assert run_.status == "ok" and run_.surfaced
     assert run_.supplementary["model"] == "judge-from-config"

@@ -10,7 +10,13 @@ from analyzers.engine.base import AuditContext
 from analyzers.engine.config import AuditorConfig, LLMConfig
 from analyzers.engine.contract import AuditInput, Source
 from analyzers.engine.custom_judge import CustomJudgeAnalyzer, JudgeDefinition, judge_from_dict
-from analyzers.engine.llm import LLMClient, LLMNotConfigured, clear_client_cache
+from analyzers.engine.llm import (
+    POLICY_SERVICE,
+    LLMClient,
+    LLMNotConfigured,
+    ModelAccessPolicy,
+    clear_client_cache,
+)
 from analyzers.engine.registry import Registry
 from tests.llm_server import ScriptedLLMServer
 
@@ -150,7 +156,10 @@ async def test_it_runs_in_the_auditor_next_to_the_built_ins(server):
         llm=LLMConfig(base_url=server.base_url, model="m"),
         analyzers={"legal_advice": {"enabled": True}},
     )
-    report = await Auditor(config, Registry([judge_from_dict(LEGAL)])).audit(audit())
+    services = {POLICY_SERVICE: ModelAccessPolicy(allow_private=True)}  # server on 127.0.0.1
+    report = await Auditor(config, Registry([judge_from_dict(LEGAL)]), services=services).audit(
+        audit()
+    )
     [run_] = report.results
     assert run_.status == "ok" and run_.surfaced and run_.score == pytest.approx(0.9)
     disabled = config.model_copy(update={"analyzers": {"legal_advice": {"enabled": False}}})

@@ -239,3 +239,20 @@ def test_one_client_serves_several_event_loops(server):
     for _ in range(2):
         assert asyncio.run(client.complete_json(MESSAGES, Verdict)).ok
     assert len(server.requests) == 2
+
+
+async def test_the_configured_client_is_guarded_by_the_operators_policy(server, monkeypatch):
+    from analyzers.engine.llm import ModelAccessPolicy, clear_client_cache
+
+    clear_client_cache()
+    config = LLMConfig(base_url=server.base_url, model="m")  # a server on 127.0.0.1
+    with pytest.raises(LLMError, match="SSRF guard"):
+        await client_for_config(config).chat(MESSAGES)  # the default policy: public only
+    assert server.requests == []
+    server.enqueue(Reply(content={"ok": True}))
+    allowed = client_for_config(config, ModelAccessPolicy(allow_private=True))
+    assert (await allowed.complete_json(MESSAGES, Verdict)).ok
+    monkeypatch.setenv("SECRET_KEY", "never-sent")
+    with pytest.raises(LLMError, match="api_key_env"):
+        client_for_config(config.model_copy(update={"api_key_env": "SECRET_KEY"}))
+    clear_client_cache()

@@ -12,12 +12,21 @@ from .client import (
     parse_retry_after,
 )
 from .evidence import locate_quote
-from .factory import SERVICE_NAME, clear_client_cache, client_for_config, get_llm_client
+from .factory import (
+    POLICY_SERVICE,
+    SERVICE_NAME,
+    clear_client_cache,
+    client_for_config,
+    get_llm_client,
+)
+from .policy import ModelAccessPolicy
 from .prompts import Prompt, PromptError, format_sources, load_prompt
 from .usage import Usage
 
 __all__ = [
+    "POLICY_SERVICE",
     "SERVICE_NAME",
+    "ModelAccessPolicy",
     "Completion",
     "LLMClient",
     "LLMError",

@@ -14,7 +14,7 @@ import os
 import random
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel
 
 from ..config import LLMConfig
+from ..linkcheck import BlockedURL
 from .prompts import load_prompt
 from .usage import Usage
 
@@ -56,6 +57,10 @@ class _LoopState:
     http: httpx.AsyncClient
     semaphore: asyncio.Semaphore
 
+
+# Checks one request's URL and returns (pinned URL, Host header, TLS server name), or raises
+# BlockedURL: the link checker's SSRF guard (`ModelAccessPolicy.pin`).
+URLGuard = Callable[[str], Awaitable[tuple[httpx.URL, str, str]]]
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -123,6 +128,7 @@ class LLMClient:
         json_mode: bool = True,
         temperature: float = 0.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        url_guard: URLGuard | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         self.endpoint = base if base.endswith("/chat/completions") else base + "/chat/completions"
@@ -137,6 +143,7 @@ class LLMClient:
         self.temperature = temperature
         self._api_key = api_key
         self._transport = transport
+        self._url_guard = url_guard
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
         )
@@ -145,12 +152,27 @@ class LLMClient:
         return f"<LLMClient {self.model!r} at {self.endpoint!r}>"
 
     @classmethod
-    def from_config(cls, llm: LLMConfig, environ: Mapping[str, str] | None = None) -> LLMClient:
-        """A client for `llm`; the API key is read from the env var the config names."""
+    def from_config(
+        cls,
+        llm: LLMConfig,
+        environ: Mapping[str, str] | None = None,
+        *,
+        policy: Any = None,
+    ) -> LLMClient:
+        """A client for `llm`; the API key is read from the env var the config names.
+
+        With a `ModelAccessPolicy`, a key variable it does not allow raises LLMError (the
+        key is never read) and every request goes through its SSRF guard.
+        """
         if not (llm.base_url and llm.model):
             raise LLMNotConfigured("no model is configured (set llm.base_url and llm.model)")
+        if policy is not None:
+            problem = policy.key_env_problem(llm.api_key_env)
+            if problem:
+                raise LLMError(f"llm.api_key_env: {problem}")
         env = os.environ if environ is None else environ
         return cls(
+            url_guard=policy.pin if policy is not None else None,
             base_url=llm.base_url,
             model=llm.model,
             api_key=env.get(llm.api_key_env) or None,
@@ -173,6 +195,8 @@ class LLMClient:
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout_s),
                 transport=self._transport,
+                # A guarded client connects only where the guard pinned it: no env proxies.
+                trust_env=self._url_guard is None,
             )
             state = _LoopState(http, asyncio.Semaphore(self.max_concurrency))
             self._loops[loop] = state
@@ -214,7 +238,7 @@ class LLMClient:
                 async with state.semaphore:
                     started = time.perf_counter()
                     async with asyncio.timeout(self.timeout_s):
-                        response = await state.http.post(self.endpoint, json=payload)
+                        response = await self._post(state.http, payload)
                     latency_ms = (time.perf_counter() - started) * 1000
             except (TimeoutError, httpx.TimeoutException):
                 error = f"timed out after {self.timeout_s:g} s"
@@ -245,6 +269,19 @@ class LLMClient:
                 usage.retries += 1
             await asyncio.sleep(self.backoff_delay(attempt, retry_after))
             attempt += 1
+
+    async def _post(self, http: httpx.AsyncClient, payload: dict[str, Any]) -> httpx.Response:
+        """POST to the endpoint; with a URL guard, to the address it checked and pinned."""
+        if self._url_guard is None:
+            return await http.post(self.endpoint, json=payload)
+        try:
+            pinned, host_header, server_name = await self._url_guard(self.endpoint)
+        except (BlockedURL, httpx.InvalidURL) as exc:
+            raise LLMError(f"model URL refused by the SSRF guard: {exc}") from None
+        extensions = {"sni_hostname": server_name} if pinned.scheme == "https" else {}
+        return await http.post(
+            pinned, json=payload, headers={"Host": host_header}, extensions=extensions
+        )
 
     @staticmethod
     def _completion(response: httpx.Response, latency_ms: float) -> Completion:
