@@ -7,7 +7,6 @@ shows into a replacement). Model text is escaped by the templates, never marked 
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,12 +18,13 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from analyzers.engine.textdiff import word_diff
+
 from . import dashboard, selectors
 from .models import AuditRun, TraceLine
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
 CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
-_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 
 
 # --- the live feed ------------------------------------------------------------------------
@@ -110,20 +110,11 @@ class Piece:
 
 
 def marked_pieces(original: str, cleaned: str) -> list[Piece]:
-    """The cleaned text with what the rules removed (and put in its place) marked."""
-    if original == cleaned:
-        return [Piece("same", cleaned)] if cleaned else []
-    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
-    pieces: list[Piece] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            pieces.append(Piece("same", "".join(b[j1:j2])))
-            continue
-        if i2 > i1:
-            pieces.append(Piece("removed", "".join(a[i1:i2])))
-        if j2 > j1:
-            pieces.append(Piece("added", "".join(b[j1:j2])))
-    return pieces
+    """The cleaned text with what the rules removed (and put in its place) marked.
+
+    Linear in the length of the texts (`analyzers.engine.textdiff`)."""
+    kinds = {"equal": "same", "removed": "removed", "added": "added"}
+    return [Piece(kinds[kind], text) for kind, text in word_diff(original, cleaned)]
 
 
 def stream_context(run: AuditRun) -> dict[str, Any]:
