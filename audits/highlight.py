@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from analyzers.engine.textdiff import word_diff
+from analyzers.engine.textdiff import bounded_word_diff
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -104,6 +104,11 @@ class SideBySide:
     original: list[DiffPiece] = field(default_factory=list)
     cleaned: list[DiffPiece] = field(default_factory=list)
     changed: bool = False
+    # Changes after the first MAX_DIFF_CHANGES are not marked (the texts are all shown).
+    truncated: bool = False
+
+
+MAX_DIFF_CHANGES = 1000
 
 
 def _append(pieces: list[DiffPiece], text: str, kind: str) -> None:
@@ -118,14 +123,16 @@ def _append(pieces: list[DiffPiece], text: str, kind: str) -> None:
 def side_by_side(original: str, cleaned: str) -> SideBySide:
     """A word-level diff: removed pieces on the original side, added ones on the cleaned.
 
-    Linear in the length of the texts (`analyzers.engine.textdiff`)."""
+    Linear in the length of the texts (`analyzers.engine.textdiff`), and only the first
+    `MAX_DIFF_CHANGES` changes are marked, so a page of it is bounded too."""
     result = SideBySide()
     if original == cleaned:
         _append(result.original, original, "equal")
         _append(result.cleaned, cleaned, "equal")
         return result
     result.changed = True
-    for kind, text in word_diff(original, cleaned):
+    diff = bounded_word_diff(original, cleaned, MAX_DIFF_CHANGES)
+    for kind, text in diff.pieces:
         if kind == "equal":
             _append(result.original, text, "equal")
             _append(result.cleaned, text, "equal")
@@ -133,6 +140,10 @@ def side_by_side(original: str, cleaned: str) -> SideBySide:
             _append(result.original, text, "removed")
         else:
             _append(result.cleaned, text, "added")
+    if diff.truncated:
+        result.truncated = True
+        result.original.append(DiffPiece(diff.original_rest, "equal"))
+        result.cleaned.append(DiffPiece(diff.cleaned_rest, "equal"))
     return result
 
 

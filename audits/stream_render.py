@@ -18,12 +18,14 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from analyzers.engine.textdiff import word_diff
+from analyzers.engine.textdiff import bounded_word_diff
 
 from . import dashboard, selectors
 from .models import AuditRun, TraceLine
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
+MAX_MARKED_CHANGES = 2000  # changes the live stream marks at most
+TRACE_BATCH = 500  # trace lines one update appends at most (the next one continues)
 CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
 
 
@@ -112,9 +114,14 @@ class Piece:
 def marked_pieces(original: str, cleaned: str) -> list[Piece]:
     """The cleaned text with what the rules removed (and put in its place) marked.
 
-    Linear in the length of the texts (`analyzers.engine.textdiff`)."""
+    Linear in the length of the texts (`analyzers.engine.textdiff`); the changes after the
+    first `MAX_MARKED_CHANGES` are not marked."""
     kinds = {"equal": "same", "removed": "removed", "added": "added"}
-    return [Piece(kinds[kind], text) for kind, text in word_diff(original, cleaned)]
+    diff = bounded_word_diff(original, cleaned, MAX_MARKED_CHANGES)
+    pieces = [Piece(kinds[kind], text) for kind, text in diff.pieces]
+    if diff.cleaned_rest:  # beyond the bound: the rest of the cleaned text, unmarked
+        pieces.append(Piece("same", diff.cleaned_rest))
+    return pieces
 
 
 def stream_context(run: AuditRun) -> dict[str, Any]:
@@ -132,7 +139,11 @@ def audit_stream(run: AuditRun) -> str:
 
 def trace_lines_after(run_id: Any, after: int) -> tuple[str, int]:
     """Trace lines after position `after`, appended in order; and the last position."""
-    lines = list(TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position"))
+    lines = list(
+        TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position")[
+            :TRACE_BATCH
+        ]
+    )
     if not lines:
         return "", after
     html = render_to_string(

@@ -90,10 +90,12 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
     results = list(run.results.all())
     surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
     others = [r for r in results if not r.surfaced]
-    annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    # One page of findings (`?page=`), so a response with 27,000 of them stays a page.
+    rows = dashboard.detail_rows(run, results, _page_number(request))
+    annotations = [(f"ann-{a.pk}", a) for a in rows.annotations]
     reviews = list(run.reviews.all())
     current = {r.annotation_id: r for r in reviews if r.is_current}
-    labels = {a.pk: a.label or a.type for _, a in annotations}
+    labels = dashboard.review_target_labels(reviews)
     for _, a in annotations:
         a.current_review = current.get(a.pk)
     for review in reviews:
@@ -111,14 +113,22 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "diff": side_by_side(run.response, run.cleaned_response)
         if run.status == AuditRun.Status.COMPLETE
         else None,
-        "links": list(run.links.all()),
-        "trace_lines": list(run.trace_lines.all()),
+        "links": rows.links,
+        "links_total": rows.links_total,
+        "trace_lines": rows.trace_lines,
+        "trace_total": rows.trace_total,
+        "findings_page": rows,
         "can_rerun": can_rerun,
         "reviews": reviews,
         "audit_verdict": current.get(None),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }
+
+
+def _page_number(request: HttpRequest | None) -> int:
+    value = request.GET.get("page", "") if request is not None and hasattr(request, "GET") else ""
+    return int(value) if value.isdigit() and 0 < len(value) < 7 else 1
 
 
 def _stream_context(run: AuditRun) -> dict[str, Any]:

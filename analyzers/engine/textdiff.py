@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 EQUAL, REMOVED, ADDED = "equal", "removed", "added"
 WINDOW = 16  # lines (or sentences) looked ahead to resynchronise after a change
@@ -40,21 +41,50 @@ def word_diff(original: str, cleaned: str) -> list[Piece]:
     """(kind, text) pieces in reading order: "equal", "removed" (only in the original) and
     "added" (only in the cleaned text); a replacement is its removed piece, then its added.
     Neighbouring pieces of one kind are merged."""
+    return bounded_word_diff(original, cleaned, None).pieces
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedDiff:
+    """The first `max_changes` changes as pieces; what follows them, unmarked, in
+    `original_rest` and `cleaned_rest` (empty when the whole texts were compared)."""
+
+    pieces: list[Piece]
+    original_rest: str = ""
+    cleaned_rest: str = ""
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.original_rest or self.cleaned_rest)
+
+
+def bounded_word_diff(original: str, cleaned: str, max_changes: int | None) -> BoundedDiff:
+    """`word_diff`, stopped after `max_changes` removed or added pieces: the work (and
+    what a page shows marked) is then bounded whatever the length of the texts."""
     pieces: list[Piece] = []
     if original == cleaned:
         if original:
             pieces.append((EQUAL, original))
-        return pieces
+        return BoundedDiff(pieces)
     memo: dict[tuple[str, str], list[Piece]] = {}
     lines_a, lines_b = original.splitlines(keepends=True), cleaned.splitlines(keepends=True)
+    changes = pos_a = pos_b = 0
     for kind, text in _diff_units(lines_a, lines_b, _split_sentences, memo):
         if not text:
             continue
+        if kind != EQUAL:
+            if max_changes is not None and changes >= max_changes:
+                return BoundedDiff(pieces, original[pos_a:], cleaned[pos_b:])
+            changes += 1
+        if kind != ADDED:
+            pos_a += len(text)
+        if kind != REMOVED:
+            pos_b += len(text)
         if pieces and pieces[-1][0] == kind:
             pieces[-1] = (kind, pieces[-1][1] + text)
         else:
             pieces.append((kind, text))
-    return pieces
+    return BoundedDiff(pieces)
 
 
 def _split_sentences(text: str) -> list[str]:
