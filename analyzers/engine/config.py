@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .limits import Limits
+
 
 class Brand(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -68,6 +70,8 @@ class AuditorConfig(BaseModel):
     brand: Brand = Field(default_factory=Brand)
     known_customers: list[KnownCustomer] = Field(default_factory=list)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    # Optional, additive: bounded work per audit (see analyzers/engine/limits.py).
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("analyzers")
     @classmethod
