@@ -183,6 +183,12 @@ else:
 # API limits: request body size and requests per minute per API key.
 AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
 AUDITOR_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_RATE_LIMIT_PER_MINUTE", 6000)
+# Bounded work: `?wait=true` waits at most this long (then 202), with at most this many
+# waiting requests per API key (more are queued: 202); responses of at least this many
+# characters are audited on the thread backend's own lane for large audits.
+AUDITOR_WAIT_TIMEOUT_S = envint("AUDITOR_WAIT_TIMEOUT_S", 30)
+AUDITOR_WAIT_PER_KEY = envint("AUDITOR_WAIT_PER_KEY", 2)
+AUDITOR_LARGE_AUDIT_CHARS = envint("AUDITOR_LARGE_AUDIT_CHARS", 100_000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
