@@ -284,7 +284,7 @@ def detail_queryset() -> QuerySet[AuditRun]:
 
 
 FINDINGS_PER_PAGE = 25  # findings of each result on one page of the detail page
-DETAIL_ROWS = 200  # trace lines and links the detail page shows (the JSON has them all)
+DETAIL_ROWS = 100  # trace lines and links the detail page shows (the JSON has them all)
 
 
 def review_target_labels(reviews: list[Review]) -> dict[Any, str]:

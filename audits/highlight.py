@@ -108,7 +108,7 @@ class SideBySide:
     truncated: bool = False
 
 
-MAX_DIFF_CHANGES = 1000
+MAX_DIFF_CHANGES = 400
 
 
 def _append(pieces: list[DiffPiece], text: str, kind: str) -> None:
