@@ -4,10 +4,13 @@ findings at a time, the first trace lines and links, the first changes of the di
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audits import dashboard, highlight
 from audits.templatetags.audit_ui import pretty_json
@@ -105,3 +108,20 @@ def test_the_diff_marks_the_first_changes_and_shows_the_rest_as_is():
     removed = [p.text for p in diff.original if p.kind == "removed"]
     assert len(removed) == highlight.MAX_DIFF_CHANGES
     assert diff.original[-1].kind == "equal" and f"drop{changes - 1}" in diff.original[-1].text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 10),
+                          st.sampled_from(["info", "warning", "critical"])), max_size=12))
+def test_highlight_segments_by_sweep_match_the_definition(spans):
+    text = "abcdefghijklmnopqrstuvwxyz0123456789"
+    pairs = [(f"a{i}", SimpleNamespace(start=s, end=min(s + n, len(text)), evidence=None, severity=sev))
+             for i, (s, n, sev) in enumerate(spans)]
+    segments = highlight.highlight_segments(text, pairs)
+    assert "".join(seg.text for seg in segments) == text
+    pos = 0
+    for seg in segments:
+        for offset in range(pos, pos + len(seg.text)):
+            covering = tuple(i for i, a in pairs if a.start <= offset < a.end)
+            assert seg.ann_ids == covering
+        pos += len(seg.text)
