@@ -229,6 +229,12 @@ AUDITOR_OTLP_MAX_SPANS = envint("AUDITOR_OTLP_MAX_SPANS", 2000)
 AUDITOR_OTLP_MAX_TEXT_CHARS = envint("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000)
 # How long a request waits for SQLite's write lock before its 503 (analyzers/lock_wait.py).
 AUDITOR_REQUEST_LOCK_WAIT_MS = envint("AUDITOR_REQUEST_LOCK_WAIT_MS", 2000)
+# Bounded work: `?wait=true` waits at most this long (then 202), with at most this many
+# waiting requests per API key (more are queued: 202); responses of at least this many
+# characters are audited on the thread backend's own lane for large audits.
+AUDITOR_WAIT_TIMEOUT_S = envint("AUDITOR_WAIT_TIMEOUT_S", 30)
+AUDITOR_WAIT_PER_KEY = envint("AUDITOR_WAIT_PER_KEY", 2)
+AUDITOR_LARGE_AUDIT_CHARS = envint("AUDITOR_LARGE_AUDIT_CHARS", 100_000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])

@@ -13,10 +13,8 @@ from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import (
-    Prefetch,
-    QuerySet,
-)
+from django.db.models import Count, F, Prefetch, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
@@ -24,7 +22,6 @@ from django.utils.dateparse import parse_date
 from . import selectors
 from .highlight import SEVERITY_RANK
 from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
-from .serializers import with_details
 
 PAGE_SIZE = 25
 SEVERITIES = ("info", "warning", "critical")
@@ -277,6 +274,88 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
 
 
 def detail_queryset() -> QuerySet[AuditRun]:
-    """An audit with results, annotations, trace lines and links (5 queries)."""
-    return with_details(AuditRun.objects.all())
+    """An audit with its results and reviews; the findings, trace lines and links, which
+    can be many, are read a page at a time by `detail_rows`."""
+    return AuditRun.objects.prefetch_related(
+        Prefetch("results", queryset=AnalyzerRunRecord.objects.order_by("position", "id")),
+        Prefetch("reviews", queryset=Review.objects.order_by("created_at", "id")),
+    )
+
+
+FINDINGS_PER_PAGE = 25  # findings of each result on one page of the detail page
+DETAIL_ROWS = 100  # trace lines and links the detail page shows (the JSON has them all)
+
+
+def review_target_labels(reviews: list[Review]) -> dict[Any, str]:
+    """The label of each finding a review is about (one query, whatever page is shown)."""
+    ids = {r.annotation_id for r in reviews if r.annotation_id is not None}
+    if not ids:
+        return {}
+    rows = Annotation.objects.filter(pk__in=ids).values_list("pk", "label", "type")
+    return {pk: label or kind for pk, label, kind in rows}
+
+
+@dataclass
+class DetailRows:
+    """The bounded part of a detail page: one page of each result's findings (set on the
+    results as `shown_annotations`, `annotation_total` and `type_counts`), the first
+    trace lines and links, and the totals."""
+
+    page: int
+    has_next: bool
+    annotations: list[Annotation]
+    trace_lines: list[Any]
+    trace_total: int
+    links: list[Any]
+    links_total: int
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+
+def detail_rows(run: AuditRun, results: list[AnalyzerRunRecord], page: int = 1) -> DetailRows:
+    """Page `page` of every result's findings (`FINDINGS_PER_PAGE` each, by position) with
+    their counts per type; at most `DETAIL_ROWS` trace lines and links. Six queries,
+    whatever the size of the audit."""
+    counts: dict[Any, list[tuple[str, int]]] = {}
+    rows = (
+        Annotation.objects.filter(audit_id=run.pk)
+        .values_list("result_id", "type")
+        .annotate(n=Count("id"))
+        .order_by("result_id", "-n", "type")
+    )
+    for result_id, kind, n in rows:
+        counts.setdefault(result_id, []).append((kind, n))
+    page = max(1, page)
+    offset = (page - 1) * FINDINGS_PER_PAGE
+    by_result: dict[Any, list[Annotation]] = {}
+    if counts:
+        numbered = Annotation.objects.filter(audit_id=run.pk).annotate(
+            row=Window(RowNumber(), partition_by=[F("result_id")], order_by=[F("position"), F("id")])
+        )
+        page_rows = numbered.filter(row__gt=offset, row__lte=offset + FINDINGS_PER_PAGE)
+        for annotation in page_rows.order_by("result_id", "position", "id"):
+            by_result.setdefault(annotation.result_id, []).append(annotation)
+    shown: list[Annotation] = []
+    has_next = False
+    for result in results:
+        result.type_counts = counts.get(result.pk, [])
+        result.annotation_total = sum(n for _, n in result.type_counts)
+        result.shown_annotations = by_result.get(result.pk, [])
+        result.shown_from = offset + 1 if result.shown_annotations else 0
+        result.shown_to = offset + len(result.shown_annotations)
+        has_next = has_next or result.annotation_total > offset + FINDINGS_PER_PAGE
+        shown.extend(result.shown_annotations)
+    trace_total = run.trace_lines.count()
+    links_total = run.links.count()
+    return DetailRows(
+        page=page,
+        has_next=has_next,
+        annotations=shown,
+        trace_lines=list(run.trace_lines.order_by("position")[:DETAIL_ROWS]),
+        trace_total=trace_total,
+        links=list(run.links.order_by("position", "id")[:DETAIL_ROWS]),
+        links_total=links_total,
+    )
 

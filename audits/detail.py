@@ -6,17 +6,19 @@ parts while the audit runs (`audits/live.html#connector`, `#stream`).
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest
 
+from analyzers.engine.textdiff import bounded_word_diff
+
+from . import cards
 from .highlight import highlight_segments, side_by_side
 from .models import AuditRun
 
-_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+MAX_MARKED_CHANGES = 2000  # changes the live stream marks at most
 
 
 def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[str, Any]:
@@ -24,10 +26,12 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
     results = list(run.results.all())
     surfaced = sorted((r for r in results if r.surfaced), key=lambda r: -r.score)
     others = [r for r in results if not r.surfaced]
-    annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    # One page of findings (`?page=`), so a response with 27,000 of them stays a page.
+    rows = cards.detail_rows(run, results, _page_number(request))
+    annotations = [(f"ann-{a.pk}", a) for a in rows.annotations]
     reviews = list(run.reviews.all())
     current = {r.annotation_id: r for r in reviews if r.is_current}
-    labels = {a.pk: a.label or a.type for _, a in annotations}
+    labels = cards.review_target_labels(reviews)
     for _, a in annotations:
         a.current_review = current.get(a.pk)
     for review in reviews:
@@ -45,8 +49,11 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "diff": side_by_side(run.response, run.cleaned_response)
         if run.status == AuditRun.Status.COMPLETE
         else None,
-        "links": list(run.links.all()),
-        "trace_lines": list(run.trace_lines.all()),
+        "links": rows.links,
+        "links_total": rows.links_total,
+        "trace_lines": rows.trace_lines,
+        "trace_total": rows.trace_total,
+        "findings_page": rows,
         "can_rerun": can_rerun,
         "reviews": reviews,
         "audit_verdict": current.get(None),
@@ -79,6 +86,11 @@ def trace_context(run: AuditRun) -> dict[str, Any] | None:
     }
 
 
+def _page_number(request: HttpRequest | None) -> int:
+    value = request.GET.get("page", "") if request is not None and hasattr(request, "GET") else ""
+    return int(value) if value.isdigit() and 0 < len(value) < 7 else 1
+
+
 def _stream_context(run: AuditRun) -> dict[str, Any]:
     return {k: v for k, v in stream_context(run).items() if k != "audit"}
 
@@ -90,19 +102,15 @@ class Piece:
 
 
 def marked_pieces(original: str, cleaned: str) -> list[Piece]:
-    """The cleaned text with what the rules removed (and put in its place) marked."""
-    if original == cleaned:
-        return [Piece("same", cleaned)] if cleaned else []
-    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
-    pieces: list[Piece] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            pieces.append(Piece("same", "".join(b[j1:j2])))
-            continue
-        if i2 > i1:
-            pieces.append(Piece("removed", "".join(a[i1:i2])))
-        if j2 > j1:
-            pieces.append(Piece("added", "".join(b[j1:j2])))
+    """The cleaned text with what the rules removed (and put in its place) marked.
+
+    Linear in the length of the texts (`analyzers.engine.textdiff`); the changes after the
+    first `MAX_MARKED_CHANGES` are not marked."""
+    kinds = {"equal": "same", "removed": "removed", "added": "added"}
+    diff = bounded_word_diff(original, cleaned, MAX_MARKED_CHANGES)
+    pieces = [Piece(kinds[kind], text) for kind, text in diff.pieces]
+    if diff.cleaned_rest:  # beyond the bound: the rest of the cleaned text, unmarked
+        pieces.append(Piece("same", diff.cleaned_rest))
     return pieces
 
 

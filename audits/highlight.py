@@ -7,12 +7,13 @@ render each piece with autoescaping on. Model text can therefore never become ma
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from analyzers.engine.textdiff import bounded_word_diff
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -65,13 +66,24 @@ def highlight_segments(text: str, spans: Iterable[tuple[str, Span]]) -> list[Seg
     if not located:
         return [Segment(text)] if text else []
 
-    bounds = sorted({0, len(text), *(s for s, _, _, _ in located), *(e for _, e, _, _ in located)})
+    # A sweep over the boundaries: O((n + pieces x overlapping spans)), not n x spans.
+    starts: dict[int, list[int]] = {}
+    ends: dict[int, list[int]] = {}
+    for index, (s, e, _, _) in enumerate(located):
+        starts.setdefault(s, []).append(index)
+        ends.setdefault(e, []).append(index)
+    bounds = sorted({0, len(text), *starts, *ends})
+    active: dict[int, None] = {}  # indexes of the spans covering the current piece, in order
     segments: list[Segment] = []
     for lo, hi in zip(bounds, bounds[1:], strict=False):
-        covering = [(ann_id, sev) for s, e, ann_id, sev in located if s <= lo and hi <= e]
-        if covering:
-            severity = max((sev for _, sev in covering), key=lambda s: SEVERITY_RANK.get(s, 0))
-            segment = Segment(text[lo:hi], tuple(a for a, _ in covering), severity)
+        for index in ends.get(lo, ()):
+            active.pop(index, None)
+        for index in starts.get(lo, ()):
+            active[index] = None
+        if active:
+            covering = [located[index] for index in sorted(active)]
+            severity = max((c[3] for c in covering), key=lambda s: SEVERITY_RANK.get(s, 0))
+            segment = Segment(text[lo:hi], tuple(c[2] for c in covering), severity)
         else:
             segment = Segment(text[lo:hi])
         if segments and segments[-1].ann_ids == segment.ann_ids:
@@ -92,9 +104,11 @@ class SideBySide:
     original: list[DiffPiece] = field(default_factory=list)
     cleaned: list[DiffPiece] = field(default_factory=list)
     changed: bool = False
+    # Changes after the first MAX_DIFF_CHANGES are not marked (the texts are all shown).
+    truncated: bool = False
 
 
-_TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
+MAX_DIFF_CHANGES = 400
 
 
 def _append(pieces: list[DiffPiece], text: str, kind: str) -> None:
@@ -107,23 +121,29 @@ def _append(pieces: list[DiffPiece], text: str, kind: str) -> None:
 
 
 def side_by_side(original: str, cleaned: str) -> SideBySide:
-    """A word-level diff: removed pieces on the original side, added ones on the cleaned."""
+    """A word-level diff: removed pieces on the original side, added ones on the cleaned.
+
+    Linear in the length of the texts (`analyzers.engine.textdiff`), and only the first
+    `MAX_DIFF_CHANGES` changes are marked, so a page of it is bounded too."""
     result = SideBySide()
     if original == cleaned:
         _append(result.original, original, "equal")
         _append(result.cleaned, cleaned, "equal")
         return result
     result.changed = True
-    a, b = _TOKEN.findall(original), _TOKEN.findall(cleaned)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        left, right = "".join(a[i1:i2]), "".join(b[j1:j2])
-        if op == "equal":
-            _append(result.original, left, "equal")
-            _append(result.cleaned, right, "equal")
+    diff = bounded_word_diff(original, cleaned, MAX_DIFF_CHANGES)
+    for kind, text in diff.pieces:
+        if kind == "equal":
+            _append(result.original, text, "equal")
+            _append(result.cleaned, text, "equal")
+        elif kind == "removed":
+            _append(result.original, text, "removed")
         else:
-            _append(result.original, left, "removed")
-            _append(result.cleaned, right, "added")
+            _append(result.cleaned, text, "added")
+    if diff.truncated:
+        result.truncated = True
+        result.original.append(DiffPiece(diff.original_rest, "equal"))
+        result.cleaned.append(DiffPiece(diff.cleaned_rest, "equal"))
     return result
 
 

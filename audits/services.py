@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -26,6 +27,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .queues import LARGE_QUEUE
 from .signals import audit_finished
 
 __all__ = [
@@ -148,13 +150,13 @@ def submit_audit(
         with transaction.atomic():
             run.save(force_insert=True)
             if enqueue:
-                run_id = run.pk
+                run_id, large = run.pk, is_large(response)
                 if _queue_shares_transaction(run._state.db):
                     # A database queue in the same database: the task row commits with
                     # the run (one write transaction, and never one without the other).
-                    enqueue_task(run_id)
+                    enqueue_task(run_id, large=large)
                 else:
-                    transaction.on_commit(lambda: _after_submit(run_id))
+                    transaction.on_commit(lambda: _after_submit(run_id, large))
     except IntegrityError:
         if external_id is None:
             raise
@@ -169,9 +171,26 @@ def submit_audit(
     return run
 
 
-def _after_submit(run_id: Any) -> None:
+def _after_submit(run_id: Any, large: bool = False) -> None:
     # No event here: the request path stays cheap; "audit_started" follows at once.
-    enqueue_audit(run_id)
+    enqueue_audit(run_id, large=large)
+
+
+def is_large(response: str) -> bool:
+    """Whether an audit of this response goes to the large lane (AUDITOR_LARGE_AUDIT_CHARS)."""
+    return len(response) >= getattr(settings, "AUDITOR_LARGE_AUDIT_CHARS", 100_000)
+
+
+def _audit_task(large: bool):
+    """`run_audit`, on the `large` queue when the audit is large and the backend has that
+    lane (the thread backend does; a queue no worker serves would strand the audit)."""
+    from django.tasks import task_backends
+
+    from .tasks import run_audit
+
+    if large and LARGE_QUEUE in task_backends[run_audit.backend].queues:
+        return run_audit.using(queue_name=LARGE_QUEUE)
+    return run_audit
 
 
 def _queue_shares_transaction(using: str | None) -> bool:
@@ -192,19 +211,15 @@ def _queue_shares_transaction(using: str | None) -> bool:
     )
 
 
-def enqueue_task(run_id: Any) -> None:
+def enqueue_task(run_id: Any, *, large: bool = False) -> None:
     """Queue the analysis; errors propagate (inside a transaction, they roll it back)."""
-    from .tasks import run_audit
-
-    run_audit.enqueue(str(run_id))
+    _audit_task(large).enqueue(str(run_id))
 
 
-def enqueue_audit(run_id: Any) -> None:
+def enqueue_audit(run_id: Any, *, large: bool = False) -> None:
     """Queue the analysis; a failure leaves the run pending for `recovery.recover_stale_runs`."""
-    from .tasks import run_audit
-
     try:
-        run_audit.enqueue(str(run_id))
+        _audit_task(large).enqueue(str(run_id))
     except Exception:
         logger.exception("could not enqueue audit %s; it stays pending", run_id)
 

@@ -212,6 +212,7 @@ class StreamSession:
     audited_chars: int = 0  # raw characters whose paragraphs are audited
     cleaned: list[str] = field(default_factory=list)
     trace_count: int = 0
+    max_trace_lines: int = 500  # the configuration's limits.max_trace_lines
     paragraphs: int = 0
     size: int = 0
     closed: bool = False
@@ -229,7 +230,8 @@ class StreamSession:
         await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
-        session = cls(run_id=run.pk, auditor=auditor)
+        session = cls(run_id=run.pk, auditor=auditor,
+                      max_trace_lines=config.limits.max_trace_lines)
         session.heartbeat = asyncio.create_task(_beat(run.pk))
         return session
 
@@ -315,6 +317,10 @@ class StreamSession:
                 self.paragraphs += 1
                 self.cleaned.append(paragraph.text)
             for line in paragraph.trace:
+                if self.trace_count >= self.max_trace_lines:
+                    break  # bounded work: the note below was the last line kept
+                if self.trace_count == self.max_trace_lines - 1:
+                    line = "[AUDIT] limits: further trace lines not kept (limits.max_trace_lines)"
                 events.append(("audit_trace", {"position": self.trace_count, "text": line}))
                 self.trace_count += 1
         return events

@@ -8,6 +8,10 @@ seconds). `queued_args` tells the sweep which runs this queue already holds.
 
     TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
                          "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60}}}
+
+Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of huge
+responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
+hold every thread while small audits wait.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
+from .queues import LARGE_QUEUE
+
 logger = logging.getLogger(__name__)
 
 
@@ -38,9 +44,13 @@ class _Pool:
     so the threads, the results and the sweeper live here, once per process.
     """
 
-    def __init__(self, alias: str, max_workers: int) -> None:
+    def __init__(self, alias: str, max_workers: int, large_workers: int = 1) -> None:
         self.executor = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix=f"tasks-{alias}"
+        )
+        self.large_workers = large_workers
+        self.large = ThreadPoolExecutor(
+            max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large"
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
         self.lock = threading.Lock()
@@ -52,11 +62,11 @@ _pools: dict[str, _Pool] = {}
 _pools_lock = threading.Lock()
 
 
-def _pool_for(alias: str, max_workers: int) -> _Pool:
+def _pool_for(alias: str, max_workers: int, large_workers: int = 1) -> _Pool:
     with _pools_lock:
         pool = _pools.get(alias)
         if pool is None:
-            pool = _pools[alias] = _Pool(alias, max_workers)
+            pool = _pools[alias] = _Pool(alias, max_workers, large_workers)
         return pool
 
 
@@ -70,7 +80,8 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
         self.worker_id = get_random_string(32)
-        self._pool = _pool_for(alias, self.max_workers)
+        self.queues.add(LARGE_QUEUE)
+        self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
 
     # --- running ---
 
@@ -150,7 +161,8 @@ class ThreadPoolBackend(BaseTaskBackend):
             pool.queued[self._queued_key(task_result)] += 1
         task_enqueued.send(type(self), task_result=task_result)
         self._start_sweeper()
-        pool.executor.submit(self._run, task_result)
+        executor = pool.large if task.queue_name == LARGE_QUEUE else pool.executor
+        executor.submit(self._run, task_result)
         return task_result
 
     def get_result(self, result_id):
@@ -162,18 +174,10 @@ class ThreadPoolBackend(BaseTaskBackend):
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Block until every task queued so far has finished (tests, benchmarks)."""
-        barrier = threading.Barrier(self.max_workers + 1)
-        # One blocker per worker: they all start only when every earlier task is done.
-        blockers: list[Future] = [
-            self._pool.executor.submit(barrier.wait, timeout) for _ in range(self.max_workers)
-        ]
-        try:
-            barrier.wait(timeout)
-        except threading.BrokenBarrierError:
-            return False
-        for blocker in blockers:
-            blocker.result(timeout=timeout)
-        return True
+        pool = self._pool
+        return _drain(pool.executor, self.max_workers, timeout) and _drain(
+            pool.large, pool.large_workers, timeout
+        )
 
     # --- recovery of runs left behind by dead processes ---
 
@@ -181,3 +185,17 @@ class ThreadPoolBackend(BaseTaskBackend):
         from .recovery import start
 
         start(self.sweep_interval)
+
+
+def _drain(executor: ThreadPoolExecutor, workers: int, timeout: float) -> bool:
+    """Block until every task queued so far on `executor` has finished."""
+    barrier = threading.Barrier(workers + 1)
+    # One blocker per worker: they all start only when every earlier task is done.
+    blockers: list[Future] = [executor.submit(barrier.wait, timeout) for _ in range(workers)]
+    try:
+        barrier.wait(timeout)
+    except threading.BrokenBarrierError:
+        return False
+    for blocker in blockers:
+        blocker.result(timeout=timeout)
+    return True

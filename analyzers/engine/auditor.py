@@ -14,6 +14,7 @@ from .base import Analyzer, AuditContext, ProgressCallback
 from .collisions import CollisionStore, InMemoryCollisionStore
 from .config import AuditorConfig
 from .contract import AnalyzerRun, AuditInput, AuditReport
+from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class Auditor:
         valid, option_errors = self._split_options(options)
         # Analyzers that read shared configuration see this audit's options too.
         context.config = self.config.with_options(valid)
+        # The whole audit's time budget: no analyzer waits past it, queued ones included.
+        context.deadline = asyncio.get_running_loop().time() + self.config.limits.audit_timeout_s
         limit = asyncio.Semaphore(self.config.max_concurrency)
         analyzers = [
             a for a in self.registry if context.config.is_enabled(a.id, a.enabled_by_default)
@@ -89,6 +92,7 @@ class Auditor:
         else:
             runs = await _gather_eagerly([run_one(a) for a in analyzers])
 
+        trace, links = cap_report_parts(context.trace, context.links, self.config.limits)
         report = AuditReport(
             threshold=self.config.threshold,
             overall_score=overall_score(runs),
@@ -96,8 +100,8 @@ class Auditor:
             cleaned_response=(
                 audit.response if context.cleaned_response is None else context.cleaned_response
             ),
-            links=context.links,
-            trace=context.trace,
+            links=links,
+            trace=trace,
         )
         if progress is not None:
             await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
@@ -144,11 +148,14 @@ class Auditor:
             await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
         started = time.perf_counter()
         status, error, result = "ok", None, None
+        budget_spent = False
         try:
             if option_error:
                 raise ValueError(option_error)
             settings = self._settings(analyzer, context.config)
             deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
+            if context.deadline is not None and context.deadline < deadline:
+                deadline, budget_spent = context.deadline, True
             pending = analyzer.analyze(audit, settings, context)
             if type(pending) is CoroutineType:
                 result = await _within(pending, deadline)
@@ -157,6 +164,9 @@ class Auditor:
                     result = await pending
         except TimeoutError:
             status, error = "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
+            if budget_spent:
+                limit_s = self.config.limits.audit_timeout_s
+                error = f"timed out: the audit's time budget of {limit_s:g} s was spent"
         except Exception as exc:  # an analyzer never fails the audit
             status, error = "failed", _error_text(exc)
         duration_ms = (time.perf_counter() - started) * 1000
@@ -171,6 +181,7 @@ class Auditor:
                     result.score, result.should_surface, context.config.threshold_for(analyzer.id)
                 ),
             )
+            run = cap_run(run, self.config.limits)
         else:
             run = AnalyzerRun(
                 analyzer_id=analyzer.id,

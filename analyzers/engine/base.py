@@ -58,6 +58,8 @@ class AuditContext:
     links: list[LinkRecord] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     progress: ProgressCallback | None = None
+    # The loop time by which the whole audit must be done (limits.audit_timeout_s).
+    deadline: float | None = None
 
 
 class Analyzer:

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .limits import Limits
+
 
 class Brand(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -104,6 +106,8 @@ class AuditorConfig(BaseModel):
     known_customers: list[KnownCustomer] = Field(default_factory=list)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     otel: OtelConfig = Field(default_factory=OtelConfig)
+    # Optional, additive: bounded work per audit (see analyzers/engine/limits.py).
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("analyzers")
     @classmethod

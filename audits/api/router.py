@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -11,6 +12,7 @@ from datetime import datetime
 from typing import Literal
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
@@ -109,7 +111,10 @@ def _store(request: HttpRequest, body: AuditIn, *, enqueue: bool = True):
 
 
 def _submit(request: HttpRequest, body: AuditIn, wait: bool):
-    """The synchronous body of `submit`: every query of a submission, in one thread."""
+    """The synchronous body of `submit`: every query of a submission, in one thread.
+
+    With `wait` the audit is queued at once, after its transaction (not on commit of an
+    outer one), for `submit` to wait for."""
     try:
         run = _store(request, body, enqueue=not wait)
     except services.ExternalIdConflict as exc:
@@ -121,8 +126,7 @@ def _submit(request: HttpRequest, body: AuditIn, wait: bool):
     if not run.was_created:
         return Status(200, _full(run.pk))
     if wait:
-        services.execute_run(run.pk)
-        return Status(201, _full(run.pk))
+        services.enqueue_audit(run.pk, large=services.is_large(body.response))
     return Status(202, {"id": str(run.pk), "status": run.status})
 
 
@@ -134,11 +138,75 @@ def _submit(request: HttpRequest, body: AuditIn, wait: bool):
 )
 async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
     """Store the audit and analyse it in the background (`202 {id, status}`), or with
-    `?wait=true` analyse it now and return the complete Audit (`201`). The same
-    `external_id` again returns the stored audit (`200`); with another body, `409`."""
+    `?wait=true` wait for the complete Audit (`201`): at most `AUDITOR_WAIT_TIMEOUT_S`
+    seconds and `AUDITOR_WAIT_PER_KEY` waiting requests per key, else `202` (the audit
+    completes in the background). The same `external_id` again returns the stored audit
+    (`200`); with another body, `409`."""
     # An async view: authentication (cached key, in-memory rate limit) and body parsing
     # run on the event loop; the database work is one hop to a thread.
-    return await run_in_db_thread(request, _submit, request, body, wait)
+    # `wait=true` never runs the audit on the request's threads: it is queued like any
+    # other (large ones on their own lane) and waited for, at most AUDITOR_WAIT_TIMEOUT_S
+    # and by at most AUDITOR_WAIT_PER_KEY requests of one key at once; past either bound
+    # the answer is 202 and the audit completes in the background.
+    if not wait or not _wait_slots.acquire(request.auth):
+        return await run_in_db_thread(request, _submit, request, body, False)
+    try:
+        outcome = await run_in_db_thread(request, _submit, request, body, True)
+        if outcome.status_code != 202:
+            return outcome
+        return await _wait_for(request, outcome.value["id"])
+    finally:
+        _wait_slots.release(request.auth)
+
+
+class _WaitSlots:
+    """`?wait=true` requests in progress per API key, in this process."""
+
+    def __init__(self) -> None:
+        self.counts: dict[object, int] = {}
+
+    def acquire(self, key: object) -> bool:
+        key_id = getattr(key, "pk", key)
+        if self.counts.get(key_id, 0) >= settings.AUDITOR_WAIT_PER_KEY:
+            return False
+        self.counts[key_id] = self.counts.get(key_id, 0) + 1
+        return True
+
+    def release(self, key: object) -> None:
+        key_id = getattr(key, "pk", key)
+        left = self.counts.get(key_id, 0) - 1
+        if left > 0:
+            self.counts[key_id] = left
+        else:
+            self.counts.pop(key_id, None)
+
+
+_wait_slots = _WaitSlots()  # only touched on the event loop: no lock needed
+WAIT_PAUSES_S = (0.01, 0.25)  # the first and the longest pause between two looks
+
+
+def _finished(run_id: str) -> tuple[str, dict | None]:
+    """The run's status, and the Audit once it finished."""
+    status = AuditRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status in (AuditRun.Status.COMPLETE, AuditRun.Status.FAILED):
+        return status, _full(run_id)
+    return status or AuditRun.Status.PENDING, None
+
+
+async def _wait_for(request: HttpRequest, run_id: str):
+    """201 with the Audit once it finished, or 202 when it did not in time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.AUDITOR_WAIT_TIMEOUT_S
+    pause, longest = WAIT_PAUSES_S
+    while True:
+        status, done = await run_in_db_thread(request, _finished, run_id)
+        if done is not None:
+            return Status(201, done)
+        left = deadline - loop.time()
+        if left <= 0:
+            return Status(202, {"id": run_id, "status": status})
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, longest)
 
 
 @router.post(

@@ -22,6 +22,7 @@ from ..detail import detail_context, stream_context
 from ..models import AuditRun, TraceLine
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
+TRACE_BATCH = 500  # trace lines one update appends at most (the next one continues)
 CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
 
 
@@ -107,7 +108,11 @@ def audit_stream(run: AuditRun) -> str:
 
 def trace_lines_after(run_id: Any, after: int) -> tuple[str, int]:
     """Trace lines after position `after`, appended in order; and the last position."""
-    lines = list(TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position"))
+    lines = list(
+        TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position")[
+            :TRACE_BATCH
+        ]
+    )
     if not lines:
         return "", after
     html = render_to_string(

@@ -3,6 +3,7 @@ the HTML and autoescape every value, so model text stays text."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -67,10 +68,36 @@ def linkify(text: str | None) -> list[highlight.TextPiece]:
     return highlight.linkify(text or "")
 
 
+JSON_ITEMS = 100  # items of a list or object pretty_json shows, at every level
+JSON_TEXT = 5000  # characters of a string pretty_json shows
+JSON_DEPTH = 12
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    """`value` cut to what a page shows: a work proportional to that, not to `value`."""
+    if depth >= JSON_DEPTH and isinstance(value, dict | list | tuple):
+        return "…"
+    if isinstance(value, dict):
+        items = list(itertools.islice(value.items(), JSON_ITEMS))
+        shown = {str(k): _bounded(v, depth + 1) for k, v in items}
+        if len(value) > JSON_ITEMS:
+            shown["…"] = f"{len(value) - JSON_ITEMS} more"
+        return shown
+    if isinstance(value, list | tuple):
+        shown = [_bounded(v, depth + 1) for v in value[:JSON_ITEMS]]
+        if len(value) > JSON_ITEMS:
+            shown.append(f"… {len(value) - JSON_ITEMS} more")
+        return shown
+    if isinstance(value, str) and len(value) > JSON_TEXT:
+        return value[:JSON_TEXT] + f"… ({len(value) - JSON_TEXT} more characters)"
+    return value
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON as text (the template escapes it)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """Indented JSON as text (the template escapes it), at most `JSON_ITEMS` items of any
+    list or object and `JSON_TEXT` characters of any string."""
+    return json.dumps(_bounded(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
 @register.filter
