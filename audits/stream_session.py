@@ -157,6 +157,22 @@ def _save_progress(run_id: Any, response: str, cleaned: str, trace: list[tuple[i
 
 
 @database_sync_to_async
+def _annotate_run(run_id: Any, metadata: dict[str, Any], external_id: str | None) -> None:
+    from django.db import IntegrityError, transaction
+
+    run = AuditRun.objects.only("metadata", "external_id", "api_key_id").get(pk=run_id)
+    AuditRun.objects.filter(pk=run_id).update(metadata={**(run.metadata or {}), **metadata})
+    if external_id and run.external_id is None:
+        taken = AuditRun.objects.filter(api_key_id=run.api_key_id, external_id=external_id)
+        if not taken.exists():
+            try:
+                with transaction.atomic():
+                    AuditRun.objects.filter(pk=run_id).update(external_id=external_id[:200])
+            except IntegrityError:  # taken meanwhile: the id stays in the metadata only
+                pass
+
+
+@database_sync_to_async
 def _heartbeat(run_id: Any) -> None:
     AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
         started_at=timezone.now()
@@ -269,13 +285,16 @@ class StreamSession:
             await self._persist(events)
         return events
 
-    async def close(self, *, complete: bool) -> list[Event]:
-        """Flush the last paragraph, run the post-stream audit, store it: the last events."""
-        if self.closed:
+    @property
+    def pending(self) -> bool:
+        """True while text has arrived whose paragraph is not audited yet."""
+        return bool(self.partial) or self.fed_chars > self.audited_chars
+
+    async def end_text(self) -> list[Event]:
+        """The text is over (the stream goes on, e.g. with tool calls): audit the last
+        paragraph now; `close()` later stores the final audit. The events to send."""
+        if self.auditor._finished:
             return []
-        self.closed = True
-        if self.heartbeat is not None:
-            self.heartbeat.cancel()
         out = []
         if self.partial:
             self.received.append(self.partial)
@@ -286,6 +305,21 @@ class StreamSession:
         self.audited_chars = self.fed_chars
         events = self._events(out)
         await self._persist(events)
+        return events
+
+    async def annotate(self, *, metadata: dict[str, Any], external_id: str | None = None) -> None:
+        """Add to the run's metadata (and set its `external_id` when it has none and the
+        key has not used it) before `close()`: what a transport learns as the stream ends."""
+        await _annotate_run(self.run_id, metadata, external_id)
+
+    async def close(self, *, complete: bool) -> list[Event]:
+        """Flush the last paragraph, run the post-stream audit, store it: the last events."""
+        if self.closed:
+            return []
+        self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        events = await self.end_text()
         response = "".join(self.received)
         audit = await sync_to_async(_finish_run, thread_sensitive=False)(
             self.run_id, response, not complete
