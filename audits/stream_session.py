@@ -232,6 +232,11 @@ class StreamSession:
     size: int = 0
     closed: bool = False
     heartbeat: asyncio.Task | None = None
+    # The configured redflag `max_chars`; with `split_long = True` (the proxy) a paragraph
+    # held longer than that is audited and sent in pieces (`_cut`), so a transport holds at
+    # most one paragraph + max_chars of unsent text.
+    max_chars: int = 3000
+    split_long: bool = False
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -246,6 +251,9 @@ class StreamSession:
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
         session = cls(run_id=run.pk, auditor=auditor)
+        max_chars = config.analyzer_section("redflag").get("max_chars")
+        if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
+            session.max_chars = max_chars
         session.heartbeat = asyncio.create_task(_beat(run.pk))
         return session
 
@@ -278,9 +286,14 @@ class StreamSession:
             self.received.append(line)
             self.fed_chars += len(line)
             out = self.auditor.feed(line)
+            if not out and self.split_long and self.fed_chars - self.audited_chars > self.max_chars:
+                out = self._cut(last_line_done=True)
             if out:
                 self.audited_chars = self.fed_chars
                 events.extend(self._events(out))
+        if self.split_long and self.fed_chars - self.audited_chars + len(self.partial) > self.max_chars:
+            events.extend(self._events(self._cut(last_line_done=False)))
+            self.audited_chars = self.fed_chars
         if events:
             await self._persist(events)
         return events
@@ -340,6 +353,33 @@ class StreamSession:
             self.run_id, response, detail
         )
         return [("audit", audit)]
+
+    def _cut(self, *, last_line_done: bool) -> list:
+        """End the held paragraph here, audit it and return its piece: a line end and a
+        blank line are fed to the auditor but are not part of the response, so they are
+        taken out of what is sent. An unfinished line is cut at its last blank (words and
+        URLs stay whole) or, without one, at `max_chars`."""
+        out = []
+        added_newline = False
+        if not last_line_done and self.partial:
+            text = self.partial
+            blank = max(text.rfind(" "), text.rfind("\t"))
+            cut = blank + 1 if blank > 0 else min(len(text), self.max_chars)
+            head, self.partial = text[:cut], text[cut:]
+            self.received.append(head)
+            self.fed_chars += len(head)
+            out += self.auditor.feed(head + "\n")
+            added_newline = True
+        out += self.auditor.feed("\n")
+        if out and out[-1].text == "\n" and not out[-1].trace:
+            out.pop()  # the blank line we added
+        if added_newline:
+            for piece in reversed(out):
+                if piece.text:
+                    if piece.text.endswith("\n"):
+                        piece.text = piece.text[:-1]
+                    break
+        return out
 
     def _events(self, paragraphs) -> list[Event]:
         events: list[Event] = []

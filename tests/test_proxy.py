@@ -269,3 +269,23 @@ def test_observe_mode_returns_a_whole_completion_unchanged(server, upstream, key
     upstream.enqueue(Completion(content=ANSWER))
     completion = client(server, key).chat.completions.create(model="m", messages=MESSAGES)
     assert completion.choices[0].message.content == ANSWER
+
+
+def test_a_paragraph_longer_than_max_chars_is_audited_and_sent_in_pieces(server, upstream, key):
+    config = json.loads(SAMPLE_CONFIG.read_text())
+    config["analyzers"]["redflag"]["max_chars"] = 200
+    config["proxy"] = {"base_url": upstream.base_url, "timeout_s": 5}
+    save_config(config, actor="test")
+    sentence = "Acme indexes every product in the catalogue quickly. "
+    long_paragraph = sentence * 20  # about 1,060 characters, one paragraph, no line end
+    upstream.enqueue(Completion(content=long_paragraph + "\n\nDone.", pause_after=100, pause=1.5))
+    stream = client(server, key).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    arrivals, started = [], time.monotonic()
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrivals.append((time.monotonic() - started, chunk.choices[0].delta.content))
+    pieces = [text for _, text in arrivals]
+    assert "".join(pieces) == long_paragraph + "\n\nDone."
+    assert len(pieces) >= 5 and all(len(p) <= 200 + len(sentence) for p in pieces)
+    # pieces of the long paragraph arrived while the upstream paused mid-paragraph
+    assert arrivals[0][0] < 1.0

@@ -162,6 +162,7 @@ async def proxy_endpoint(scope: dict[str, Any], receive: Receive, send: Send) ->
         if config.mode == "clean" and body.get("n") not in (None, 1):
             raise StreamError(400, "n > 1 is not supported in clean mode")
         session = await StreamSession.open(api_key=api_key, head=head)
+        session.split_long = True  # hold at most one paragraph + max_chars per stream
     except (StreamError, ProxyFailure) as exc:
         await _failure(send, exc)
         return
