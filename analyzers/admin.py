@@ -84,16 +84,19 @@ class GlobalSettingsForm(forms.ModelForm):
     proxy_api_key_env = forms.CharField(
         label="Upstream key variable (proxy)",
         max_length=200,
+        required=False,
         initial="AUDITOR_UPSTREAM_API_KEY",
         help_text="Name of the environment variable holding the upstream key (never the key); "
         "the operator allows names with AUDITOR_PROXY_KEY_ENVS.",
     )
-    proxy_timeout_s = forms.FloatField(label="Upstream timeout, s (proxy)", initial=60.0)
+    proxy_timeout_s = forms.FloatField(label="Upstream timeout, s (proxy)", initial=60.0,
+                                       required=False)
     proxy_mode = forms.ChoiceField(
         label="Mode (proxy)",
         choices=[("clean", "clean: clients receive the cleaned text"),
                  ("observe", "observe: clients receive the original; the audit is recorded")],
         initial="clean",
+        required=False,
     )
 
     class Meta:
@@ -124,8 +127,8 @@ class GlobalSettingsForm(forms.ModelForm):
             return data
         section = {
             "base_url": data.get("proxy_base_url") or None,
-            "api_key_env": data.get("proxy_api_key_env") or "",
-            "timeout_s": data.get("proxy_timeout_s"),
+            "api_key_env": data.get("proxy_api_key_env") or "AUDITOR_UPSTREAM_API_KEY",
+            "timeout_s": data.get("proxy_timeout_s") or 60.0,
             "mode": data.get("proxy_mode") or "clean",
         }
         problems = proxy_problems(section)
