@@ -275,7 +275,12 @@ def test_a_paragraph_longer_than_max_chars_is_audited_and_sent_in_pieces(server,
     config = json.loads(SAMPLE_CONFIG.read_text())
     config["analyzers"]["redflag"]["max_chars"] = 200
     config["proxy"] = {"base_url": upstream.base_url, "timeout_s": 5}
-    save_config(config, actor="test")
+    # The server caches the configuration by the newest change id, and every test starts
+    # from an emptied database: a change id no other test reaches makes it reload.
+    for max_chars in (202, 201, 200):
+        config["analyzers"]["redflag"]["max_chars"] = max_chars
+        save_config(config, actor="test")
+    time.sleep(1.1)  # ... and it looks for changes at most once a second
     sentence = "Acme indexes every product in the catalogue quickly. "
     long_paragraph = sentence * 20  # about 1,060 characters, one paragraph, no line end
     upstream.enqueue(Completion(content=long_paragraph + "\n\nDone.", pause_after=100, pause=2.0))
