@@ -31,6 +31,7 @@ from .models import (
     PromptLeakPattern,
 )
 from .policy import REDFLAG_ID, llm_problems, validator_problems
+from .proxy_config import proxy_problems, stored_proxy
 
 
 class RecordedAdmin(admin.ModelAdmin):
@@ -75,6 +76,30 @@ class GlobalSettingsForm(forms.ModelForm):
         "{trace_id} (and optionally {span_id}), e.g. "
         "https://phoenix.example/projects/default/traces/{trace_id}. Empty: no link.",
     )
+    proxy_base_url = forms.CharField(
+        label="Upstream base URL (proxy)",
+        required=False,
+        max_length=500,
+        help_text="Where POST /v1/chat/completions forwards requests, e.g. "
+        "https://api.openai.com/v1. Empty: the proxy answers 503.",
+    )
+    proxy_api_key_env = forms.CharField(
+        label="Upstream key variable (proxy)",
+        max_length=200,
+        required=False,
+        initial="AUDITOR_UPSTREAM_API_KEY",
+        help_text="Name of the environment variable holding the upstream key (never the key); "
+        "the operator allows names with AUDITOR_PROXY_KEY_ENVS.",
+    )
+    proxy_timeout_s = forms.FloatField(label="Upstream timeout, s (proxy)", initial=60.0,
+                                       required=False)
+    proxy_mode = forms.ChoiceField(
+        label="Mode (proxy)",
+        choices=[("clean", "clean: clients receive the cleaned text"),
+                 ("observe", "observe: clients receive the original; the audit is recorded")],
+        initial="clean",
+        required=False,
+    )
 
     class Meta:
         model = GlobalSettings
@@ -84,6 +109,9 @@ class GlobalSettingsForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         otel = (self.instance.extra or {}).get("otel") or {}
         self.fields["otel_trace_url_template"].initial = otel.get("trace_url_template") or ""
+        proxy = stored_proxy(self.instance.extra)
+        for name in ("base_url", "api_key_env", "timeout_s", "mode"):
+            self.fields[f"proxy_{name}"].initial = getattr(proxy, name) or ""
 
     def clean(self):
         data = super().clean()
@@ -99,7 +127,19 @@ class GlobalSettingsForm(forms.ModelForm):
         except ValidationError as exc:
             self.add_error("otel_trace_url_template", exc.errors()[0]["msg"])
             return data
-        data["extra"] = {**extra, "otel": otel.model_dump()}
+        section = {
+            "base_url": data.get("proxy_base_url") or None,
+            "api_key_env": data.get("proxy_api_key_env") or "AUDITOR_UPSTREAM_API_KEY",
+            "timeout_s": data.get("proxy_timeout_s") or 60.0,
+            "mode": data.get("proxy_mode") or "clean",
+        }
+        problems = proxy_problems(section)
+        for path, msgs in problems.items():
+            field = "proxy_" + path.split(".")[1] if "." in path else None
+            self.add_error(field if field in self.fields else None, " ".join(msgs))
+        if problems:
+            return data
+        data["extra"] = {**extra, "otel": otel.model_dump(), "proxy": section}
         return data
 
 

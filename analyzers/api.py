@@ -38,5 +38,6 @@ def put_config(request: HttpRequest, body: dict[str, Any] = Body(...)):  # noqa:
         actor=f"api-key:{request.auth.name}",
         source="api",
         custom_judges=judges if judges is not None else [],
+        proxy=body.get("proxy") or {},
     )
     return export_config()

@@ -26,6 +26,8 @@ from pydantic import ValidationError
 from analyzers.engine.config import AUDITOR_KEYS, AuditorConfig, is_valid_threshold
 from analyzers.engine.custom_judge import judge_from_dict
 from analyzers.engine.registry import Registry, build_registry
+from analyzers.proxy_config import SECTION as PROXY_SECTION
+from analyzers.proxy_config import ProxyConfig, parse_proxy, proxy_problems, stored_proxy
 
 from .models import (
     AllowedHost,
@@ -146,7 +148,7 @@ def _build_config() -> AuditorConfig:
         analyzers.setdefault(PROMPT_LEAK_ID, {"enabled": True})["patterns"] = patterns
     return AuditorConfig.model_validate(
         {
-            **(glob.extra or {}),
+            **{k: v for k, v in (glob.extra or {}).items() if k != PROXY_SECTION},
             "threshold": glob.threshold,
             "max_concurrency": glob.max_concurrency,
             "analyzer_timeout_s": glob.analyzer_timeout_s,
@@ -222,7 +224,19 @@ def config_to_dict(config: AuditorConfig, custom_judges: list[dict] | None = Non
 
 
 def export_config() -> dict[str, Any]:
-    return config_to_dict(load_config(), custom_judges_data())
+    return _full_dict(load_config())
+
+
+def load_proxy_config() -> ProxyConfig:
+    """The `proxy` section (analyzers/proxy_config.py), stored with the global settings."""
+    return stored_proxy(GlobalSettings.load().extra)
+
+
+def _full_dict(config: AuditorConfig) -> dict[str, Any]:
+    """The configuration file: the engine's configuration, custom judges, the proxy."""
+    data = config_to_dict(config, custom_judges_data())
+    data[PROXY_SECTION] = load_proxy_config().model_dump(mode="json")
+    return data
 
 
 def invalidate_cache(**kwargs: Any) -> None:
@@ -239,6 +253,7 @@ def parse_config(data: dict[str, Any]) -> tuple[AuditorConfig, list[dict] | None
         raise ConfigError({"__root__": ["the configuration must be a JSON object"]})
     data = dict(data)
     judges = data.pop("custom_judges", None)
+    proxy_errors = proxy_problems(data.pop(PROXY_SECTION, None))
     try:
         config = AuditorConfig.model_validate(data)
     except ValidationError as exc:
@@ -247,7 +262,7 @@ def parse_config(data: dict[str, Any]) -> tuple[AuditorConfig, list[dict] | None
             path = ".".join(str(p) for p in err["loc"]) or "__root__"
             errors.setdefault(path, []).append(err["msg"])
         raise ConfigError(errors) from None
-    errors = {}
+    errors = dict(proxy_errors)
     if judges is not None:
         if not isinstance(judges, list) or not all(isinstance(j, dict) for j in judges):
             errors["custom_judges"] = ["must be a list of objects"]
@@ -308,9 +323,9 @@ def recording_change(*, actor: str, source: str, user: Any = None) -> Iterator[N
     token = _recording.set(True)
     try:
         with transaction.atomic():
-            before = config_to_dict(_build_config(), custom_judges_data())
+            before = _full_dict(_build_config())
             yield
-            after = config_to_dict(_build_config(), custom_judges_data())
+            after = _full_dict(_build_config())
             diff = _diff(before, after)
             if diff:
                 ConfigChange.objects.create(
@@ -339,19 +354,31 @@ def save_config(
     source: str = "api",
     user: Any = None,
     custom_judges: list[dict[str, Any]] | None = None,
+    proxy: ProxyConfig | dict[str, Any] | None = None,
 ) -> AuditorConfig:
     """Replace the stored configuration with `config` and record the change.
 
-    `custom_judges=None` leaves the custom judges as they are.
+    `custom_judges=None` leaves the custom judges as they are; so does `proxy=None` the
+    proxy section, except that a configuration file (a dict) without one sets the defaults.
     """
     if isinstance(config, dict):
+        if proxy is None:
+            proxy = config.get(PROXY_SECTION) or {}
         config, parsed_judges = parse_config(config)
         if custom_judges is None:
             custom_judges = parsed_judges
+    if proxy is not None and not isinstance(proxy, ProxyConfig):
+        try:
+            proxy = parse_proxy(proxy)
+        except ValueError:
+            raise ConfigError(proxy_problems(proxy)) from None
     with recording_change(actor=actor, source=source, user=user):
         top = config.model_dump(mode="json")
         for key in TOP_LEVEL_COLUMNS:
             top.pop(key)
+        if proxy is None:
+            proxy = load_proxy_config()
+        top[PROXY_SECTION] = proxy.model_dump(mode="json")
         GlobalSettings.objects.update_or_create(
             pk=1,
             defaults={

@@ -5,9 +5,11 @@ Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_
 get 413 before they are read (auditor_site/body_limit.py). Requests and WebSockets wait at
 most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
-`POST /api/audits/stream` goes to a plain ASGI app in front of Django (Django reads a
-whole body before its views run); `/ws/ingest/` is authenticated by API key; the live
-pages' sockets need a staff session and the same origin (scheme, host and port).
+`POST /api/audits/stream` and the OpenAI-compatible proxy (`/v1/chat/completions`,
+`/v1/models`) go to plain ASGI apps in front of Django (Django reads a whole body before
+its views run, and cannot see a client leave mid-answer); `/ws/ingest/` is authenticated
+by API key; the live pages' sockets need a staff session and the same origin (scheme,
+host and port).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from django.conf import settings  # noqa: E402
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
+from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
+from audits.api.proxy import proxy_endpoint  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
@@ -43,6 +47,8 @@ async def route_http(scope, receive, send):
     lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
+    elif scope["path"] in PROXY_PATHS:  # the OpenAI-compatible proxy (audits/api/proxy/)
+        await proxy_endpoint(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
 

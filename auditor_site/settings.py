@@ -240,6 +240,12 @@ AUDITOR_LARGE_AUDIT_CHARS = envint("AUDITOR_LARGE_AUDIT_CHARS", 100_000)
 AUDITOR_EXTRA_ANALYZERS = envlist("AUDITOR_EXTRA_ANALYZERS", [])
 # Link health checks may reach private networks (intranets, tests). Off by default: SSRF guard.
 AUDITOR_ALLOW_PRIVATE_NETWORKS = envbool("AUDITOR_ALLOW_PRIVATE_NETWORKS", False)
+# The OpenAI-compatible proxy (POST /v1/chat/completions, analyzers/proxy_config.py):
+# `proxy.api_key_env` may only name variables matching AUDITOR_PROXY_KEY_ENVS (exact names or
+# prefixes ending in `*`); `proxy.base_url` passes the SSRF guard unless
+# AUDITOR_PROXY_ALLOW_PRIVATE (a model server on localhost or the LAN).
+AUDITOR_PROXY_KEY_ENVS = envlist("AUDITOR_PROXY_KEY_ENVS", ["AUDITOR_UPSTREAM_*"])
+AUDITOR_PROXY_ALLOW_PRIVATE = envbool("AUDITOR_PROXY_ALLOW_PRIVATE", False)
 
 # What the configuration (admin API keys, staff) may name; the environment decides
 # (analyzers/policy.py). `llm.api_key_env` must match AUDITOR_LLM_KEY_ENVS (exact names,

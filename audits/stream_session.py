@@ -157,6 +157,22 @@ def _save_progress(run_id: Any, response: str, cleaned: str, trace: list[tuple[i
 
 
 @database_sync_to_async
+def _annotate_run(run_id: Any, metadata: dict[str, Any], external_id: str | None) -> None:
+    from django.db import IntegrityError, transaction
+
+    run = AuditRun.objects.only("metadata", "external_id", "api_key_id").get(pk=run_id)
+    AuditRun.objects.filter(pk=run_id).update(metadata={**(run.metadata or {}), **metadata})
+    if external_id and run.external_id is None:
+        taken = AuditRun.objects.filter(api_key_id=run.api_key_id, external_id=external_id)
+        if not taken.exists():
+            try:
+                with transaction.atomic():
+                    AuditRun.objects.filter(pk=run_id).update(external_id=external_id[:200])
+            except IntegrityError:  # taken meanwhile: the id stays in the metadata only
+                pass
+
+
+@database_sync_to_async
 def _heartbeat(run_id: Any) -> None:
     AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
         started_at=timezone.now()
@@ -217,6 +233,11 @@ class StreamSession:
     size: int = 0
     closed: bool = False
     heartbeat: asyncio.Task | None = None
+    # The configured redflag `max_chars`; with `split_long = True` (the proxy) a paragraph
+    # held longer than that is audited and sent in pieces (`_cut`), so a transport holds at
+    # most one paragraph + max_chars of unsent text.
+    max_chars: int = 3000
+    split_long: bool = False
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -232,6 +253,9 @@ class StreamSession:
                         "streaming": True})
         session = cls(run_id=run.pk, auditor=auditor,
                       max_trace_lines=config.limits.max_trace_lines)
+        max_chars = config.analyzer_section("redflag").get("max_chars")
+        if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
+            session.max_chars = max_chars
         session.heartbeat = asyncio.create_task(_beat(run.pk))
         return session
 
@@ -264,20 +288,28 @@ class StreamSession:
             self.received.append(line)
             self.fed_chars += len(line)
             out = self.auditor.feed(line)
+            if not out and self.split_long and self.fed_chars - self.audited_chars > self.max_chars:
+                out = self._cut(last_line_done=True)
             if out:
                 self.audited_chars = self.fed_chars
                 events.extend(self._events(out))
+        if self.split_long and self.fed_chars - self.audited_chars + len(self.partial) > self.max_chars:
+            events.extend(self._events(self._cut(last_line_done=False)))
+            self.audited_chars = self.fed_chars
         if events:
             await self._persist(events)
         return events
 
-    async def close(self, *, complete: bool) -> list[Event]:
-        """Flush the last paragraph, run the post-stream audit, store it: the last events."""
-        if self.closed:
+    @property
+    def pending(self) -> bool:
+        """True while text has arrived whose paragraph is not audited yet."""
+        return bool(self.partial) or self.fed_chars > self.audited_chars
+
+    async def end_text(self) -> list[Event]:
+        """The text is over (the stream goes on, e.g. with tool calls): audit the last
+        paragraph now; `close()` later stores the final audit. The events to send."""
+        if self.auditor._finished:
             return []
-        self.closed = True
-        if self.heartbeat is not None:
-            self.heartbeat.cancel()
         out = []
         if self.partial:
             self.received.append(self.partial)
@@ -288,6 +320,21 @@ class StreamSession:
         self.audited_chars = self.fed_chars
         events = self._events(out)
         await self._persist(events)
+        return events
+
+    async def annotate(self, *, metadata: dict[str, Any], external_id: str | None = None) -> None:
+        """Add to the run's metadata (and set its `external_id` when it has none and the
+        key has not used it) before `close()`: what a transport learns as the stream ends."""
+        await _annotate_run(self.run_id, metadata, external_id)
+
+    async def close(self, *, complete: bool) -> list[Event]:
+        """Flush the last paragraph, run the post-stream audit, store it: the last events."""
+        if self.closed:
+            return []
+        self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        events = await self.end_text()
         response = "".join(self.received)
         audit = await sync_to_async(_finish_run, thread_sensitive=False)(
             self.run_id, response, not complete
@@ -308,6 +355,33 @@ class StreamSession:
             self.run_id, response, detail
         )
         return [("audit", audit)]
+
+    def _cut(self, *, last_line_done: bool) -> list:
+        """End the held paragraph here, audit it and return its piece: a line end and a
+        blank line are fed to the auditor but are not part of the response, so they are
+        taken out of what is sent. An unfinished line is cut at its last blank (words and
+        URLs stay whole) or, without one, at `max_chars`."""
+        out = []
+        added_newline = False
+        if not last_line_done and self.partial:
+            text = self.partial
+            blank = max(text.rfind(" "), text.rfind("\t"))
+            cut = blank + 1 if blank > 0 else min(len(text), self.max_chars)
+            head, self.partial = text[:cut], text[cut:]
+            self.received.append(head)
+            self.fed_chars += len(head)
+            out += self.auditor.feed(head + "\n")
+            added_newline = True
+        out += self.auditor.feed("\n")
+        if out and out[-1].text == "\n" and not out[-1].trace:
+            out.pop()  # the blank line we added
+        if added_newline:
+            for piece in reversed(out):
+                if piece.text:
+                    if piece.text.endswith("\n"):
+                        piece.text = piece.text[:-1]
+                    break
+        return out
 
     def _events(self, paragraphs) -> list[Event]:
         events: list[Event] = []

@@ -71,6 +71,7 @@ def server_url(django_db_setup, tmp_path_factory) -> Iterator[str]:
         "DATABASE_URL": child_database_url(),
         "DEBUG": "true",  # serves /static/ the way `make run` does
         "PYTHONUNBUFFERED": "1",
+        "AUDITOR_PROXY_ALLOW_PRIVATE": "true",  # the proxy's scripted upstream is on 127.0.0.1
     }
     log = tmp_path_factory.mktemp("server") / "server.log"
     for _attempt in range(3):

@@ -1,0 +1,128 @@
+"""The `proxy` section of the configuration: where `POST /v1/chat/completions` sends requests.
+
+```json
+"proxy": {"base_url": null, "api_key_env": "AUDITOR_UPSTREAM_API_KEY", "timeout_s": 60, "mode": "clean"}
+```
+
+The section is stored with the global settings (their `extra` JSON) and travels with the
+rest of the configuration (admin, `import_config`/`export_config`, `/api/config`). The
+operator's environment limits what it may name, so a configuration can never widen them:
+
+- `api_key_env` must match `AUDITOR_PROXY_KEY_ENVS` (exact names, or prefixes ending in
+  `*`; `AUDITOR_UPSTREAM_*` by default): the configuration can never make the proxy send
+  `SECRET_KEY` or `DATABASE_URL` upstream as a bearer token;
+- `base_url` must be http(s) without credentials, and goes through the link checker's SSRF
+  guard at every request (public addresses, ports 80/443, resolved once and pinned) unless
+  `AUDITOR_PROXY_ALLOW_PRIVATE` (a model server on localhost or the LAN).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import httpx
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analyzers.engine.linkcheck import ALLOWED_PORTS, is_public_address
+
+SECTION = "proxy"
+
+
+class ProxyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(default=None, max_length=500)
+    api_key_env: str = Field(default="AUDITOR_UPSTREAM_API_KEY", min_length=1, max_length=200)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    mode: Literal["clean", "observe"] = "clean"
+
+    def api_key(self) -> str | None:
+        """The upstream key from the environment, only when the operator allows the name."""
+        if key_env_problem(self.api_key_env):
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+
+def name_allowed(name: str, allowed: Iterable[str]) -> bool:
+    """True when `name` equals an entry, or starts with an entry written as `PREFIX*`."""
+    for entry in allowed:
+        if entry.endswith("*"):
+            if name.startswith(entry[:-1]) and len(name) > len(entry) - 1:
+                return True
+        elif name == entry:
+            return True
+    return False
+
+
+def key_env_problem(name: str) -> str | None:
+    allowed = settings.AUDITOR_PROXY_KEY_ENVS
+    if name_allowed(name, allowed):
+        return None
+    return (
+        f"{name!r} is not an allowed key variable; the operator allows "
+        f"{', '.join(allowed) or 'none'} (AUDITOR_PROXY_KEY_ENVS)"
+    )
+
+
+def base_url_problem(url: str) -> str | None:
+    """What is wrong with `url` without a DNS lookup (every request is guarded again)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "not a valid URL"
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return "must be an absolute http:// or https:// URL"
+    if parsed.userinfo:
+        return "must not contain credentials (use api_key_env)"
+    if settings.AUDITOR_PROXY_ALLOW_PRIVATE:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    hint = " (an upstream on a private network needs AUDITOR_PROXY_ALLOW_PRIVATE=true)"
+    if port not in ALLOWED_PORTS:
+        return f"port {port} is not allowed{hint}"
+    host = parsed.host.strip("[]")
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is not a public host{hint}"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return None if is_public_address(host) else f"{host} is not a public address{hint}"
+
+
+def proxy_problems(data: Any) -> dict[str, list[str]]:
+    """Problems of a `proxy` section, keyed by dotted path (`proxy.base_url`, ...)."""
+    try:
+        proxy = ProxyConfig.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for err in exc.errors():
+            path = ".".join([SECTION, *map(str, err["loc"])])
+            errors.setdefault(path, []).append(err["msg"])
+        return errors
+    errors = {}
+    if problem := key_env_problem(proxy.api_key_env):
+        errors[f"{SECTION}.api_key_env"] = [problem]
+    if proxy.base_url and (problem := base_url_problem(proxy.base_url)):
+        errors[f"{SECTION}.base_url"] = [problem]
+    return errors
+
+
+def parse_proxy(data: Any) -> ProxyConfig:
+    """A valid section (`None`: the defaults); raises ValueError naming the problems."""
+    errors = proxy_problems(data)
+    if errors:
+        raise ValueError("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+    return ProxyConfig.model_validate(data if data is not None else {})
+
+
+def stored_proxy(extra: dict[str, Any] | None) -> ProxyConfig:
+    """The section as stored in the global settings' `extra` (defaults when missing/invalid)."""
+    try:
+        return ProxyConfig.model_validate((extra or {}).get(SECTION) or {})
+    except ValidationError:
+        return ProxyConfig()
