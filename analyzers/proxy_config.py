@@ -18,16 +18,14 @@ operator's environment limits what it may name, so a configuration can never wid
 
 from __future__ import annotations
 
-import ipaddress
 import os
-from collections.abc import Iterable
 from typing import Any, Literal
 
-import httpx
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analyzers.engine.linkcheck import ALLOWED_PORTS, is_public_address
+from analyzers.engine.linkcheck import static_url_problem
+from analyzers.engine.llm.policy import name_allowed
 
 SECTION = "proxy"
 
@@ -47,17 +45,6 @@ class ProxyConfig(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
 
-def name_allowed(name: str, allowed: Iterable[str]) -> bool:
-    """True when `name` equals an entry, or starts with an entry written as `PREFIX*`."""
-    for entry in allowed:
-        if entry.endswith("*"):
-            if name.startswith(entry[:-1]) and len(name) > len(entry) - 1:
-                return True
-        elif name == entry:
-            return True
-    return False
-
-
 def key_env_problem(name: str) -> str | None:
     allowed = settings.AUDITOR_PROXY_KEY_ENVS
     if name_allowed(name, allowed):
@@ -70,28 +57,10 @@ def key_env_problem(name: str) -> str | None:
 
 def base_url_problem(url: str) -> str | None:
     """What is wrong with `url` without a DNS lookup (every request is guarded again)."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "not a valid URL"
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        return "must be an absolute http:// or https:// URL"
-    if parsed.userinfo:
-        return "must not contain credentials (use api_key_env)"
-    if settings.AUDITOR_PROXY_ALLOW_PRIVATE:
-        return None
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    hint = " (an upstream on a private network needs AUDITOR_PROXY_ALLOW_PRIVATE=true)"
-    if port not in ALLOWED_PORTS:
-        return f"port {port} is not allowed{hint}"
-    host = parsed.host.strip("[]")
-    if host == "localhost" or host.endswith(".localhost"):
-        return f"{host} is not a public host{hint}"
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return None if is_public_address(host) else f"{host} is not a public address{hint}"
+    problem = static_url_problem(url, allow_private=settings.AUDITOR_PROXY_ALLOW_PRIVATE)
+    if problem and not settings.AUDITOR_PROXY_ALLOW_PRIVATE:
+        problem += " (an upstream on a private network needs AUDITOR_PROXY_ALLOW_PRIVATE=true)"
+    return problem
 
 
 def proxy_problems(data: Any) -> dict[str, list[str]]:
