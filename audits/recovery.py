@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 from django.db.models import Q
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from .heartbeats import running_run_ids
@@ -278,6 +279,13 @@ def recover_stale_runs(
     else:
         requeued_unqueued = []
     if enqueue:
-        for run_id in [*requeued_unqueued, *pending]:
-            enqueue_audit(run_id)
+        again = [*requeued_unqueued, *pending]
+        large = set(
+            AuditRun.objects.filter(pk__in=again)
+            .annotate(chars=Length("response"))
+            .filter(chars__gte=settings.AUDITOR_LARGE_AUDIT_CHARS)
+            .values_list("pk", flat=True)
+        ) if again else set()
+        for run_id in again:
+            enqueue_audit(run_id, large=run_id in large)  # large ones keep their own lane
     return {"requeued": len(requeued), "failed": failed, "pending_requeued": len(pending)}

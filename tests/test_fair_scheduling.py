@@ -113,3 +113,28 @@ def test_huge_waits_of_one_key_do_not_starve_others(tmp_path, make_key):
                 break
             time.sleep(0.2)
         assert AuditRun.objects.filter(pk__in=ids, status="complete").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recovery_requeues_a_large_audit_on_its_own_lane(thread_tasks, settings):
+    from django.tasks.signals import task_enqueued
+    from django.utils import timezone
+
+    from audits.recovery import recover_stale_runs
+    from audits.services import submit_audit
+
+    settings.AUDITOR_LARGE_AUDIT_CHARS = 50
+    small = submit_audit(user_input="q", response="A short answer.", enqueue=False)
+    big = submit_audit(user_input="q", response="A long answer. " * 10, enqueue=False)
+    queues: dict[str, str] = {}
+
+    def seen(sender, task_result, **kwargs):
+        queues[str(task_result.args[0])] = task_result.task.queue_name
+
+    task_enqueued.connect(seen)
+    try:
+        recover_stale_runs(pending_before=timezone.now())
+    finally:
+        task_enqueued.disconnect(seen)
+    assert thread_tasks.wait_idle(timeout=30)
+    assert queues == {str(small.pk): "default", str(big.pk): LARGE_QUEUE}
