@@ -403,9 +403,16 @@ class AlertRule(models.Model):
             errors["__all__"] = "Set at least one condition (score, annotation type, severity or analyzer)."
         if self.min_overall_score is not None and not 0.0 <= self.min_overall_score <= 1.0:
             errors["min_overall_score"] = "The score is between 0 and 1."
-        scheme = (self.webhook_url or "").split(":", 1)[0].lower()
-        if scheme not in ("http", "https"):
-            errors["webhook_url"] = "Only http and https webhooks."
+        # The SSRF guard's check without DNS (every delivery is guarded again).
+        from django.conf import settings
+
+        from analyzers.engine.linkcheck import static_url_problem
+
+        problem = static_url_problem(
+            self.webhook_url or "", allow_private=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS
+        )
+        if problem:
+            errors["webhook_url"] = f"Not a webhook the auditor may call: {problem}."
         count = self.min_count if self.min_count is not None else 1  # None: a field error
         if count < 1:
             errors["min_count"] = "At least 1."

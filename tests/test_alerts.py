@@ -172,6 +172,10 @@ def test_every_condition_that_is_set_must_hold():
         ({"min_overall_score": 1.5}, "min_overall_score"),
         ({"min_overall_score": -0.1}, "min_overall_score"),
         ({"min_severity": "critical", "webhook_url": "ftp://hooks.example.com/x"}, "webhook_url"),
+        # SSRF: internal addresses are refused when the rule is saved, not only on delivery.
+        ({"min_severity": "critical", "webhook_url": "http://127.0.0.1:8000/x"}, "webhook_url"),
+        ({"min_severity": "critical", "webhook_url": "http://169.254.169.254/"}, "webhook_url"),
+        ({"min_severity": "critical", "webhook_url": "http://localhost/hook"}, "webhook_url"),
         ({"min_severity": "critical", "min_count": 3}, "window_minutes"),
         ({"min_severity": "critical", "min_count": 0, "window_minutes": 5}, "min_count"),
     ],
