@@ -20,8 +20,8 @@ from pydantic import Field
 from ..base import Analyzer, AnalyzerSettings, AuditContext
 from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
 from ..linkcheck import LinkChecker
+from .context import LABELS
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
-from .pipeline import LABELS
 from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
 from .stream import GuardrailResult, audit_text
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
+from .context import Ctx
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
 from .records import link_record
+from .settings import GuardrailSettings
 from .text import BlankRuns, one_line
 from .urls import (
     USERINFO,
@@ -18,10 +19,6 @@ from .urls import (
     is_tech_doc,
     tech_doc_path_allowed,
 )
-
-if TYPE_CHECKING:
-    from .pipeline import Ctx
-    from .settings import GuardrailSettings
 
 GENERIC_LABELS = frozenset(
     {
