@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -46,6 +46,15 @@ class LLMConfig(BaseModel):
         return bool(self.base_url and self.model)
 
 
+class LinksConfig(BaseModel):
+    """Link rules for the whole configuration (CONTRACT.md section 5, wave 2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # a bare URL to a host that is not allowed is removed, or defanged (hxxps://evil[.]example)
+    bare_urls: Literal["strip", "defang"] = "strip"
+
+
 def is_valid_threshold(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 1
 
@@ -68,6 +77,7 @@ class AuditorConfig(BaseModel):
     brand: Brand = Field(default_factory=Brand)
     known_customers: list[KnownCustomer] = Field(default_factory=list)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    links: LinksConfig = Field(default_factory=LinksConfig)
 
     @field_validator("analyzers")
     @classmethod

@@ -26,6 +26,7 @@ LABELS = {
     "DANGLING_ATTRIBUTION": "Dangling attribution removed",
     "LINK_UNHEALTHY": "Link is not healthy",
     "UNGROUNDED_CUSTOMER_CLAIM": "Ungrounded customer claim removed",
+    "HTML_UNSAFE_MARKUP": "Raw HTML removed or sanitised",
 }
 
 
@@ -61,7 +62,9 @@ class Ctx:
         self.base = base
         self.settings = settings
         self.sources = sources
-        self.doc = Doc(text, base)
+        # a renderer reads NUL as U+FFFD (CommonMark): one character for one, so the
+        # offsets still map onto the original
+        self.doc = Doc(text.replace("\x00", "\ufffd") if "\x00" in text else text, base)
         self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
         self._links: tuple[str, list[MdLink]] | None = None

@@ -3,20 +3,32 @@ dangling attributions."""
 
 from __future__ import annotations
 
+import html
 import re
 from functools import lru_cache
 
+from .autolinks import (
+    DOMAIN,
+    EMAIL,
+    defang,
+    escape_dots,
+    find_bare_urls,
+    inert,
+    may_hold_url,
+    url_like,
+)
 from .context import Ctx
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
 from .records import link_record
 from .settings import GuardrailSettings
-from .text import BlankRuns, one_line
+from .text import BlankRuns, SpanSet, merge_spans, one_line
 from .urls import (
     USERINFO,
     CanonicalURL,
     canonicalize,
     host_allowed,
     is_tech_doc,
+    parse_http_url,
     tech_doc_path_allowed,
 )
 
@@ -117,6 +129,25 @@ def with_suffix(title: str, suffix: str) -> str:
     return base + suffix if suffix.strip() else base
 
 
+_TAB_NEWLINE = re.compile(r"[\t\n\r]")
+_UNSAFE_IN_DESTINATION = re.compile(r"[\x00-\x20\x7f\\<>()]")
+
+
+def anchor_destination(href: str) -> str:
+    """A markdown destination that means what the anchor's href means to a browser.
+
+    The href is read as a browser reads an attribute (entities decoded, tabs and newlines
+    dropped: the WHATWG parser); a URL it cannot use is kept percent-encoded, so that the
+    markdown link still forms and the link rules judge it.
+    """
+    value = html.unescape(href) if "&" in href else href
+    canon = parse_http_url(value)
+    if canon.url is not None:
+        return format_destination(canon.url)
+    value = _TAB_NEWLINE.sub("", value).strip()
+    return _UNSAFE_IN_DESTINATION.sub(lambda m: f"%{ord(m.group(0)):02X}", value) or "%20"
+
+
 def convert_anchors(ctx: Ctx) -> None:
     if "<a" not in ctx.doc.text and "<A" not in ctx.doc.text:
         return
@@ -124,7 +155,7 @@ def convert_anchors(ctx: Ctx) -> None:
     edits = []
     for anchor in scan_anchors(ctx.doc.text, code):
         label = " ".join(anchor.label.split())
-        markdown = f"[{escape_label(label)}]({format_destination(anchor.href.strip())})"
+        markdown = f"[{escape_label(label)}]({anchor_destination(anchor.href)})"
         ctx.annotate(
             "links",
             "HTML_ANCHOR_CONVERTED",
@@ -271,16 +302,25 @@ def _strip(
     edits: list,
     removed: list,
 ) -> None:
-    """Strip a link, keeping its label; an autolink or definition goes entirely."""
+    """Strip a link, keeping its label unless the label is itself URL-like; an autolink,
+    a definition or an image (fetched without a click) goes entirely."""
     ctx.annotate("links", code, severity, why, link.start, link.end)
     ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
     ctx.out.links.append(link_record(url, link.label, "strip", code))
     if link.kind == "definition":
         edits.append((link.start, link.end, ""))
         return
-    label = "" if link.kind == "autolink" else link.label
+    label = kept_label(link)
     removed.append((len(edits), label))
     edits.append((link.start, link.end, label))
+
+
+def kept_label(link: MdLink) -> str:
+    """What a stripped link leaves: its label, unless a renderer could link the label
+    itself, or the link was an image or autolink."""
+    if link.kind in ("autolink", "image", "definition"):
+        return ""
+    return "" if url_like(link.label) else link.label
 
 
 def _any_unsafe(ctx: Ctx) -> bool:
@@ -297,8 +337,7 @@ def _neutralise(ctx: Ctx) -> None:
             if code_ is not None:
                 ctx.annotate("links", code_, severity, why, link.start, link.end)
                 ctx.trace("STRIP", code_, canonical(link.dest).url or link.dest)
-                keep = "" if link.kind in ("definition", "autolink") else link.label
-                edits.append((link.start, link.end, keep))
+                edits.append((link.start, link.end, kept_label(link)))
         if not edits:
             return
         ctx.doc.apply(edits)
@@ -404,3 +443,60 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
         edits.append((start, end, replacement))
     if edits:
         ctx.doc.apply(edits)
+
+
+def audit_bare_urls(ctx: Ctx) -> None:
+    """Bare URLs, `www.` hosts, `//host`, e-mail addresses and bare domains that a GFM or
+    linkify renderer would link: each is judged like a link. One to a host that is not
+    allowed is removed (or defanged, `bare_urls: "defang"`); a bare domain name is made
+    non-linkable in place (`setup\\.py` renders as setup.py)."""
+    text = ctx.doc.text
+    if not may_hold_url(text):
+        return
+    code, _ = ctx.code()
+    links = ctx.links()
+    skip = code
+    if links:
+        skip = SpanSet(merge_spans(code.spans, [(link.start, link.end) for link in links]))
+    settings = ctx.settings
+    edits: list[tuple[int, int, str]] = []
+    for bare in find_bare_urls(text, settings.allowed_hosts, skip):
+        evidence = text[bare.start:bare.end]
+        if bare.allowed:
+            ctx.out.trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+            if bare.kind != EMAIL:
+                ctx.out.links.append(link_record(canonical(_as_url(bare)).url or bare.url,
+                                                 evidence, "keep"))
+            continue
+        if bare.unsafe_scheme:
+            code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
+                                    "A bare URL with a scheme that is not http(s).")
+        elif bare.kind == DOMAIN:
+            code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
+            why = f"Bare domain {bare.host} made non-linkable (a renderer would link it)."
+        else:
+            code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
+            why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
+        ctx.annotate("links", code_, severity, why, bare.start, bare.end)
+        if bare.kind == DOMAIN:
+            ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
+            edits.append((bare.start, bare.end, escape_dots(evidence)))
+            continue
+        ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
+        ctx.out.links.append(link_record(bare.url, evidence, "strip", code_))
+        if settings.bare_urls == "defang":
+            replacement = defang(evidence)
+            if url_like(replacement):
+                replacement = inert(replacement)
+        else:
+            replacement = ""
+        edits.append((bare.start, bare.end, replacement))
+    if edits:
+        ctx.doc.apply(edits)
+
+
+def _as_url(bare) -> str:
+    url = bare.url
+    if url.startswith("//"):
+        return "https:" + url
+    return url if "://" in url else "http://" + url

@@ -1,15 +1,22 @@
 """All guardrail rules applied to one paragraph, in the reference order.
 
-prompt leak -> HTML anchors -> link classification (with label upgrade) -> label suffix
-normalisation -> dangling attributions -> customer-claim grounding. Each step edits a
-`Doc`, so every annotation keeps offsets into the original response.
+prompt leak -> HTML anchors -> raw HTML -> link classification (with label upgrade) ->
+label suffix normalisation -> dangling attributions -> bare URLs -> customer-claim
+grounding. Each step edits a `Doc`, so every annotation keeps offsets into the original
+response.
+
+The rendering model: the cleaned text is safe for CommonMark with the GFM autolink
+extension and raw HTML enabled (markdown-it-py with linkify). Everything such a renderer
+makes a navigable or fetched URL is judged: links, images, autolinks, definitions, bare
+URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attributes.
 """
 
 from __future__ import annotations
 
 from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
 from .grounding import audit_grounding
-from .links import audit_links, convert_anchors, strip_dangling
+from .links import audit_bare_urls, audit_links, convert_anchors, strip_dangling
+from .markup import sanitize_markup
 from .prompt_leak import strip_prompt_leaks
 from .settings import GuardrailSettings, SourceIndex
 
@@ -25,9 +32,15 @@ def audit_paragraph(
     if settings.links:
         if "<a" in ctx.doc.text or "<A" in ctx.doc.text:  # else there is no anchor
             convert_anchors(ctx)
+        if "<" in ctx.doc.text:
+            sanitize_markup(ctx)
         stripped_at = audit_links(ctx)
         if stripped_at:
             strip_dangling(ctx, stripped_at)
+        before = ctx.doc.text
+        audit_bare_urls(ctx)
+        if ctx.doc.text is not before and "<" in ctx.doc.text:
+            sanitize_markup(ctx)  # a removal may have joined the pieces of a tag
     if settings.grounding:
         audit_grounding(ctx)
     ctx.out.text = ctx.doc.text

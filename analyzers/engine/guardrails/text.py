@@ -292,6 +292,11 @@ class SpanSet:
             return self.spans[i]
         return None
 
+    def next_start(self, pos: int) -> int | None:
+        """Where the first span starting after `pos` starts, or None."""
+        i = bisect_right(self._starts, pos)
+        return self.spans[i][0] if i < len(self.spans) else None
+
     def covers(self, start: int, end: int) -> bool:
         span = self.containing(start)
         return span is not None and end <= span[1]
