@@ -51,6 +51,8 @@ def url_verdict(value: str, allowed: tuple[str, ...]) -> str | None:
         canon = parse_http_url("http://" + domain + "/")
         ok = canon.url is not None and host_allowed(canon.host, allowed)
         return None if ok else f"mailto to {domain}"
+    if value.startswith("//"):  # protocol-relative: the chat page's scheme, https
+        value = "https:" + value
     canon = parse_http_url(value)
     if canon.url is None:
         return f"not a usable http(s) URL: {value!r} ({canon.problem})"

@@ -45,8 +45,9 @@ _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.
 _RUN_END = re.compile(r"[\s<>]")
 _TRAILING = ".,:;!?*_~'\")]}"
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
+# (the local part as linkify reads it: also ; : & = $ , and ")
 _EMAIL = re.compile(
-    r"(?:mailto:)?[\w.+\-]+@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+[^\W\d_][\w\-]*)", re.IGNORECASE
+    r"(?:mailto:)?[\w.+\-;:&=$,\"]+@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+[^\W\d_][\w\-]*)", re.IGNORECASE
 )
 # a domain linkify links without a scheme: not after a letter, digit or one of . : / - _ @
 # (a label is made of "pseudo-letters", as linkify reads them: letters, digits and symbols
@@ -88,10 +89,30 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+_PLAIN_AUTHORITY = re.compile(r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z0-9\-]+\.?(?::\d{1,5})?")
+_AUTHORITY_STOP = re.compile(r"[/?#\\]")
+
+
 def _judge(url: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
+    """The host a browser reads, and whether the URL may stay: only when its host is
+    allowed and written plainly (letters, digits, dots, hyphens, a port), because a
+    renderer may cut any other authority somewhere else than the URL parser does
+    (`https://acme.exam%70le` is linked as `https://acme.exam`)."""
     canon = parse_http_url(url)
     ok = canon.url is not None and canon.problem != USERINFO and host_allowed(canon.host, allowed)
+    if ok:
+        rest = url.split("//", 1)[1] if "//" in url else url
+        stop = _AUTHORITY_STOP.search(rest)
+        ok = _PLAIN_AUTHORITY.fullmatch(rest[:stop.start()] if stop else rest) is not None
     return canon.host, ok
+
+
+def _skip_host(core: str, pos: int) -> int:
+    """Past the plainly written host (and userinfo, port) starting at `pos`."""
+    n = len(core)
+    while pos < n and (core[pos].isalnum() or core[pos] in ".-:@"):
+        pos += 1
+    return pos
 
 
 def _destinations(core: str, allowed: tuple[str, ...]):
@@ -125,13 +146,12 @@ def _destinations(core: str, allowed: tuple[str, ...]):
                 host, ok = _judge(url, allowed)
                 found.append((core[k:end_at], host, LINK, ok, False, end_at))
             pos = k + 2
-            # skip the authority: its dots and "@" belong to this destination
-            while pos < n and core[pos] not in "/?#":
-                pos += 1
+            if scheme in ("http", "https", "ftp") or not scheme:
+                pos = _skip_host(core, pos)  # its dots and "@" belong to this destination
             continue
         if token == "@":
             start = k
-            while start > 0 and (core[start - 1].isalnum() or core[start - 1] in "._+-"):
+            while start > 0 and (core[start - 1].isalnum() or core[start - 1] in '._+-;:&=$,"'):
                 start -= 1
             e = _EMAIL.match(core, start)
             if e is not None and e.end() > k:
@@ -151,7 +171,7 @@ def _destinations(core: str, allowed: tuple[str, ...]):
             url = "http://" + core[start:end]
             host, ok = _judge(url, allowed)
             found.append((core[start:end], host, LINK, ok, False, end))
-            pos = end
+            pos = _skip_host(core, k + 4)  # the rest may hold other destinations
             continue
         # "x.y": a bare domain when its top-level domain is one a renderer knows
         f = None
@@ -172,7 +192,7 @@ def _destinations(core: str, allowed: tuple[str, ...]):
                     end += 1
             host, ok = _judge("http://" + core[f.start():end], allowed)
             found.append((core[f.start():end], host, kind, ok, False, end))
-            pos = end
+            pos = f.end()  # the path may hold other destinations
             continue
         pos = k + 1
     return found
@@ -203,12 +223,10 @@ def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1
+        # to the next whitespace, over any code span or link: a renderer's linkify reads a
+        # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
         end_m = _RUN_END.search(text, m.end())
         end = end_m.start() if end_m else n
-        if containing is not None:
-            nxt = skip.next_start(k)
-            if nxt is not None and nxt < end:
-                end = nxt
         s, e = _trim(text, start, end)
         pos = max(end, k + 1)
         if s >= e:

@@ -10,7 +10,7 @@ from ..contract import Annotation, LinkRecord
 from .markdown import MdLink, scan_links
 from .records import annotation as make_annotation
 from .settings import GuardrailSettings, SourceIndex
-from .text import Doc, SpanSet, code_span_spans, fenced_spans, merge_spans, one_line
+from .text import Doc, SpanSet, fenced_spans, merge_spans, one_line, unbroken_code_spans
 
 PARAGRAPH_IN = "[AUDIT] ══ paragraph in ══"
 PARAGRAPH_OUT = "[AUDIT] ══ paragraph out ══"
@@ -77,7 +77,7 @@ class Ctx:
                 self._code = (text, _NO_CODE, [])
             else:
                 fences = fenced_spans(text)
-                spans = merge_spans(fences, code_span_spans(text, fences))
+                spans = merge_spans(fences, unbroken_code_spans(text, fences))
                 self._code = (text, SpanSet(spans), fences)
         return self._code[1], self._code[2]
 

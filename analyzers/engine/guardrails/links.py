@@ -286,8 +286,8 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
-    if _any_unsafe(ctx):  # a strip can let brackets around it form a new link
-        _neutralise(ctx)
+    if any_unsafe_link(ctx):  # a strip can let brackets around it form a new link
+        neutralise_links(ctx)
         return []  # the positions are stale now: leave dangling attributions be
     return [(positions[i], label) for i, label in removed]
 
@@ -323,12 +323,12 @@ def kept_label(link: MdLink) -> str:
     return "" if url_like(link.label) else link.label
 
 
-def _any_unsafe(ctx: Ctx) -> bool:
+def any_unsafe_link(ctx: Ctx) -> bool:
     settings = ctx.settings
     return any(decide(link.dest, settings)[0] for link in ctx.links())
 
 
-def _neutralise(ctx: Ctx) -> None:
+def neutralise_links(ctx: Ctx) -> None:
     """Strip links that stripping formed, then, if still needed, escape every bracket."""
     for _ in range(2):
         edits = []
@@ -445,7 +445,7 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
         ctx.doc.apply(edits)
 
 
-def audit_bare_urls(ctx: Ctx) -> None:
+def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
     """Bare URLs, `www.` hosts, `//host`, e-mail addresses and bare domains that a GFM or
     linkify renderer would link: each is judged like a link. One to a host that is not
     allowed is removed (or defanged, `bare_urls: "defang"`); a bare domain name is made
@@ -455,14 +455,22 @@ def audit_bare_urls(ctx: Ctx) -> None:
         return
     code, _ = ctx.code()
     links = ctx.links()
+    # a definition may be paragraph text to the renderer (one cannot interrupt a
+    # paragraph): its URL is read as a bare URL too
     skip = code
+    definitions = []
     if links:
-        skip = SpanSet(merge_spans(code.spans, [(link.start, link.end) for link in links]))
+        inline = [(link.start, link.end) for link in links if link.kind != "definition"]
+        definitions = [(link.start, link.end) for link in links if link.kind == "definition"]
+        if inline:
+            skip = SpanSet(merge_spans(code.spans, inline))
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
     for bare in find_bare_urls(text, settings.allowed_hosts, skip):
         evidence = text[bare.start:bare.end]
         if bare.allowed:
+            if not record_kept or any(s <= bare.start < e for s, e in definitions):
+                continue
             ctx.out.trace.append("[AUDIT] KEEP | " + one_line(bare.url))
             if bare.kind != EMAIL:
                 ctx.out.links.append(link_record(canonical(_as_url(bare)).url or bare.url,

@@ -15,12 +15,37 @@ from __future__ import annotations
 
 from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
 from .grounding import audit_grounding
-from .links import audit_bare_urls, audit_links, convert_anchors, strip_dangling
+from .links import (
+    any_unsafe_link,
+    audit_bare_urls,
+    audit_links,
+    convert_anchors,
+    neutralise_links,
+    strip_dangling,
+)
 from .markup import sanitize_markup
 from .prompt_leak import strip_prompt_leaks
 from .settings import GuardrailSettings, SourceIndex
 
 __all__ = ["LABELS", "Ctx", "ParagraphResult", "PendingClaim", "audit_paragraph"]
+
+
+MAX_SETTLE_ROUNDS = 3
+
+
+def settle(ctx: Ctx) -> None:
+    """Removals can join what was apart: a tag (`<<x>b>`), a link (`[](` + `path)`) or a
+    bare URL. Judge what they formed, a bounded number of times, then make any link left
+    inert (brackets escaped) and any tag text."""
+    for _ in range(MAX_SETTLE_ROUNDS):
+        before = ctx.doc.text
+        if "<" in before:
+            sanitize_markup(ctx)
+        if any_unsafe_link(ctx):
+            neutralise_links(ctx)
+        audit_bare_urls(ctx, record_kept=False)
+        if ctx.doc.text is before or ctx.doc.text == before:
+            return
 
 
 def audit_paragraph(
@@ -37,10 +62,8 @@ def audit_paragraph(
         stripped_at = audit_links(ctx)
         if stripped_at:
             strip_dangling(ctx, stripped_at)
-        before = ctx.doc.text
         audit_bare_urls(ctx)
-        if ctx.doc.text is not before and "<" in ctx.doc.text:
-            sanitize_markup(ctx)  # a removal may have joined the pieces of a tag
+        settle(ctx)
     if settings.grounding:
         audit_grounding(ctx)
     ctx.out.text = ctx.doc.text

@@ -36,6 +36,7 @@ USERINFO = "userinfo in URL"
 BACKSLASH = "backslash in URL authority"
 SLASHES = "not two slashes after the scheme"
 MALFORMED = "malformed URL"
+TWO_HOSTS = "host that a renderer and a browser read differently"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +119,32 @@ def parse_http_url(text: str, raw: str | None = None) -> CanonicalURL:
             problem = BACKSLASH
         elif "@" in rest[2:cut] or parts["username"] or parts["password"]:
             problem = USERINFO
-    if problem in (SLASHES, BACKSLASH):
+    if problem is None and not rest.isascii() and _naive_host(rest) != host:
+        problem = TWO_HOSTS
+    if problem in (SLASHES, BACKSLASH, TWO_HOSTS):
         return CanonicalURL(raw, None, scheme=scheme, host=host, port=port, path=path,
                             problem=problem)
     return CanonicalURL(raw, parts["href"], scheme=scheme, host=host, port=port, path=path,
                         problem=problem)
+
+
+def _naive_host(rest: str) -> str:
+    """The host as a markdown renderer writes it into the href: each non-ASCII label
+    punycoded as it stands, without the IDNA mapping a browser applies (fullwidth letters,
+    capitals, ideographic full stops); when it differs from the WHATWG host, the link
+    goes elsewhere than it seems to the rules."""
+    authority = _AUTHORITY_END.split(rest[2:] if rest.startswith("//") else rest, 1)[0]
+    host = authority.rpartition("@")[2].split(":")[0]
+    labels = []
+    for label in host.split("."):
+        if label.isascii():
+            labels.append(label.lower())
+        else:
+            try:
+                labels.append("xn--" + label.encode("punycode").decode("ascii"))
+            except UnicodeError:
+                return ""
+    return ".".join(labels)
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
