@@ -4,11 +4,10 @@ is no company, so its sentence is kept; a company name still makes an ungrounded
 from __future__ import annotations
 
 import pytest
+from test_guardrails_rules import audit, types
 
 from analyzers.engine.contract import Source
 from analyzers.engine.guardrails.grounding import is_ordinary_word
-
-from test_guardrails_rules import audit, types
 
 ORDINARY_PROSE = [
     "Typical stores see a 20% lift in conversion after tuning relevance.",

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rendering import problems, url_verdict, rendered_destinations
+from rendering import problems, rendered_destinations, url_verdict
 
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import audit_text

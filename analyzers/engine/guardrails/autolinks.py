@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .urls import USERINFO, host_allowed, parse_http_url
 
@@ -93,18 +94,42 @@ _PLAIN_AUTHORITY = re.compile(r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z0-9\-]+\.?(?::\d{1,5
 _AUTHORITY_STOP = re.compile(r"[/?#\\]")
 
 
+_FAST_HOST = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)*")
+_HOST_END = re.compile(r"[/?#\\]")
+
+
 def _judge(url: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
     """The host a browser reads, and whether the URL may stay: only when its host is
     allowed and written plainly (letters, digits, dots, hyphens, a port), because a
     renderer may cut any other authority somewhere else than the URL parser does
-    (`https://acme.exam%70le` is linked as `https://acme.exam`)."""
-    canon = parse_http_url(url)
+    (`https://acme.exam%70le` is linked as `https://acme.exam`).
+
+    Only the scheme and authority decide, so the verdict is memoised on them."""
+    slashes = url.find("//")
+    rest = url[slashes + 2:] if slashes >= 0 else url
+    stop = _HOST_END.search(rest)
+    authority = rest[:stop.start()] if stop else rest
+    return _judge_authority(url[:slashes + 2] if slashes >= 0 else "", authority, allowed)
+
+
+@lru_cache(maxsize=8192)
+def _judge_authority(prefix: str, authority: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
+    plain = _PLAIN_AUTHORITY.fullmatch(authority) is not None
+    host_text = authority.split(":", 1)[0].lower()
+    last = host_text.rstrip(".").rpartition(".")[2]
+    if (
+        plain
+        and prefix.lower() in ("http://", "https://", "//", "")
+        and _FAST_HOST.fullmatch(host_text.rstrip("."))
+        and not last.isdigit()
+        and not last.startswith("0x")
+        and "xn--" not in host_text
+    ):  # what the WHATWG parser would make of it, without asking it
+        host = host_text
+        return host, host_allowed(host, allowed)
+    canon = parse_http_url((prefix if prefix.startswith("http") else "http://") + authority + "/")
     ok = canon.url is not None and canon.problem != USERINFO and host_allowed(canon.host, allowed)
-    if ok:
-        rest = url.split("//", 1)[1] if "//" in url else url
-        stop = _AUTHORITY_STOP.search(rest)
-        ok = _PLAIN_AUTHORITY.fullmatch(rest[:stop.start()] if stop else rest) is not None
-    return canon.host, ok
+    return canon.host, ok and plain
 
 
 def _skip_host(core: str, pos: int) -> int:

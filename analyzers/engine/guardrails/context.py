@@ -53,7 +53,8 @@ class ParagraphResult:
 class Ctx:
     """The state of one paragraph while the rules run."""
 
-    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links")
+    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
+                 "closing_memo")
 
     def __init__(
         self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
@@ -68,6 +69,7 @@ class Ctx:
         self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
         self._links: tuple[str, list[MdLink]] | None = None
+        self.closing_memo: dict = {}  # see markup._find_closing
 
     def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
         """Code regions (fences and code spans) and fences of the current text, cached."""

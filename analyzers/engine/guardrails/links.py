@@ -473,8 +473,8 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
                 continue
             ctx.out.trace.append("[AUDIT] KEEP | " + one_line(bare.url))
             if bare.kind != EMAIL:
-                ctx.out.links.append(link_record(canonical(_as_url(bare)).url or bare.url,
-                                                 evidence, "keep"))
+                # written plainly to an allowed host: its own text is the URL
+                ctx.out.links.append(link_record(_as_url(bare), evidence, "keep"))
             continue
         if bare.unsafe_scheme:
             code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",

@@ -123,10 +123,15 @@ def _executable(name: str, attrs: list[tuple[str, str]]) -> bool:
 
 def _protected(ctx: Ctx) -> SpanSet | None:
     """Code that renders inert: fences and code spans before any possible HTML block."""
-    code, _ = ctx.code()
+    code, fences = ctx.code()
     if not code:
         return None
-    block = _BLOCK_START.search(ctx.doc.text)
+    fence_set = SpanSet(fences) if fences else None
+    block = None
+    for m in _BLOCK_START.finditer(ctx.doc.text):
+        if fence_set is None or fence_set.containing(m.start()) is None:
+            block = m  # the first line outside fenced code that may start an HTML block
+            break
     if block is None:
         return code
     kept = [span for span in code.spans if span[1] <= block.start()]
@@ -179,6 +184,8 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
             while end < n and text[end] in " \t":  # no indent left to make a code block
                 end += 1
+            if (i == 0 or text[i - 1] == "\n") and end < n and text[end] == "\n":
+                end += 1  # nor an empty line that would end the paragraph
         if replacement != region:
             edits.append((i, end, replacement))
             removed = removed or not replacement or replacement == "&lt;"
@@ -214,14 +221,36 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
         return "&lt;" + region[1:], end
     stop = end
     if not closing and name in DROP_CONTENT:
-        close = _closing_tag(name).search(text, end)
+        close = _find_closing(ctx, text, name, end)
         if close is not None:
-            gt = text.find(">", close.end() - 1)
+            gt = text.find(">", close - 1)
             stop = gt + 1 if gt >= 0 else len(text)
     what = f"</{name}>" if closing else f"<{name}>"
     _annotate(ctx, _executable(name, attrs) or name in EXECUTABLE_TAGS,
               f"Raw HTML {what} was removed.", i, stop)
     return "", stop
+
+
+def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
+    """Where `</name` ends after `start`, or None; remembers, per text, the first position
+    after which there is none, so that many unclosed `<script>` cost one scan, not one
+    each (linear time)."""
+    memo = ctx.closing_memo
+    if memo.get("text") is not text:
+        memo.clear()
+        memo["text"] = text
+    key = "none:" + name
+    if key in memo and start >= memo[key]:
+        return None
+    found = memo.get("at:" + name)
+    if found is not None and found[0] <= start < found[1]:
+        return found[1]
+    m = _closing_tag(name).search(text, start)
+    if m is None:
+        memo[key] = start
+        return None
+    memo["at:" + name] = (start, m.end())
+    return m.end()
 
 
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:

@@ -276,6 +276,9 @@ _BLOCK_START = re.compile(
 )
 
 
+_NOT_INDENTED = re.compile(r"(?<=\n)[ ]{0,3}[^ \t\r\n]")
+
+
 def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The code spans a renderer forms however it reads the lines that may start a block.
 
@@ -288,6 +291,10 @@ def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[
     if not whole or ("\n" not in text and "\r" not in text):
         return whole
     cuts = [m.start() + 1 for m in _BLOCK_START.finditer(text)]
+    if text.startswith(("    ", "\t", " \t", "  \t", "   \t")):  # an indented code block
+        first = _NOT_INDENTED.search(text)
+        if first is not None:
+            cuts = sorted({*cuts, first.start()})
     if not cuts:
         return whole
     pieces: list[tuple[int, int]] = []
