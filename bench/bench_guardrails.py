@@ -8,6 +8,11 @@ Targets (issue 3):
   and 3 claims: >= 2,000 audits/s on one core, with the ratio to a one-regex-pass
   baseline measured in the same run;
 - each 1 MB adversarial input through the guardrail pipeline in < 1 s.
+Targets (issue 12, safe output):
+- the full engine on the same 2 KB response with 10 bare URLs and 5 HTML tags added:
+  >= 2,000 audits/s on one core;
+- 100k bare URLs, 50k HTML tags and the new adversarial shapes (markers of bare URLs,
+  unclosed tags) through the guardrail pipeline in < 1 s each.
 
 Latency and throughput are printed by CPU time of this process (`time.process_time`) and
 by wall clock, throughput as medians of several runs: on a shared machine the CPU figures
@@ -90,6 +95,18 @@ def response_2kb() -> str:
     return text
 
 
+def response_2kb_bare_html() -> str:
+    """The 2 KB response with 10 bare URLs (5 allowed, 5 not) and 5 HTML tags added."""
+    extra = (
+        "\n\nSee https://www.acme.example/docs/a, www.acme.example/b and "
+        "https://docs.acme.example/api/c; mail support@acme.example or visit acme.example/d. "
+        "Not https://evil.example/x?d=SECRET nor www.evil.com/p, evil.com/q, //cdn.evil.test/r "
+        "or http://0x7f.1/s.\n\n<b>Bold</b> and <i>italic</i>, <img src=x onerror=alert(1)> "
+        "<script>alert(1)</script> <span class=x>span</span>"
+    )
+    return response_2kb() + extra
+
+
 def bench_paragraph(config: AuditorConfig) -> None:
     settings = settings_from_config(config)
     sources = SourceIndex(
@@ -118,11 +135,11 @@ def bench_paragraph(config: AuditorConfig) -> None:
     )
 
 
-def bench_engine(config: AuditorConfig) -> None:
+def bench_engine(config: AuditorConfig, text: str, name: str) -> None:
     registry = build_registry(include_entry_points=False)
     auditor = Auditor(config, registry)
     ids = [a.id for a in registry if config.is_enabled(a.id, a.enabled_by_default)]
-    text = response_2kb()
+    print(f"== full engine on {name}")
     audit = AuditInput(response=text, user_input="How do I tune search?")
     links = text.count("](")
     result = audit_text(text, settings_from_config(config))
@@ -160,7 +177,7 @@ def bench_engine(config: AuditorConfig) -> None:
     bw, bc = statistics.median(base_wall), statistics.median(base_cpu)
     verdict = "OK" if rate_cpu >= TARGET_RATE else "MISSED"
     print(
-        f"full engine: median {rate_cpu:,.0f} audits per CPU-second on one core "
+        f"full engine ({name}): median {rate_cpu:,.0f} audits per CPU-second on one core "
         f"({rate_wall:,.0f}/s by wall clock) over {RUNS} runs of {AUDITS_PER_RUN} "
         f"(target >= {TARGET_RATE:,}: {verdict})"
     )
@@ -186,6 +203,23 @@ def adversarial_inputs() -> dict[str, str]:
         "stripped autolinks": "<https://evil.test/a> " * (mb // 22),
         "stripped attributions": "Read more, according to [source](https://evil.test/). "
         * (mb // 54),
+        "100k bare URLs": " ".join(
+            f"https://h{i % 97}.example/p?q={i}" if i % 2 else f"www.acme.example/{i}"
+            for i in range(100_000)
+        ),
+        "50k HTML tags": " ".join(
+            ("<b>x</b>", "<img src=x onerror=alert(1)>", "<script>a</script>", "<i>y</i>",
+             "<div style='background:url(https://evil.test/)'>")[i % 5]
+            for i in range(50_000)
+        ),
+        "'a.b' repeated": "a.b" * (mb // 3),
+        "'www.' repeated": "www." * (mb // 4),
+        "'x@y.' repeated": "x@y." * (mb // 4),
+        "'//' repeated": "//" * (mb // 2),
+        "'<b ' unclosed": "<b " * (mb // 3),
+        "'<a' with one '>'": "<a" * (mb // 2 - 1) + ">",
+        "'<script>' unclosed": "<script>" * (mb // 8),
+        "long URL run": "https://evil.example/" + "a.b/" * (mb // 4),
         "claims, valid and not": (
             "PcComponentes lifted revenue by 12%. Decathlon grew conversion by 50% ([case "
             "study](https://www.acme.example/customers/decathlon)). "
@@ -213,7 +247,8 @@ def bench_linear(config: AuditorConfig) -> None:
 def main() -> None:
     config = load_config()
     bench_paragraph(config)
-    bench_engine(config)
+    bench_engine(config, response_2kb(), "2 KB response")
+    bench_engine(config, response_2kb_bare_html(), "2 KB + 10 bare URLs + 5 HTML tags")
     bench_linear(config)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -78,9 +78,16 @@ class OtelConfig(BaseModel):
         """The link to a trace (ids are hex, so they need no quoting), or None."""
         if not self.trace_url_template:
             return None
-        return self.trace_url_template.replace("{trace_id}", trace_id).replace(
-            "{span_id}", span_id
-        )
+        return self.trace_url_template.replace("{trace_id}", trace_id).replace("{span_id}", span_id)
+
+
+class LinksConfig(BaseModel):
+    """Link rules for the whole configuration (CONTRACT.md section 5, wave 2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # a bare URL to a host that is not allowed is removed, or defanged (hxxps://evil[.]example)
+    bare_urls: Literal["strip", "defang"] = "strip"
 
 
 def is_valid_threshold(value: Any) -> bool:
@@ -108,6 +115,7 @@ class AuditorConfig(BaseModel):
     otel: OtelConfig = Field(default_factory=OtelConfig)
     # Optional, additive: bounded work per audit (see analyzers/engine/limits.py).
     limits: Limits = Field(default_factory=Limits)
+    links: LinksConfig = Field(default_factory=LinksConfig)
 
     @field_validator("analyzers")
     @classmethod

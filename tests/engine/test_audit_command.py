@@ -133,3 +133,17 @@ def test_every_sample_case_gives_its_expected_result():
             assert text in audit["cleaned_response"], f"{case['id']}: cleaned lacks {text!r}"
         for text in case.get("cleaned_must_not_contain", []):
             assert text not in audit["cleaned_response"], f"{case['id']}: cleaned keeps {text!r}"
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_a_line_whose_strings_hold_a_unicode_line_separator_is_one_audit(tmp_path, separator):
+    path = tmp_path / "cases.jsonl"
+    line = {"response": f"First part{separator}second part.", "external_id": "one"}
+    # ensure_ascii=False keeps the separator raw inside the JSON string
+    path.write_text(json.dumps(line, ensure_ascii=False) + "\r\n" + json.dumps({"response": "x"}) + "\n",
+                    encoding="utf-8")
+    out, err = run_audit(path)
+    assert err == ""
+    audits = [json.loads(doc) for doc in out.split("\n") if doc]
+    assert len(audits) == 2
+    assert audits[0]["response"] == f"First part{separator}second part."

@@ -58,7 +58,7 @@ def assert_offsets(result, original: str) -> None:
         ("HTTPS://WWW.Acme.Example:443/Path", "https://www.acme.example/Path"),
         ("http://acme.example:80", "http://acme.example/"),
         ("https://acme.example:8443/x", "https://acme.example:8443/x"),
-        ("https://acme.example./x", "https://acme.example/x"),
+        ("https://acme.example./x", "https://acme.example./x"),  # WHATWG keeps the dot
         ("https://bücher.example/", "https://xn--bcher-kva.example/"),
         ("https://acme&#46;example/x", "https://acme.example/x"),
         (" \thttps://acme.example/a\nb", "https://acme.example/ab"),
@@ -97,6 +97,7 @@ def test_userinfo_reveals_the_real_host():
 
 def test_host_rules_distinguish_exact_and_subdomain_entries():
     assert host_allowed("acme.example", ("acme.example",))
+    assert host_allowed("acme.example.", ("acme.example",))  # the same DNS name
     assert not host_allowed("blog.acme.example", ("acme.example",))
     assert host_allowed("blog.acme.example", (".acme.example",))
     assert host_allowed("acme.example", (".acme.example",))

@@ -91,7 +91,11 @@ ALPHABET = st.sampled_from(
      "https://www.acme.example/customers/decathlon", "https://evil.test/", "javascript:",
      "mailto:a@b.example", "according to", " — ", "[x](", "](", "<a href=\"", "\">", "</a>",
      "Source 3", "| Acme", "~~~", "    ", "data:", "acme.example", "[a [b](https://evil.test) c]",
-     "(javascript:x)", "[this blog](vbscript:x)"]
+     "(javascript:x)", "[this blog](vbscript:x)",
+     # bare URLs, e-mails, bare domains and raw HTML, split anywhere by the chunking
+     "https://evil.example/x?d=SECRET", "www.evil.com/p", "x@evil.com", "setup.py", "//evil.com",
+     "https://www.acme.example/a", "<script>", "</script>", "<img src=x onerror=alert(1)>",
+     "<b>", "</b>", "<div>", "<!--", "-->", "\t", "\r", "\x00", "<a href=\"https://evil.test/\tp\">"]
 )
 texts = st.lists(ALPHABET, max_size=40).map("".join)
 

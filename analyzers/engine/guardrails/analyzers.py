@@ -13,22 +13,23 @@ warning reaches the default threshold.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
 from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
 from ..linkcheck import LinkChecker
+from .context import LABELS
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
-from .pipeline import LABELS
 from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
 from .stream import GuardrailResult, audit_text
 
 MEMO_KEY = "guardrails"
 SEVERITY_WEIGHT = {"info": 0.05, "warning": 0.3, "critical": 1.0}
 SURFACE_CODES = frozenset(
-    {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK"}
+    {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK",
+     "HTML_UNSAFE_MARKUP"}
 )
 
 
@@ -162,6 +163,8 @@ class LinksSettings(AnalyzerSettings):
     timeout_s: float = Field(default=4.0, gt=0, le=60)
     technical_doc_prefixes: list[str] = Field(default_factory=list)
     technical_doc_allowed_paths: list[str] = Field(default_factory=list)
+    # per-audit override of the configuration's `links.bare_urls`
+    bare_urls: Literal["strip", "defang"] | None = None
 
 
 class LinksAnalyzer(Analyzer):
@@ -189,7 +192,9 @@ class LinksAnalyzer(Analyzer):
         return self.result(
             score=weighted_score(annotations),
             annotations=annotations,
-            should_surface=any(a.type in SURFACE_CODES for a in annotations),
+            should_surface=any(
+                a.type in SURFACE_CODES and a.severity != "info" for a in annotations
+            ),
             supplementary={
                 "links": [_dump_link(r) for r in run.result.links],
                 "counts": counts,

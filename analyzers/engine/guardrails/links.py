@@ -3,25 +3,34 @@ dangling attributions."""
 
 from __future__ import annotations
 
+import html
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
+from .autolinks import (
+    DOMAIN,
+    EMAIL,
+    defang,
+    escape_dots,
+    find_bare_urls,
+    inert,
+    may_hold_url,
+    url_like,
+)
+from .context import Ctx
 from .markdown import MdLink, escape_label, format_destination, scan_anchors
 from .records import link_record
-from .text import BlankRuns, one_line
+from .settings import GuardrailSettings
+from .text import BlankRuns, SpanSet, merge_spans, one_line
 from .urls import (
     USERINFO,
     CanonicalURL,
     canonicalize,
     host_allowed,
     is_tech_doc,
+    parse_http_url,
     tech_doc_path_allowed,
 )
-
-if TYPE_CHECKING:
-    from .pipeline import Ctx
-    from .settings import GuardrailSettings
 
 GENERIC_LABELS = frozenset(
     {
@@ -120,6 +129,25 @@ def with_suffix(title: str, suffix: str) -> str:
     return base + suffix if suffix.strip() else base
 
 
+_TAB_NEWLINE = re.compile(r"[\t\n\r]")
+_UNSAFE_IN_DESTINATION = re.compile(r"[\x00-\x20\x7f\\<>()]")
+
+
+def anchor_destination(href: str) -> str:
+    """A markdown destination that means what the anchor's href means to a browser.
+
+    The href is read as a browser reads an attribute (entities decoded, tabs and newlines
+    dropped: the WHATWG parser); a URL it cannot use is kept percent-encoded, so that the
+    markdown link still forms and the link rules judge it.
+    """
+    value = html.unescape(href) if "&" in href else href
+    canon = parse_http_url(value)
+    if canon.url is not None:
+        return format_destination(canon.url)
+    value = _TAB_NEWLINE.sub("", value).strip()
+    return _UNSAFE_IN_DESTINATION.sub(lambda m: f"%{ord(m.group(0)):02X}", value) or "%20"
+
+
 def convert_anchors(ctx: Ctx) -> None:
     if "<a" not in ctx.doc.text and "<A" not in ctx.doc.text:
         return
@@ -127,7 +155,7 @@ def convert_anchors(ctx: Ctx) -> None:
     edits = []
     for anchor in scan_anchors(ctx.doc.text, code):
         label = " ".join(anchor.label.split())
-        markdown = f"[{escape_label(label)}]({format_destination(anchor.href.strip())})"
+        markdown = f"[{escape_label(label)}]({anchor_destination(anchor.href)})"
         ctx.annotate(
             "links",
             "HTML_ANCHOR_CONVERTED",
@@ -258,8 +286,8 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
-    if _any_unsafe(ctx):  # a strip can let brackets around it form a new link
-        _neutralise(ctx)
+    if any_unsafe_link(ctx):  # a strip can let brackets around it form a new link
+        neutralise_links(ctx)
         return []  # the positions are stale now: leave dangling attributions be
     return [(positions[i], label) for i, label in removed]
 
@@ -274,24 +302,33 @@ def _strip(
     edits: list,
     removed: list,
 ) -> None:
-    """Strip a link, keeping its label; an autolink or definition goes entirely."""
+    """Strip a link, keeping its label unless the label is itself URL-like; an autolink,
+    a definition or an image (fetched without a click) goes entirely."""
     ctx.annotate("links", code, severity, why, link.start, link.end)
     ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
     ctx.out.links.append(link_record(url, link.label, "strip", code))
     if link.kind == "definition":
         edits.append((link.start, link.end, ""))
         return
-    label = "" if link.kind == "autolink" else link.label
+    label = kept_label(link)
     removed.append((len(edits), label))
     edits.append((link.start, link.end, label))
 
 
-def _any_unsafe(ctx: Ctx) -> bool:
+def kept_label(link: MdLink) -> str:
+    """What a stripped link leaves: its label, unless a renderer could link the label
+    itself, or the link was an image or autolink."""
+    if link.kind in ("autolink", "image", "definition"):
+        return ""
+    return "" if url_like(link.label) else link.label
+
+
+def any_unsafe_link(ctx: Ctx) -> bool:
     settings = ctx.settings
     return any(decide(link.dest, settings)[0] for link in ctx.links())
 
 
-def _neutralise(ctx: Ctx) -> None:
+def neutralise_links(ctx: Ctx) -> None:
     """Strip links that stripping formed, then, if still needed, escape every bracket."""
     for _ in range(2):
         edits = []
@@ -300,8 +337,7 @@ def _neutralise(ctx: Ctx) -> None:
             if code_ is not None:
                 ctx.annotate("links", code_, severity, why, link.start, link.end)
                 ctx.trace("STRIP", code_, canonical(link.dest).url or link.dest)
-                keep = "" if link.kind in ("definition", "autolink") else link.label
-                edits.append((link.start, link.end, keep))
+                edits.append((link.start, link.end, kept_label(link)))
         if not edits:
             return
         ctx.doc.apply(edits)
@@ -407,3 +443,68 @@ def strip_dangling(ctx: Ctx, stripped: list[tuple[int, str]]) -> None:
         edits.append((start, end, replacement))
     if edits:
         ctx.doc.apply(edits)
+
+
+def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
+    """Bare URLs, `www.` hosts, `//host`, e-mail addresses and bare domains that a GFM or
+    linkify renderer would link: each is judged like a link. One to a host that is not
+    allowed is removed (or defanged, `bare_urls: "defang"`); a bare domain name is made
+    non-linkable in place (`setup\\.py` renders as setup.py)."""
+    text = ctx.doc.text
+    if not may_hold_url(text):
+        return
+    code, _ = ctx.code()
+    links = ctx.links()
+    # a definition may be paragraph text to the renderer (one cannot interrupt a
+    # paragraph): its URL is read as a bare URL too
+    skip = code
+    definitions = []
+    if links:
+        inline = [(link.start, link.end) for link in links if link.kind != "definition"]
+        definitions = [(link.start, link.end) for link in links if link.kind == "definition"]
+        if inline:
+            skip = SpanSet(merge_spans(code.spans, inline))
+    settings = ctx.settings
+    edits: list[tuple[int, int, str]] = []
+    for bare in find_bare_urls(text, settings.allowed_hosts, skip):
+        evidence = text[bare.start:bare.end]
+        if bare.allowed:
+            if not record_kept or any(s <= bare.start < e for s, e in definitions):
+                continue
+            ctx.out.trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+            if bare.kind != EMAIL:
+                # written plainly to an allowed host: its own text is the URL
+                ctx.out.links.append(link_record(_as_url(bare), evidence, "keep"))
+            continue
+        if bare.unsafe_scheme:
+            code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
+                                    "A bare URL with a scheme that is not http(s).")
+        elif bare.kind == DOMAIN:
+            code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
+            why = f"Bare domain {bare.host} made non-linkable (a renderer would link it)."
+        else:
+            code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
+            why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
+        ctx.annotate("links", code_, severity, why, bare.start, bare.end)
+        if bare.kind == DOMAIN:
+            ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
+            edits.append((bare.start, bare.end, escape_dots(evidence)))
+            continue
+        ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
+        ctx.out.links.append(link_record(bare.url, evidence, "strip", code_))
+        if settings.bare_urls == "defang":
+            replacement = defang(evidence)
+            if url_like(replacement):
+                replacement = inert(replacement)
+        else:
+            replacement = ""
+        edits.append((bare.start, bare.end, replacement))
+    if edits:
+        ctx.doc.apply(edits)
+
+
+def _as_url(bare) -> str:
+    url = bare.url
+    if url.startswith("//"):
+        return "https:" + url
+    return url if "://" in url else "http://" + url

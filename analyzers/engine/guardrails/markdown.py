@@ -19,8 +19,10 @@ _EMAIL_AUTOLINK = re.compile(
     r"<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)>"
 )
+# (inside block quotes and list items too: their markers may come first)
 _DEFINITION = re.compile(
-    r"^ {0,3}\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)[^\n]*(?:\n|$)",
+    r"^(?:[ \t]{0,3}(?:>[ \t]?|[*+\-][ \t]+|\d{1,9}[.)][ \t]+))*"
+    r"( {0,3}\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)[^\n]*(?:\n|$))",
     re.MULTILINE,
 )
 _ANCHOR = re.compile(
@@ -269,13 +271,13 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
         i += 1
     if "]:" in text:
         for dm in _DEFINITION.finditer(text):
-            if code and code.containing(dm.start()):
+            if code and code.containing(dm.start(1)):
                 continue
-            dest = dm.group(2)
+            dest = dm.group(3)
             if dest.startswith("<") and dest.endswith(">"):
                 dest = dest[1:-1]
             links.append(
-                MdLink(dm.start(), dm.end(), dm.group(1), dm.start(1), dm.end(1), dest,
+                MdLink(dm.start(1), dm.end(), dm.group(2), dm.start(2), dm.end(2), dest,
                        "definition")
             )
         links.sort(key=lambda link: link.start)

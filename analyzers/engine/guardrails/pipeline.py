@@ -1,158 +1,69 @@
 """All guardrail rules applied to one paragraph, in the reference order.
 
-prompt leak -> HTML anchors -> link classification (with label upgrade) -> label suffix
-normalisation -> dangling attributions -> customer-claim grounding. Each step edits a
-`Doc`, so every annotation keeps offsets into the original response.
+prompt leak -> HTML anchors -> raw HTML -> link classification (with label upgrade) ->
+label suffix normalisation -> dangling attributions -> bare URLs -> customer-claim
+grounding. Each step edits a `Doc`, so every annotation keeps offsets into the original
+response.
+
+The rendering model: the cleaned text is safe for CommonMark with the GFM autolink
+extension and raw HTML enabled (markdown-it-py with linkify). Everything such a renderer
+makes a navigable or fetched URL is judged: links, images, autolinks, definitions, bare
+URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attributes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from ..contract import Annotation, LinkRecord
-from .markdown import MdLink, scan_links
-from .records import annotation as make_annotation
+from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
+from .grounding import audit_grounding
+from .links import (
+    any_unsafe_link,
+    audit_bare_urls,
+    audit_links,
+    convert_anchors,
+    neutralise_links,
+    strip_dangling,
+)
+from .markup import sanitize_markup
+from .prompt_leak import strip_prompt_leaks
 from .settings import GuardrailSettings, SourceIndex
-from .text import Doc, SpanSet, code_span_spans, fenced_spans, merge_spans, one_line
 
-PARAGRAPH_IN = "[AUDIT] ══ paragraph in ══"
-PARAGRAPH_OUT = "[AUDIT] ══ paragraph out ══"
-
-LABELS = {
-    "PROMPT_LEAK": "Prompt instructions leaked",
-    "HTML_ANCHOR_CONVERTED": "HTML anchor converted to markdown",
-    "LINK_UNSAFE_SCHEME": "Unsafe link scheme",
-    "LINK_HOST_NOT_ALLOWED": "Link to a host that is not allowed",
-    "LINK_TECH_DOC_NOT_ALLOWED": "Technical documentation link not allowed",
-    "LINK_LABEL_UPGRADED": "Generic link label replaced by the source title",
-    "LINK_LABEL_SUFFIX_NORMALIZED": "Repeated title suffix collapsed",
-    "DANGLING_ATTRIBUTION": "Dangling attribution removed",
-    "LINK_UNHEALTHY": "Link is not healthy",
-    "UNGROUNDED_CUSTOMER_CLAIM": "Ungrounded customer claim removed",
-}
+__all__ = ["LABELS", "Ctx", "ParagraphResult", "PendingClaim", "audit_paragraph"]
 
 
-@dataclass
-class PendingClaim:
-    """A valid claim whose case-study link still has to pass the health check."""
-
-    start: int  # offsets in the paragraph's cleaned text
-    end: int
-    url: str
-    claim: dict[str, Any]
+MAX_SETTLE_ROUNDS = 3
 
 
-@dataclass(slots=True)
-class ParagraphResult:
-    text: str
-    annotations: list[tuple[str, Annotation]] = field(default_factory=list)
-    links: list[LinkRecord] = field(default_factory=list)
-    trace: list[str] = field(default_factory=list)
-    claims: list[dict[str, Any]] = field(default_factory=list)
-    pending: list[PendingClaim] = field(default_factory=list)
-
-
-class Ctx:
-    """The state of one paragraph while the rules run."""
-
-    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links")
-
-    def __init__(
-        self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
-    ) -> None:
-        self.original = text
-        self.base = base
-        self.settings = settings
-        self.sources = sources
-        self.doc = Doc(text, base)
-        self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
-        self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
-        self._links: tuple[str, list[MdLink]] | None = None
-
-    def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
-        """Code regions (fences and code spans) and fences of the current text, cached."""
-        text = self.doc.text
-        if self._code is None or self._code[0] is not text:
-            if "`" not in text and "~~~" not in text:  # no fence, no code span
-                self._code = (text, _NO_CODE, [])
-            else:
-                fences = fenced_spans(text)
-                spans = merge_spans(fences, code_span_spans(text, fences))
-                self._code = (text, SpanSet(spans), fences)
-        return self._code[1], self._code[2]
-
-    def links(self) -> list[MdLink]:
-        """The markdown links of the current text, cached: several rules read them.
-
-        Callers must not change the list or its links.
-        """
-        text = self.doc.text
-        if self._links is None or self._links[0] is not text:
-            if "](" in text or "<" in text or "]:" in text:
-                code, _ = self.code()
-                self._links = (text, scan_links(text, code))
-            else:  # no inline link, autolink or definition can be there
-                self._links = (text, [])
-        return self._links[1]
-
-    def annotate(
-        self,
-        analyzer_id: str,
-        code: str,
-        severity: str,
-        description: str,
-        start: int,
-        end: int,
-    ) -> Annotation:
-        s, e = self.doc.orig_span(start, end)
-        annotation = make_annotation(
-            code,
-            LABELS.get(code, code),
-            severity,
-            description,
-            self.original[s - self.base:e - self.base],
-            s,
-            e,
-        )
-        self.out.annotations.append((analyzer_id, annotation))
-        return annotation
-
-    def trace(self, *parts: str) -> None:
-        self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
-
-
-_NO_CODE = SpanSet([])  # read only, like every SpanSet
-
-_RULES: tuple[Any, ...] = ()
-
-
-def _load_rules() -> tuple[Any, ...]:
-    """The rule functions, imported on first use (their modules import this one)."""
-    global _RULES
-    from .grounding import audit_grounding
-    from .links import audit_links, convert_anchors, strip_dangling
-    from .prompt_leak import strip_prompt_leaks
-
-    _RULES = (strip_prompt_leaks, convert_anchors, audit_links, strip_dangling, audit_grounding)
-    return _RULES
+def settle(ctx: Ctx) -> None:
+    """Removals can join what was apart: a tag (`<<x>b>`), a link (`[](` + `path)`) or a
+    bare URL. Judge what they formed, a bounded number of times, then make any link left
+    inert (brackets escaped) and any tag text."""
+    for _ in range(MAX_SETTLE_ROUNDS):
+        before = ctx.doc.text
+        if "<" in before:
+            sanitize_markup(ctx)
+        if any_unsafe_link(ctx):
+            neutralise_links(ctx)
+        audit_bare_urls(ctx, record_kept=False)
+        if ctx.doc.text is before or ctx.doc.text == before:
+            return
 
 
 def audit_paragraph(
     text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
 ) -> ParagraphResult:
-    strip_prompt_leaks, convert_anchors, audit_links, strip_dangling, audit_grounding = (
-        _RULES or _load_rules()
-    )
     ctx = Ctx(text, base, settings, sources)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:
         if "<a" in ctx.doc.text or "<A" in ctx.doc.text:  # else there is no anchor
             convert_anchors(ctx)
+        if "<" in ctx.doc.text:
+            sanitize_markup(ctx)
         stripped_at = audit_links(ctx)
         if stripped_at:
             strip_dangling(ctx, stripped_at)
+        audit_bare_urls(ctx)
+        settle(ctx)
     if settings.grounding:
         audit_grounding(ctx)
     ctx.out.text = ctx.doc.text

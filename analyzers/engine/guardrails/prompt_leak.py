@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .pipeline import Ctx
+from .context import Ctx
 
 _LEADING_MARKUP = " \t#>*_-"
 

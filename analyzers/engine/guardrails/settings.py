@@ -47,6 +47,7 @@ class GuardrailSettings:
     prompt_leak: bool = True
     links: bool = True
     grounding: bool = True
+    bare_urls: str = "strip"  # or "defang"
     # derived
     case_study_prefix: str = field(default="", compare=False)
     case_study_suffix: str = field(default="", compare=False)
@@ -73,6 +74,7 @@ class GuardrailSettings:
         prompt_leak: bool = True,
         links: bool = True,
         grounding: bool = True,
+        bare_urls: str = "strip",
     ) -> GuardrailSettings:
         customers = tuple(
             Customer(
@@ -101,6 +103,7 @@ class GuardrailSettings:
             prompt_leak=prompt_leak,
             links=links,
             grounding=grounding,
+            bare_urls="defang" if bare_urls == "defang" else "strip",
             case_study_prefix=prefix,
             case_study_suffix=suffix.rstrip("/"),
         )
@@ -151,6 +154,7 @@ def settings_from_config(
         config.is_enabled("prompt_leak"),
         config.is_enabled("links"),
         config.is_enabled("grounding"),
+        links.get("bare_urls") or config.links.bare_urls,
     )
     return _cached_key_settings(key)
 
@@ -161,7 +165,8 @@ def _with(section: dict, overrides: dict | None) -> dict:
 
 @lru_cache(maxsize=64)
 def _cached_key_settings(key: tuple) -> GuardrailSettings:
-    (hosts, brand, suffix, customers, patterns, prefixes, allowed, case_url, pl, li, gr) = key
+    (hosts, brand, suffix, customers, patterns, prefixes, allowed, case_url, pl, li, gr,
+     bare_urls) = key
     return GuardrailSettings.build(
         allowed_hosts=hosts,
         brand_name=brand,
@@ -177,6 +182,7 @@ def _cached_key_settings(key: tuple) -> GuardrailSettings:
         prompt_leak=pl,
         links=li,
         grounding=gr,
+        bare_urls=bare_urls,
     )
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..config import AuditorConfig
 from ..contract import Annotation, LinkRecord, Source
-from .pipeline import PendingClaim, audit_paragraph
+from .context import PendingClaim
+from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
 
 

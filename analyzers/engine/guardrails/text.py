@@ -265,6 +265,48 @@ def code_span_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int,
     return spans
 
 
+# a line start where a renderer may begin a new block, ending the paragraph (and any code
+# span still open): list items, headings, quotes, fences, HTML, thematic breaks, setext
+# underlines, blank lines. (CommonMark line endings: LF, CR LF and a lone CR.)
+_END = r"(?=[\r\n]|\Z)"
+_BLOCK_START = re.compile(
+    r"(?:\r\n|\r(?!\n)|\n)[ ]{0,3}(?:[-+*](?=[ \t\r\n]|\Z)|\d{1,9}[.)](?=[ \t\r\n]|\Z)"
+    rf"|#{{1,6}}(?=[ \t\r\n]|\Z)|>|```|~~~|<|(?:[-*_][ \t]*){{3,}}{_END}|=+[ \t]*{_END}"
+    rf"|[ \t]*{_END})"
+)
+
+
+_NOT_INDENTED = re.compile(r"(?<=\n)[ ]{0,3}[^ \t\r\n]")
+
+
+def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The code spans a renderer forms however it reads the lines that may start a block.
+
+    A line that may start a list item, heading, quote, HTML block, ... may end the
+    paragraph (then no code span crosses it and the backticks after it pair afresh) or
+    not (`<b>x</b>` does not start an HTML block). Only a span found both ways, pairing
+    across every such line and pairing within the pieces between them, is trusted as code.
+    """
+    whole = code_span_spans(text, fences)
+    if not whole or ("\n" not in text and "\r" not in text):
+        return whole
+    cuts = [m.start() + 1 for m in _BLOCK_START.finditer(text)]
+    if text.startswith(("    ", "\t", " \t", "  \t", "   \t")):  # an indented code block
+        first = _NOT_INDENTED.search(text)
+        if first is not None:
+            cuts = sorted({*cuts, first.start()})
+    if not cuts:
+        return whole
+    pieces: list[tuple[int, int]] = []
+    bounds = [0, *cuts, len(text)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        if b <= a or "`" not in text[a:b]:
+            continue
+        local = [(max(fs, a) - a, min(fe, b) - a) for fs, fe in fences if fs < b and fe > a]
+        pieces.extend((s + a, e + a) for s, e in code_span_spans(text[a:b], local))
+    return sorted(set(whole) & set(pieces))
+
+
 def merge_spans(*groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
     spans = sorted(s for g in groups for s in g)
     merged: list[tuple[int, int]] = []
@@ -291,6 +333,11 @@ class SpanSet:
         if i >= 0 and self.spans[i][0] <= pos < self.spans[i][1]:
             return self.spans[i]
         return None
+
+    def next_start(self, pos: int) -> int | None:
+        """Where the first span starting after `pos` starts, or None."""
+        i = bisect_right(self._starts, pos)
+        return self.spans[i][0] if i < len(self.spans) else None
 
     def covers(self, start: int, end: int) -> bool:
         span = self.containing(start)

@@ -1,10 +1,13 @@
 """URL canonicalisation and the host / technical-doc rules.
 
-A URL from model output is judged the way a browser would read it: HTML entities and
-markdown backslash escapes are decoded first, tabs and newlines vanish, the scheme and
-host are lower-cased, the host is IDNA-encoded and the default port dropped. Tricks that
-make a URL mean something else than it seems (userinfo, backslashes in the authority,
-odd slashes after the scheme) are reported as a `problem`, never silently repaired.
+A URL from model output is judged the way a browser would read it. HTML entities and
+markdown backslash escapes are decoded first (what the renderer does), then the WHATWG URL
+Standard parser (`ada-url`, the parser of Node.js) reads it as a browser does: tabs and
+newlines vanish, backslashes count as slashes, numeric, octal, hex and short IPv4 forms,
+IPv6 with embedded IPv4, percent-encoded, IDNA and fullwidth hosts are all normalised, and
+the default port is dropped. Tricks that make a URL mean something else than it seems
+(userinfo, backslashes in the authority, odd slashes after the scheme) are reported as a
+`problem`, never silently repaired.
 """
 
 from __future__ import annotations
@@ -12,25 +15,28 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import idna
+from ada_url import parse_url
 
 _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _TAB_NEWLINE = re.compile(r"[\t\n\r]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _AUTHORITY_END = re.compile(r"[/\\?#]")
 _HOST_CHARS = re.compile(r"[a-z0-9.\-_]+")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+_C0_AND_SPACE = "".join(chr(i) for i in range(0x21))
+_PARTS = ("href", "hostname", "port", "pathname", "username", "password")
 
-SAFE_SCHEMES = frozenset(_DEFAULT_PORTS)
+SAFE_SCHEMES = frozenset(("http", "https"))
 
 # Problems a URL can have; the link rules turn them into annotation codes.
 NOT_ABSOLUTE = "not an absolute URL"
 UNSAFE_SCHEME = "scheme is not http(s)"
 USERINFO = "userinfo in URL"
 BACKSLASH = "backslash in URL authority"
+SLASHES = "not two slashes after the scheme"
 MALFORMED = "malformed URL"
+TWO_HOSTS = "host that a renderer and a browser read differently"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +44,7 @@ class CanonicalURL:
     raw: str
     url: str | None  # the canonical form; None when the URL is not usable http(s)
     scheme: str = ""
-    host: str = ""
+    host: str = ""  # the WHATWG host, also when a problem makes the URL unusable
     port: int | None = None
     path: str = "/"
     problem: str | None = None
@@ -62,12 +68,12 @@ def decode(raw: str) -> str:
     if "\\" in text:
         text = _MD_ESCAPE.sub(r"\1", text)
     text = _TAB_NEWLINE.sub("", text)
-    return text.strip("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f\x10\x11\x12"
-                      "\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f ")
+    return text.strip(_C0_AND_SPACE)
 
 
 def _encode_host(host: str) -> str | None:
-    host = unquote(host).lower().rstrip(".")
+    """An allow-list entry's host in the form the parser gives hosts (IDNA, lower case)."""
+    host = host.lower().rstrip(".")
     if not host:
         return None
     if not host.isascii():
@@ -81,68 +87,73 @@ def _encode_host(host: str) -> str | None:
 
 
 def canonicalize(raw: str) -> CanonicalURL:
-    text = decode(raw)
+    """A link destination as written in markdown or HTML, judged."""
+    return parse_http_url(decode(raw), raw)
+
+
+def parse_http_url(text: str, raw: str | None = None) -> CanonicalURL:
+    """An absolute http(s) URL as a browser reads it (the WHATWG URL Standard)."""
+    raw = text if raw is None else raw
+    text = _TAB_NEWLINE.sub("", text).strip(_C0_AND_SPACE)
     m = _SCHEME.match(text)
     if m is None:
         return CanonicalURL(raw, None, problem=NOT_ABSOLUTE)
     scheme = m.group(1).lower()
     if scheme not in SAFE_SCHEMES:
         return CanonicalURL(raw, None, scheme=scheme, problem=UNSAFE_SCHEME)
-    rest = text[m.end():]
-    if not rest.startswith("//") or rest[2:3] in ("/", "\\"):
+    try:
+        parts = parse_url(text, attributes=_PARTS)
+    except ValueError:
         return CanonicalURL(raw, None, scheme=scheme, problem=MALFORMED)
-    rest = rest[2:]
-    end = _AUTHORITY_END.search(rest)
-    cut = end.start() if end else len(rest)
-    authority, tail = rest[:cut], rest[cut:]
-    if tail.startswith("\\"):
-        return CanonicalURL(raw, None, scheme=scheme, problem=BACKSLASH)
+    host = parts["hostname"]
+    port = int(parts["port"]) if parts["port"] else None
+    path = parts["pathname"] or "/"
+    rest = text[m.end():]
     problem = None
-    if "@" in authority:
-        problem = USERINFO
-        authority = authority.rpartition("@")[2]
-    port: int | None = None
-    if authority.startswith("["):
-        close = authority.find("]")
-        if close < 0:
-            return CanonicalURL(raw, None, scheme=scheme, problem=MALFORMED)
-        host = authority[: close + 1].lower()
-        port_text = authority[close + 1:]
-        if port_text and not port_text.startswith(":"):
-            return CanonicalURL(raw, None, scheme=scheme, problem=MALFORMED)
-        port_text = port_text[1:]
+    if not rest.startswith("//") or rest[2:3] in ("/", "\\"):
+        problem = SLASHES
     else:
-        host_text, _, port_text = authority.partition(":")
-        encoded = _encode_host(host_text)
-        if encoded is None:
-            return CanonicalURL(raw, None, scheme=scheme, problem=MALFORMED)
-        host = encoded
-    if port_text:
-        if not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65535:
-            return CanonicalURL(raw, None, scheme=scheme, host=host, problem=MALFORMED)
-        port = int(port_text)
-    if port == _DEFAULT_PORTS[scheme]:
-        port = None
-    tail = tail.replace("\\", "/")
-    if not tail.startswith("/"):
-        tail = "/" + tail
-    path = tail
-    for sep in ("?", "#"):
-        path = path.split(sep, 1)[0]
-    netloc = host if port is None else f"{host}:{port}"
-    return CanonicalURL(
-        raw,
-        f"{scheme}://{netloc}{tail}",
-        scheme=scheme,
-        host=host,
-        port=port,
-        path=path,
-        problem=problem,
-    )
+        end = _AUTHORITY_END.search(rest, 2)
+        cut = end.start() if end else len(rest)
+        if rest[cut:cut + 1] == "\\":
+            problem = BACKSLASH
+        elif "@" in rest[2:cut] or parts["username"] or parts["password"]:
+            problem = USERINFO
+    if problem is None and not rest.isascii() and _naive_host(rest) != host:
+        problem = TWO_HOSTS
+    if problem in (SLASHES, BACKSLASH, TWO_HOSTS):
+        return CanonicalURL(raw, None, scheme=scheme, host=host, port=port, path=path,
+                            problem=problem)
+    return CanonicalURL(raw, parts["href"], scheme=scheme, host=host, port=port, path=path,
+                        problem=problem)
+
+
+def _naive_host(rest: str) -> str:
+    """The host as a markdown renderer writes it into the href: each non-ASCII label
+    punycoded as it stands, without the IDNA mapping a browser applies (fullwidth letters,
+    capitals, ideographic full stops); when it differs from the WHATWG host, the link
+    goes elsewhere than it seems to the rules."""
+    authority = _AUTHORITY_END.split(rest[2:] if rest.startswith("//") else rest, 1)[0]
+    host = authority.rpartition("@")[2].split(":")[0]
+    labels = []
+    for label in host.split("."):
+        if label.isascii():
+            labels.append(label.lower())
+        else:
+            try:
+                labels.append("xn--" + label.encode("punycode").decode("ascii"))
+            except UnicodeError:
+                return ""
+    return ".".join(labels)
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
-    """`acme.example` allows exactly that host; `.acme.example` also its subdomains."""
+    """`acme.example` allows exactly that host; `.acme.example` also its subdomains.
+
+    (A trailing dot names the same DNS host: `acme.example.` is `acme.example`.)
+    """
+    if host.endswith("."):
+        host = host[:-1]
     for entry in allowed:
         if entry.startswith("."):
             if host == entry[1:] or host.endswith(entry):

@@ -172,11 +172,23 @@ def decode(data: bytes) -> str:
 def read_lines(path: str) -> list[str]:
     if path == "-":
         stdin = getattr(sys.stdin, "buffer", None)
-        return (decode(stdin.read()) if stdin else sys.stdin.read()).splitlines()
+        return split_jsonl(decode(stdin.read()) if stdin else sys.stdin.read())
     try:
-        return decode(Path(path).read_bytes()).splitlines()
+        return split_jsonl(decode(Path(path).read_bytes()))
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc}") from None
+
+
+def split_jsonl(text: str) -> list[str]:
+    """The lines of a JSONL text, cut at "\n" only: JSON's own line terminator.
+
+    (`str.splitlines()` also cuts at U+2028, U+2029, U+0085, "\x1c"-"\x1e", ... which a
+    JSON string may hold unescaped. A "\r" before the "\n" is JSON whitespace.)
+    """
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the newline ending the last line opens no line
+    return lines
 
 
 def command_registry():

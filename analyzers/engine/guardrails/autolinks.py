@@ -1,0 +1,310 @@
+"""Bare URLs: what a GFM or linkify renderer turns into a link without any markup.
+
+GFM's autolink extension links scheme URLs, `www.` hosts and e-mail addresses; linkify
+renderers (markdown-it's `linkify`, most chat UIs) also link `//host` and bare domains
+with a known top-level domain (`evil.com/x`, `setup.py`). This module finds a superset
+of those in the plain text of a paragraph (never in code, never inside a markdown link)
+and tells each one's host, as `parse_http_url` (the WHATWG parser) reads it.
+
+A candidate is a run of characters without whitespace or angle brackets around one of
+the markers `//`, `@`, `www.` or `x.y`; every marker in a run is judged, so an allowed URL
+cannot carry a second destination along (`https://ok.example/?u=evil.com`). The work per
+run is bounded (`MAX_MARKERS`): a run with more markers is refused whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .urls import USERINFO, host_allowed, parse_http_url
+
+MAX_MARKERS = 16
+
+# Top-level domains a linkify renderer links without a scheme: linkify-it's default list
+# and the two-letter country codes (from linkify-it, MIT licence).
+_CC_TLDS = (
+    "ac ad ae af ag ai al am an ao aq ar as at au aw ax az ba bb bd be bf bg bh bi bj bm bn "
+    "bo br bs bt bv bw by bz ca cc cd cf cg ch ci ck cl cm cn co cr cu cv cw cx cy cz de dj "
+    "dk dm do dz ec ee eg er es et eu fi fj fk fm fo fr ga gb gd ge gf gg gh gi gl gm gn gp "
+    "gq gr gs gt gu gw gy hk hm hn hr ht hu id ie il im in io iq ir is it je jm jo jp ke kg "
+    "kh ki km kn kp kr kw ky kz la lb lc li lk lr ls lt lu lv ly ma mc md me mg mh mk ml mm "
+    "mn mo mp mq mr ms mt mu mv mw mx my mz na nc ne nf ng ni nl no np nr nu nz om pa pe pf "
+    "pg ph pk pl pm pn pr ps pt pw py qa re ro rs ru rw sa sb sc sd se sg sh si sj sk sl sm "
+    "sn so sr st su sv sx sy sz tc td tf tg th tj tk tl tm tn to tr tt tv tw tz ua ug uk us "
+    "uy uz va vc ve vg vi vn vu wf ws ye yt za zm zw"
+)
+KNOWN_TLDS = frozenset(
+    _CC_TLDS.split()
+    + "biz com edu gov net org pro web xxx aero asia coop info museum name shop рф".split()  # noqa: SIM905
+)
+
+# matched as linkify matches them: ignoring case the way `re` does ("cİ" is "ci")
+_KNOWN_TLD = re.compile("(?:" + "|".join(sorted(KNOWN_TLDS)) + r")\Z", re.IGNORECASE)
+_MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.[^\W\d_]")
+_RUN_END = re.compile(r"[\s<>]")
+_TRAILING = ".,:;!?*_~'\")]}"
+_SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
+# (the local part as linkify reads it: also ; : & = $ , and ")
+_EMAIL = re.compile(
+    r"(?:mailto:)?[\w.+\-;:&=$,\"]+@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+[^\W\d_][\w\-]*)", re.IGNORECASE
+)
+# a domain linkify links without a scheme: not after a letter, digit or one of . : / - _ @
+# (a label is made of "pseudo-letters", as linkify reads them: letters, digits and symbols
+# such as $ + = ^ ` | ~; every non-ASCII character counts, a superset)
+_L = r"[^\W_]|[$+=^`|~]|[^\x00-\x7f\s]"
+_FUZZY = re.compile(
+    rf"(?<![\w.:/\-@])((?:(?:{_L})(?:(?:{_L})|-){{0,62}}\.)+([^\W\d_]{{2,63}}|xn--[\w\-]{{1,59}}))"
+    r"(?![\w\-])"
+)
+_WWW = re.compile(r"(?<![\w.\-])[^\s/?#@]*?www\.", re.IGNORECASE)
+
+LINK = "link"  # a URL with a scheme, `//`, `www.` or a path: removed or defanged
+DOMAIN = "domain"  # a bare domain name: made non-linkable in place
+EMAIL = "email"
+
+
+@dataclass(slots=True)
+class BareURL:
+    start: int  # offsets of the candidate in the paragraph text
+    end: int
+    url: str  # what a renderer would link to (first destination of the run)
+    host: str
+    kind: str  # LINK, DOMAIN or EMAIL
+    allowed: bool
+    unsafe_scheme: bool = False
+
+
+def may_hold_url(text: str) -> bool:
+    """False when `text` has none of the markers every candidate holds (cheap)."""
+    return _MARKER.search(text) is not None
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """The run without leading wrappers and trailing punctuation (as GFM trims)."""
+    while start < end and not (text[start].isalnum() or text[start] == "/"):
+        start += 1
+    while end > start and text[end - 1] in _TRAILING:
+        end -= 1
+    return start, end
+
+
+_PLAIN_AUTHORITY = re.compile(r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z0-9\-]+\.?(?::\d{1,5})?")
+_AUTHORITY_STOP = re.compile(r"[/?#\\]")
+
+
+_FAST_HOST = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)*")
+_HOST_END = re.compile(r"[/?#\\]")
+
+
+def _judge(url: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
+    """The host a browser reads, and whether the URL may stay: only when its host is
+    allowed and written plainly (letters, digits, dots, hyphens, a port), because a
+    renderer may cut any other authority somewhere else than the URL parser does
+    (`https://acme.exam%70le` is linked as `https://acme.exam`).
+
+    Only the scheme and authority decide, so the verdict is memoised on them."""
+    slashes = url.find("//")
+    rest = url[slashes + 2:] if slashes >= 0 else url
+    stop = _HOST_END.search(rest)
+    authority = rest[:stop.start()] if stop else rest
+    return _judge_authority(url[:slashes + 2] if slashes >= 0 else "", authority, allowed)
+
+
+@lru_cache(maxsize=8192)
+def _judge_authority(prefix: str, authority: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
+    plain = _PLAIN_AUTHORITY.fullmatch(authority) is not None
+    host_text = authority.split(":", 1)[0].lower()
+    last = host_text.rstrip(".").rpartition(".")[2]
+    if (
+        plain
+        and prefix.lower() in ("http://", "https://", "//", "")
+        and _FAST_HOST.fullmatch(host_text.rstrip("."))
+        and not last.isdigit()
+        and not last.startswith("0x")
+        and "xn--" not in host_text
+    ):  # what the WHATWG parser would make of it, without asking it
+        host = host_text
+        return host, host_allowed(host, allowed)
+    canon = parse_http_url((prefix if prefix.startswith("http") else "http://") + authority + "/")
+    ok = canon.url is not None and canon.problem != USERINFO and host_allowed(canon.host, allowed)
+    return canon.host, ok and plain
+
+
+def _skip_host(core: str, pos: int) -> int:
+    """Past the plainly written host (and userinfo, port) starting at `pos`."""
+    n = len(core)
+    while pos < n and (core[pos].isalnum() or core[pos] in ".-:@"):
+        pos += 1
+    return pos
+
+
+def _destinations(core: str, allowed: tuple[str, ...]):
+    """(url, host, kind, allowed, unsafe_scheme, end in core) of each destination a renderer
+    could make of `core`, in order; None when there are too many to judge."""
+    found = []
+    pos = 0
+    n = len(core)
+    markers = 0
+    while pos < n:
+        m = _MARKER.search(core, pos)
+        if m is None:
+            break
+        markers += 1
+        if markers > MAX_MARKERS:
+            return None
+        k, token = m.start(), m.group(0)
+        if token == "//":
+            s = _SCHEME_BEFORE.search(core, max(0, k - 33), k)
+            scheme = s.group(1).lower() if s else ""
+            end = _RUN_END.search(core, k)
+            end_at = end.start() if end else n
+            if scheme in ("http", "https"):
+                url = core[s.start():end_at]
+                host, ok = _judge(url, allowed)
+                found.append((url, host, LINK, ok, False, end_at))
+            elif scheme == "ftp":
+                found.append((core[s.start():end_at], "", LINK, False, True, end_at))
+            elif not scheme and not (k > 0 and core[k - 1] in ":/"):
+                url = "https:" + core[k:end_at]
+                host, ok = _judge(url, allowed)
+                found.append((core[k:end_at], host, LINK, ok, False, end_at))
+            pos = k + 2
+            if scheme in ("http", "https", "ftp") or not scheme:
+                pos = _skip_host(core, pos)  # its dots and "@" belong to this destination
+            continue
+        if token == "@":
+            start = k
+            while start > 0 and (core[start - 1].isalnum() or core[start - 1] in '._+-;:&=$,"'):
+                start -= 1
+            e = _EMAIL.match(core, start)
+            if e is not None and e.end() > k:
+                domain = e.group(1)
+                host, ok = _judge("http://" + domain + "/", allowed)
+                found.append((core[start:e.end()], host, EMAIL, ok, False, e.end()))
+                pos = e.end()
+            else:
+                pos = k + 1
+            continue
+        if token.lower() == "www.":
+            w = _WWW.search(core, max(0, k - 64), k + 4)
+            start = w.start() if w is not None else k
+            end = start
+            while end < n and not core[end].isspace():
+                end += 1
+            url = "http://" + core[start:end]
+            host, ok = _judge(url, allowed)
+            found.append((core[start:end], host, LINK, ok, False, end))
+            pos = _skip_host(core, k + 4)  # the rest may hold other destinations
+            continue
+        # "x.y": a bare domain when its top-level domain is one a renderer knows
+        f = None
+        for f in _FUZZY.finditer(core, max(0, k - 253), min(n, k + 66)):
+            if f.end() > k:
+                break
+        if (
+            f is not None
+            and f.start() <= k < f.end()
+            and _KNOWN_TLD.match(f.group(2)) is not None
+            and f.end() > pos
+        ):
+            end = f.end()
+            kind = DOMAIN
+            if end < n and core[end] in ":/?#":
+                kind = LINK
+                while end < n and not core[end].isspace():
+                    end += 1
+            host, ok = _judge("http://" + core[f.start():end], allowed)
+            found.append((core[f.start():end], host, kind, ok, False, end))
+            pos = f.end()  # the path may hold other destinations
+            continue
+        pos = k + 1
+    return found
+
+
+def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
+    """Candidates in `text` outside the spans `skip` (a SpanSet of code and links), each
+    with the verdict on every destination it holds (the worst wins)."""
+    out: list[BareURL] = []
+    pos = 0
+    n = len(text)
+    containing = skip.containing if skip else None
+    while pos < n:
+        m = _MARKER.search(text, pos)
+        if m is None:
+            break
+        k = m.start()
+        limit = pos  # text before `pos` is done (or a skipped span)
+        if containing is not None:
+            span = containing(k)
+            if span is not None:
+                pos = span[1]
+                continue
+        # the run around the marker
+        start = k
+        while start > limit and not text[start - 1].isspace() and text[start - 1] not in "<>":
+            start -= 1
+        if containing is not None:
+            while start < k and containing(start) is not None:
+                start += 1
+        # to the next whitespace, over any code span or link: a renderer's linkify reads a
+        # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
+        end_m = _RUN_END.search(text, m.end())
+        end = end_m.start() if end_m else n
+        s, e = _trim(text, start, end)
+        pos = max(end, k + 1)
+        if s >= e:
+            continue
+        dests = _destinations(text[s:e], allowed)
+        if dests is None:
+            out.append(BareURL(s, e, text[s:e], "", LINK, False))
+            continue
+        if not dests:
+            continue
+        bad = [d for d in dests if not d[3]]
+        url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
+        if any(d[2] != DOMAIN for d in dests) and kind == DOMAIN:
+            kind = LINK  # escaping dots would leave the other destinations linkable
+        out.append(BareURL(s, e, url, host, kind, not bad, unsafe))
+    return out
+
+
+_ESCAPABLE = re.compile(r"[!-/:-@\[-`{-~]")
+
+
+def inert(text: str) -> str:
+    """`text` with every ASCII punctuation character backslash-escaped: it renders the
+    same, and no renderer finds a URL in it (each piece between escapes is a bare word)."""
+    return _ESCAPABLE.sub(lambda m: "\\" + m.group(0), text)
+
+
+def escape_dots(text: str) -> str:
+    """A bare domain that renders the same but is no link: `setup\\.py`."""
+    return text.replace(".", "\\.")
+
+
+_SCHEME_WORD = re.compile(r"(?i)\b(?:http|ftp)")
+
+
+def defang(text: str) -> str:
+    """`hxxps://evil[.]example/x`: readable, not clickable."""
+    out = _SCHEME_WORD.sub(lambda m: "hxxp" if m.group(0).lower() == "http" else "fxp", text)
+    return out.replace(".", "[.]").replace("@", "[@]")
+
+
+def url_like(text: str) -> bool:
+    """Whether a renderer could find any URL in `text` (a link label, say)."""
+    if _MARKER.search(text) is None:
+        return False
+    return any(_destinations(text[s:e], ()) != [] for s, e in _runs(text))
+
+
+_RUN = re.compile(r"[^\s<>]+")
+
+
+def _runs(text: str):
+    for m in _RUN.finditer(text):
+        s, e = _trim(text, m.start(), m.end())
+        if s < e and _MARKER.search(text, s, e):
+            yield s, e

@@ -1,0 +1,126 @@
+"""The state of one paragraph while the guardrail rules run, shared by the pipeline and
+every rule (they import this module; it imports none of them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..contract import Annotation, LinkRecord
+from .markdown import MdLink, scan_links
+from .records import annotation as make_annotation
+from .settings import GuardrailSettings, SourceIndex
+from .text import Doc, SpanSet, fenced_spans, merge_spans, one_line, unbroken_code_spans
+
+PARAGRAPH_IN = "[AUDIT] ══ paragraph in ══"
+PARAGRAPH_OUT = "[AUDIT] ══ paragraph out ══"
+
+LABELS = {
+    "PROMPT_LEAK": "Prompt instructions leaked",
+    "HTML_ANCHOR_CONVERTED": "HTML anchor converted to markdown",
+    "LINK_UNSAFE_SCHEME": "Unsafe link scheme",
+    "LINK_HOST_NOT_ALLOWED": "Link to a host that is not allowed",
+    "LINK_TECH_DOC_NOT_ALLOWED": "Technical documentation link not allowed",
+    "LINK_LABEL_UPGRADED": "Generic link label replaced by the source title",
+    "LINK_LABEL_SUFFIX_NORMALIZED": "Repeated title suffix collapsed",
+    "DANGLING_ATTRIBUTION": "Dangling attribution removed",
+    "LINK_UNHEALTHY": "Link is not healthy",
+    "UNGROUNDED_CUSTOMER_CLAIM": "Ungrounded customer claim removed",
+    "HTML_UNSAFE_MARKUP": "Raw HTML removed or sanitised",
+}
+
+
+@dataclass
+class PendingClaim:
+    """A valid claim whose case-study link still has to pass the health check."""
+
+    start: int  # offsets in the paragraph's cleaned text
+    end: int
+    url: str
+    claim: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ParagraphResult:
+    text: str
+    annotations: list[tuple[str, Annotation]] = field(default_factory=list)
+    links: list[LinkRecord] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[PendingClaim] = field(default_factory=list)
+
+
+class Ctx:
+    """The state of one paragraph while the rules run."""
+
+    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
+                 "closing_memo")
+
+    def __init__(
+        self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    ) -> None:
+        self.original = text
+        self.base = base
+        self.settings = settings
+        self.sources = sources
+        # a renderer reads NUL as U+FFFD (CommonMark): one character for one, so the
+        # offsets still map onto the original
+        self.doc = Doc(text.replace("\x00", "\ufffd") if "\x00" in text else text, base)
+        self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
+        self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
+        self._links: tuple[str, list[MdLink]] | None = None
+        self.closing_memo: dict = {}  # see markup._find_closing
+
+    def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
+        """Code regions (fences and code spans) and fences of the current text, cached."""
+        text = self.doc.text
+        if self._code is None or self._code[0] is not text:
+            if "`" not in text and "~~~" not in text:  # no fence, no code span
+                self._code = (text, _NO_CODE, [])
+            else:
+                fences = fenced_spans(text)
+                spans = merge_spans(fences, unbroken_code_spans(text, fences))
+                self._code = (text, SpanSet(spans), fences)
+        return self._code[1], self._code[2]
+
+    def links(self) -> list[MdLink]:
+        """The markdown links of the current text, cached: several rules read them.
+
+        Callers must not change the list or its links.
+        """
+        text = self.doc.text
+        if self._links is None or self._links[0] is not text:
+            if "](" in text or "<" in text or "]:" in text:
+                code, _ = self.code()
+                self._links = (text, scan_links(text, code))
+            else:  # no inline link, autolink or definition can be there
+                self._links = (text, [])
+        return self._links[1]
+
+    def annotate(
+        self,
+        analyzer_id: str,
+        code: str,
+        severity: str,
+        description: str,
+        start: int,
+        end: int,
+    ) -> Annotation:
+        s, e = self.doc.orig_span(start, end)
+        annotation = make_annotation(
+            code,
+            LABELS.get(code, code),
+            severity,
+            description,
+            self.original[s - self.base:e - self.base],
+            s,
+            e,
+        )
+        self.out.annotations.append((analyzer_id, annotation))
+        return annotation
+
+    def trace(self, *parts: str) -> None:
+        self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
+
+
+_NO_CODE = SpanSet([])  # read only, like every SpanSet

@@ -1,0 +1,270 @@
+"""Raw HTML in a response: a few harmless inline tags pass (re-written by nh3), the rest goes.
+
+A renderer with raw HTML enabled passes tags through to the browser. Here every `<` that
+a browser could read as the start of markup (`<` then a letter, `/`, `!` or `?`) outside
+code becomes one of three things:
+
+- an allowed inline tag, re-written by `nh3` with no attribute but `abbr`'s `title`;
+- nothing: any other tag, comment, declaration or processing instruction is removed, and
+  the elements whose content is code or hidden text (script, style, iframe, ...) go with
+  their content; annotated `HTML_UNSAFE_MARKUP`, critical when it could execute;
+- `&lt;` when no `>` closes it (it renders the same and can never open a tag).
+
+A tag ends at the first `>`, quotes or not: a browser that sees a quoted `>` reads a longer
+tag, but that tag starts with the `<` removed here. Code spans protect their content only
+before the first line that can start an HTML block (where a renderer passes whole lines
+through, backticks and fences included). URL attributes of removed tags are judged by the
+link rules like any link.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import nh3
+
+from .context import Ctx
+from .links import decide
+from .markdown import _AUTOLINK, _EMAIL_AUTOLINK
+from .records import link_record
+from .text import SpanSet, one_line
+
+ALLOWED_TAGS = frozenset(
+    {"b", "strong", "i", "em", "u", "s", "del", "ins", "mark", "small", "sub", "sup", "code",
+     "kbd", "samp", "var", "abbr", "br", "wbr", "q", "cite", "dfn"}
+)
+ALLOWED_ATTRIBUTES = {"abbr": {"title"}}
+VOID_TAGS = frozenset({"br", "wbr"})
+# could run script, navigate, submit, or load and run other documents
+EXECUTABLE_TAGS = frozenset(
+    {"script", "iframe", "frame", "frameset", "object", "embed", "applet", "form", "meta",
+     "base", "link", "svg", "math", "portal", "fencedframe", "template", "import", "xml",
+     "button", "input", "isindex", "set", "animate", "handler", "listener"}
+)
+# removed with their content (code, styles, hidden or foreign documents)
+DROP_CONTENT = frozenset(
+    {"script", "style", "iframe", "object", "embed", "applet", "template", "svg", "math",
+     "noscript", "noembed", "noframes", "xmp", "textarea", "title", "select", "frameset"}
+)
+URL_ATTRIBUTES = frozenset(
+    {"href", "src", "srcset", "action", "formaction", "poster", "background", "xlink:href",
+     "data", "codebase", "cite", "longdesc", "lowsrc", "dynsrc", "ping", "manifest", "icon",
+     "usemap", "archive", "classid", "imagesrcset"}
+)
+MAX_ROUNDS = 3
+
+_CANDIDATE = re.compile(r"<[A-Za-z/!?]")
+_NAME = re.compile(r"</?([A-Za-z][^\s/>]*)")
+_ATTR = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
+_CSS_URL = re.compile(r"""url\(\s*(?:"([^"]*)"|'([^']*)'|([^)\s]*))""", re.IGNORECASE)
+_SCRIPT_SCHEME = re.compile(r"^\s*(?:javascript|vbscript|data|livescript):", re.IGNORECASE)
+_CSS_SCRIPT = re.compile(r"expression\s*\(|javascript:|vbscript:|behavior\s*:", re.IGNORECASE)
+# a line where a renderer may start an HTML block (container markers allowed before it)
+_BLOCK_START = re.compile(r"^(?:[ \t>*+\-]|\d{1,9}[.)])*<[A-Za-z/!?]", re.MULTILINE)
+_CLEANED_CLOSE = re.compile(r"</[a-z]+>\Z")
+
+
+@lru_cache(maxsize=1024)
+def clean_open_tag(tag: str, name: str) -> str:
+    """An allowed opening tag as nh3 writes it: only the allowed attributes, quoted."""
+    cleaned = nh3.clean(
+        tag, tags=set(ALLOWED_TAGS), attributes=ALLOWED_ATTRIBUTES, url_schemes={"http", "https"},
+        link_rel=None, strip_comments=True,
+    )
+    if name not in VOID_TAGS:
+        cleaned = _CLEANED_CLOSE.sub("", cleaned)  # nh3 closes the element it opened
+    return cleaned if cleaned.startswith("<" + name) else f"<{name}>"
+
+
+@lru_cache(maxsize=64)
+def _closing_tag(name: str) -> re.Pattern[str]:
+    return re.compile(r"</" + re.escape(name) + r"[\s/>]", re.IGNORECASE)
+
+
+def _attributes(region: str, name_end: int) -> list[tuple[str, str]]:
+    attrs = []
+    for m in _ATTR.finditer(region, name_end, len(region) - 1):
+        value = m.group(2) or ""
+        if value[:1] in "\"'":
+            value = value[1:-1]
+        attrs.append((m.group(1).lower(), value))
+    return attrs
+
+
+def _urls(attrs: list[tuple[str, str]]) -> list[str]:
+    urls = []
+    for key, value in attrs:
+        if key in URL_ATTRIBUTES:
+            if key.endswith("srcset"):
+                urls.extend(p.split()[0] for p in value.split(",") if p.split())
+            else:
+                urls.append(value)
+        elif key == "style":
+            urls.extend(next(g for g in m.groups() if g is not None) for m in
+                        _CSS_URL.finditer(value))
+    return urls
+
+
+def _executable(name: str, attrs: list[tuple[str, str]]) -> bool:
+    if name in EXECUTABLE_TAGS:
+        return True
+    for key, value in attrs:
+        if key.startswith("on"):
+            return True
+        if (key in URL_ATTRIBUTES or key == "style") and (
+            _SCRIPT_SCHEME.match(value) or (key == "style" and _CSS_SCRIPT.search(value))
+        ):
+            return True
+        if key == "http-equiv":
+            return True
+    return False
+
+
+def _protected(ctx: Ctx) -> SpanSet | None:
+    """Code that renders inert: fences and code spans before any possible HTML block."""
+    code, fences = ctx.code()
+    if not code:
+        return None
+    fence_set = SpanSet(fences) if fences else None
+    block = None
+    for m in _BLOCK_START.finditer(ctx.doc.text):
+        if fence_set is None or fence_set.containing(m.start()) is None:
+            block = m  # the first line outside fenced code that may start an HTML block
+            break
+    if block is None:
+        return code
+    kept = [span for span in code.spans if span[1] <= block.start()]
+    return SpanSet(kept) if kept else None
+
+
+def sanitize_markup(ctx: Ctx) -> None:
+    """Remove or re-write every piece of raw HTML (see the module docstring)."""
+    for round_ in range(MAX_ROUNDS):
+        if "<" not in ctx.doc.text:
+            return
+        if not _one_round(ctx, final=round_ == MAX_ROUNDS - 1):
+            return
+
+
+def _one_round(ctx: Ctx, final: bool) -> bool:
+    """One pass; True when it removed something (a removal can join a new tag)."""
+    text = ctx.doc.text
+    n = len(text)
+    protected = _protected(ctx)
+    containing = protected.containing if protected else None
+    edits: list[tuple[int, int, str]] = []
+    removed = False
+    pos = 0
+    gt = -1  # the first ">" at or after the current candidate, or n when none
+    while pos < n:
+        m = _CANDIDATE.search(text, pos)
+        if m is None:
+            break
+        i = m.start()
+        span = containing(i) if containing is not None else None
+        if span is not None:
+            pos = span[1]
+            continue
+        auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+        if auto is not None:  # a markdown autolink: the link rules judge it
+            pos = auto.end()
+            continue
+        if gt < i:
+            gt = text.find(">", i)
+            if gt < 0:
+                gt = n
+        if gt >= n:
+            edits.append((i, i + 1, "&lt;"))
+            pos = i + 1
+            continue
+        end = gt + 1
+        region = text[i:end]
+        replacement, end = _judge_tag(ctx, text, i, end, region, final)
+        if not replacement and (i == 0 or text[i - 1] in " \t\n"):
+            while end < n and text[end] in " \t":  # no indent left to make a code block
+                end += 1
+            if (i == 0 or text[i - 1] == "\n") and end < n and text[end] == "\n":
+                end += 1  # nor an empty line that would end the paragraph
+        if replacement != region:
+            edits.append((i, end, replacement))
+            removed = removed or not replacement or replacement == "&lt;"
+        pos = end
+    if edits:
+        ctx.doc.apply(edits)
+    return removed
+
+
+def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
+    """(replacement, end of what it replaces) for the tag-like `region` at `i`."""
+    if region[1] in "!?":
+        _annotate(ctx, False, "An HTML comment or declaration was removed.", i, end)
+        return "", end
+    nm = _NAME.match(region)
+    if nm is None:  # "</" then no letter: no tag
+        return region, end
+    name = nm.group(1).lower()
+    closing = region[1] == "/"
+    attrs = [] if closing else _attributes(region, nm.end())
+    for url in _urls(attrs):
+        _judge_url(ctx, url, i, end)
+    if name in ALLOWED_TAGS:
+        if closing:
+            return f"</{name}>", end
+        cleaned = clean_open_tag(region, name)
+        if attrs and cleaned != region:
+            _annotate(ctx, _executable(name, attrs),
+                      f"Attributes of an HTML <{name}> tag were removed.", i, end)
+        return cleaned, end
+    if final:  # a tag formed by earlier removals: make it text
+        _annotate(ctx, _executable(name, attrs), f"HTML <{name}> tag made inert.", i, end)
+        return "&lt;" + region[1:], end
+    stop = end
+    if not closing and name in DROP_CONTENT:
+        close = _find_closing(ctx, text, name, end)
+        if close is not None:
+            gt = text.find(">", close - 1)
+            stop = gt + 1 if gt >= 0 else len(text)
+    what = f"</{name}>" if closing else f"<{name}>"
+    _annotate(ctx, _executable(name, attrs) or name in EXECUTABLE_TAGS,
+              f"Raw HTML {what} was removed.", i, stop)
+    return "", stop
+
+
+def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
+    """Where `</name` ends after `start`, or None; remembers, per text, the first position
+    after which there is none, so that many unclosed `<script>` cost one scan, not one
+    each (linear time)."""
+    memo = ctx.closing_memo
+    if memo.get("text") is not text:
+        memo.clear()
+        memo["text"] = text
+    key = "none:" + name
+    if key in memo and start >= memo[key]:
+        return None
+    found = memo.get("at:" + name)
+    if found is not None and found[0] <= start < found[1]:
+        return found[1]
+    m = _closing_tag(name).search(text, start)
+    if m is None:
+        memo[key] = start
+        return None
+    memo["at:" + name] = (start, m.end())
+    return m.end()
+
+
+def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
+    ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
+                 description, start, end)
+    ctx.out.trace.append("[AUDIT] STRIP | HTML_UNSAFE_MARKUP | "
+                         + one_line(ctx.doc.text[start:end], 120))
+
+
+def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
+    """A URL attribute of a tag: judged and recorded like a link (the tag goes anyway)."""
+    code, severity, why, canonical = decide(url, ctx.settings)
+    if code is None:
+        return
+    ctx.annotate("links", code, severity, why, start, end)
+    ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(canonical)}")
+    ctx.out.links.append(link_record(canonical, "", "strip", code))
