@@ -326,13 +326,8 @@ def _execute_claimed(run_id: Any) -> str:
         logger.exception("audit %s failed", audit_id)
         mark_failed(run_id, f"{type(exc).__name__}: {exc}")
         return AuditRun.Status.FAILED
-    for line in TraceLine.objects.filter(audit_id=run.pk).order_by("position"):
-        publish(
-            {"type": "trace_line", "audit_id": audit_id, "position": line.position,
-             "text": line.text}
-        )
-    if run.has_card:
-        publish({"type": "card_ready", "audit_id": audit_id, "overall_score": run.overall_score})
+    # One event per state change: the trace lines and the card travel with the final
+    # event (pages read them from the database once they get it); nothing is read back.
     publish(
         {
             "type": "audit_finished",
@@ -340,6 +335,7 @@ def _execute_claimed(run_id: Any) -> str:
             "status": run.status,
             "overall_score": run.overall_score,
             "has_card": run.has_card,
+            "trace_lines": len(report.trace),
         }
     )
     for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
