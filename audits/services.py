@@ -15,7 +15,6 @@ import json
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -23,6 +22,7 @@ from django.utils import timezone
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
+from . import workers
 from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
@@ -275,7 +275,7 @@ def build_auditor(config):
     """An engine Auditor for `config` with the database collision store and services."""
     from django.conf import settings
 
-    from analyzers.config_store import get_registry
+    from analyzers.config_store import current_registry
     from analyzers.engine.auditor import Auditor
 
     from .collisions import DatabaseCollisionStore
@@ -283,7 +283,7 @@ def build_auditor(config):
     services = {"link_checker": shared_link_checker(settings.AUDITOR_ALLOW_PRIVATE_NETWORKS)}
     return Auditor(
         config,
-        get_registry(),
+        current_registry(),
         collision_store=DatabaseCollisionStore(),
         services=services,
     )
@@ -298,30 +298,52 @@ def execute_run(run_id: Any) -> str:
         return _execute_claimed(run_id)
 
 
-def _execute_claimed(run_id: Any) -> str:
-    from analyzers.config_store import load_config
+def _auditor_for(run: AuditRun):
+    """This worker thread's Auditor for the run's configuration snapshot (built once per
+    snapshot, configuration version and registry: see audits.workers)."""
+    from django.conf import settings
+
+    from analyzers.config_store import config_version, current_registry, load_config
     from analyzers.engine.config import AuditorConfig
 
+    snapshot = dict(run.config_snapshot or {})
+    snapshot.pop("custom_judges", None)
+    key = (
+        json.dumps(snapshot, sort_keys=True, default=str),
+        config_version(),
+        id(current_registry()),
+        settings.AUDITOR_ALLOW_PRIVATE_NETWORKS,
+        build_auditor,  # replaced in tests
+    )
+
+    def build():
+        return build_auditor(AuditorConfig.model_validate(snapshot) if snapshot else load_config())
+
+    return workers.cached_auditor(key, build)
+
+
+def _execute_claimed(run_id: Any) -> str:
     run = AuditRun.objects.get(pk=run_id)
     audit_id = str(run.pk)
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
     try:
-        snapshot = dict(run.config_snapshot or {})
-        snapshot.pop("custom_judges", None)
-        config = AuditorConfig.model_validate(snapshot) if snapshot else load_config()
-        auditor = build_auditor(config)
-        report = async_to_sync(auditor.audit)(
-            AuditInput(
-                user_input=run.user_input,
-                response=run.response,
-                sources=run.sources,
-                metadata=run.metadata,
-            ),
-            options=run.options or None,
-            collision_key=run.collision_key,
-            progress=_progress_callback(audit_id),
+        auditor = _auditor_for(run)
+        audit = AuditInput(
+            user_input=run.user_input,
+            response=run.response,
+            sources=run.sources,
+            metadata=run.metadata,
         )
-        store_report(run, report)
+        report = workers.run_engine(
+            lambda: auditor.audit(
+                audit,
+                options=run.options or None,
+                collision_key=run.collision_key,
+                progress=_progress_callback(audit_id),
+            )
+        )
+        # The first attempt (claims count them): no earlier rows to delete.
+        store_report(run, report, fresh=run.attempts <= 1)
     except Exception as exc:
         logger.exception("audit %s failed", audit_id)
         mark_failed(run_id, f"{type(exc).__name__}: {exc}")
@@ -344,13 +366,17 @@ def _execute_claimed(run_id: Any) -> str:
     return run.status
 
 
-def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
-    """Write the engine's report to `run` and its child rows, in one transaction."""
+def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:
+    """Write the engine's report to `run` and its child rows, in one transaction.
+
+    `fresh`: the caller knows no rows of an earlier attempt exist (nothing to delete).
+    """
     with transaction.atomic():
-        # A retried run starts from a clean slate.
-        run.results.all().delete()
-        run.trace_lines.all().delete()
-        run.links.all().delete()
+        if not fresh:
+            # A retried run starts from a clean slate.
+            run.results.all().delete()
+            run.trace_lines.all().delete()
+            run.links.all().delete()
         records = AnalyzerRunRecord.objects.bulk_create(
             [
                 AnalyzerRunRecord(

@@ -19,7 +19,7 @@ from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from traceback import format_exception
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -27,6 +27,8 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
+
+from .workers import keep_connections
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         object.__setattr__(task_result, "started_at", now)
         object.__setattr__(task_result, "last_attempted_at", now)
         task_result.worker_ids.append(self.worker_id)
+        keep_connections()  # this worker thread's connections outlive its tasks
         close_old_connections()
         try:
             task_started.send(sender=type(self), task_result=task_result)
@@ -107,7 +110,9 @@ class ThreadPoolBackend(BaseTaskBackend):
             try:
                 task_finished.send(type(self), task_result=task_result)
             finally:
-                connections.close_all()  # this thread's connections only
+                # This thread's connections: kept for the next task unless broken or
+                # older than AUDITOR_TASK_CONN_MAX_AGE (then closed, as after a request).
+                close_old_connections()
 
     @staticmethod
     def _queued_key(task_result: TaskResult) -> tuple[str, str]:

@@ -20,6 +20,7 @@ INPUT = {"user_input": "Which retailers use Acme?",
 def sent(monkeypatch):
     """(group, event type, loop) of every group_send of the real in-memory layer."""
     layer = get_channel_layer()
+    async_to_sync(layer.flush)()  # no members left by other tests
     original = layer.group_send
     calls: list[tuple[str, str, asyncio.AbstractEventLoop]] = []
 

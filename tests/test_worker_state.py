@@ -1,0 +1,106 @@
+"""Task workers keep their state between audits: loop, connection, Auditor; no useless deletes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.test.utils import CaptureQueriesContext
+
+from analyzers.config_store import config_version, save_config
+from analyzers.engine.config import AuditorConfig
+from audits import services, workers
+from audits.models import AuditRun
+from audits.services import submit_audit
+
+INPUT = {"user_input": "Which retailers use Acme?",
+         "response": "Acme is easy to set up. See https://www.acme.example/docs."}
+
+
+def test_the_engine_runs_on_one_loop_per_worker_thread():
+    async def where():
+        return asyncio.get_running_loop()
+
+    first, second = workers.run_engine(where), workers.run_engine(where)
+    other = []
+    t = threading.Thread(target=lambda: other.append(workers.run_engine(where)))
+    t.start()
+    t.join()
+    assert first is second and other[0] is not first
+
+
+def test_thread_sensitive_calls_come_back_to_the_worker_thread():
+    async def hop():
+        return await sync_to_async(threading.get_ident, thread_sensitive=True)()
+
+    assert workers.run_engine(hop) == threading.get_ident()
+
+
+def test_engine_errors_reach_the_caller():
+    async def boom():
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        workers.run_engine(boom)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_threads_keep_their_database_connections(thread_tasks, settings):
+    settings.AUDITOR_TASK_CONN_MAX_AGE = 600
+    opened = []
+
+    def count(sender, connection, **kwargs):
+        if threading.current_thread().name.startswith("tasks-"):
+            opened.append(threading.current_thread().name)
+
+    connection_created.connect(count)
+    try:
+        runs = [submit_audit(**INPUT) for _ in range(8)]
+        assert thread_tasks.wait_idle(timeout=60)
+    finally:
+        connection_created.disconnect(count)
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
+               .values_list("status", flat=True)) == {"complete"}
+    # One connection per worker thread (2), not one per task (8).
+    assert 1 <= len(opened) <= thread_tasks.max_workers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_auditor_is_built_once_per_configuration(monkeypatch):
+    built = []
+    original = services.build_auditor
+
+    def counting(config):
+        built.append(config)
+        return original(config)
+
+    monkeypatch.setattr(services, "build_auditor", counting)
+    for _ in range(3):
+        assert services.execute_run(submit_audit(**INPUT, enqueue=False).pk) == "complete"
+    assert len(built) == 1
+    before = config_version()
+    save_config(AuditorConfig(threshold=0.5), actor="test")
+    assert config_version() > before
+    run = submit_audit(**INPUT, enqueue=False)
+    assert services.execute_run(run.pk) == "complete"
+    assert len(built) == 2 and built[-1].threshold == 0.5
+    run.refresh_from_db()
+    assert run.threshold == 0.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
+    run = submit_audit(**INPUT, enqueue=False)
+    with CaptureQueriesContext(connection) as ctx:
+        services.execute_run(run.pk)
+    assert not [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
+    lines = run.trace_lines.count()
+    AuditRun.objects.filter(pk=run.pk).update(status="pending")  # a retry (attempt 2)
+    with CaptureQueriesContext(connection) as ctx:
+        services.execute_run(run.pk)
+    assert [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
+    assert run.trace_lines.count() == lines  # replaced, not doubled
