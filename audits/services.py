@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -34,6 +35,7 @@ __all__ = [
     "apublish",
     "enqueue_audit",
     "execute_run",
+    "execute_runs",
     "mark_failed",
     "publish",
     "request_fingerprint",
@@ -322,32 +324,43 @@ def _auditor_for(run: AuditRun):
     return workers.cached_auditor(key, build)
 
 
+def _audit(run: AuditRun) -> AuditReport:
+    """The engine's report on `run`, on this worker thread's engine loop."""
+    auditor = _auditor_for(run)
+    audit = AuditInput(
+        user_input=run.user_input,
+        response=run.response,
+        sources=run.sources,
+        metadata=run.metadata,
+    )
+    return workers.run_engine(
+        lambda: auditor.audit(
+            audit,
+            options=run.options or None,
+            collision_key=run.collision_key,
+            progress=_progress_callback(str(run.pk)),
+        )
+    )
+
+
 def _execute_claimed(run_id: Any) -> str:
     run = AuditRun.objects.get(pk=run_id)
     audit_id = str(run.pk)
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
     try:
-        auditor = _auditor_for(run)
-        audit = AuditInput(
-            user_input=run.user_input,
-            response=run.response,
-            sources=run.sources,
-            metadata=run.metadata,
-        )
-        report = workers.run_engine(
-            lambda: auditor.audit(
-                audit,
-                options=run.options or None,
-                collision_key=run.collision_key,
-                progress=_progress_callback(audit_id),
-            )
-        )
+        report = _audit(run)
         # The first attempt (claims count them): no earlier rows to delete.
         store_report(run, report, fresh=run.attempts <= 1)
     except Exception as exc:
         logger.exception("audit %s failed", audit_id)
         mark_failed(run_id, f"{type(exc).__name__}: {exc}")
         return AuditRun.Status.FAILED
+    _finished(run, report)
+    return run.status
+
+
+def _finished(run: AuditRun, report: AuditReport) -> None:
+    audit_id = str(run.pk)
     # One event per state change: the trace lines and the card travel with the final
     # event (pages read them from the database once they get it); nothing is read back.
     publish(
@@ -363,7 +376,72 @@ def _execute_claimed(run_id: Any) -> str:
     for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
         if isinstance(error, Exception):
             logger.error("%r failed after audit %s", receiver, audit_id, exc_info=error)
-    return run.status
+
+
+def _claim_many(run_ids: list[Any]) -> list[Any]:
+    """Move the pending runs among `run_ids` to running in one transaction; their ids."""
+    with transaction.atomic():
+        pending = AuditRun.objects.filter(pk__in=run_ids, status=AuditRun.Status.PENDING)
+        if _supports_row_locks():
+            pending = pending.select_for_update(skip_locked=True)
+        claimed = list(pending.values_list("pk", flat=True))
+        AuditRun.objects.filter(pk__in=claimed).update(
+            status=AuditRun.Status.RUNNING,
+            started_at=timezone.now(),
+            attempts=F("attempts") + 1,
+            error="",
+        )
+    return claimed
+
+
+def _supports_row_locks() -> bool:
+    from django.db import connection
+
+    return connection.features.has_select_for_update_skip_locked
+
+
+def execute_runs(run_ids: list[Any]) -> dict[str, str]:
+    """`execute_run` for several runs (a worker taking a deep queue in small batches):
+    one claim, one read, and the reports stored in one transaction. Returns each id's
+    final status ("skipped": another worker had it)."""
+    if len(run_ids) == 1:
+        return {str(run_ids[0]): execute_run(run_ids[0])}
+    claimed = _claim_many(run_ids)
+    outcome = {str(run_id): "skipped" for run_id in run_ids}
+    if not claimed:
+        return outcome
+    with contextlib.ExitStack() as stack:
+        for run_id in claimed:
+            stack.enter_context(running_run(run_id))
+        runs = list(AuditRun.objects.filter(pk__in=claimed))
+        done: list[tuple[AuditRun, AuditReport]] = []
+        for run in runs:
+            audit_id = str(run.pk)
+            publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
+            try:
+                done.append((run, _audit(run)))
+            except Exception as exc:
+                logger.exception("audit %s failed", audit_id)
+                mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+                outcome[audit_id] = AuditRun.Status.FAILED
+        try:
+            store_reports(done, fresh=all(run.attempts <= 1 for run, _ in done))
+        except Exception:
+            # One bad report must not fail the others: store them one by one.
+            logger.warning("storing %d reports at once failed; one by one", len(done),
+                           exc_info=True)
+            for run, report in done:
+                try:
+                    store_report(run, report, fresh=run.attempts <= 1)
+                except Exception as exc:
+                    logger.exception("audit %s failed", run.pk)
+                    mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+                    run.status = AuditRun.Status.FAILED
+    for run, report in done:
+        outcome[str(run.pk)] = run.status
+        if run.status == AuditRun.Status.COMPLETE:
+            _finished(run, report)
+    return outcome
 
 
 def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:
@@ -371,12 +449,19 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
 
     `fresh`: the caller knows no rows of an earlier attempt exist (nothing to delete).
     """
+    store_reports([(run, report)], fresh=fresh)
+    return run
+
+
+def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False) -> None:
+    """`store_report` for several runs: one transaction, one insert per table."""
     with transaction.atomic():
         if not fresh:
             # A retried run starts from a clean slate.
-            run.results.all().delete()
-            run.trace_lines.all().delete()
-            run.links.all().delete()
+            runs = [run for run, _ in pairs]
+            AnalyzerRunRecord.objects.filter(audit__in=runs).delete()
+            TraceLine.objects.filter(audit__in=runs).delete()
+            LinkCheck.objects.filter(audit__in=runs).delete()
         records = AnalyzerRunRecord.objects.bulk_create(
             [
                 AnalyzerRunRecord(
@@ -392,52 +477,61 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
                     surfaced=r.surfaced,
                     supplementary=r.supplementary,
                 )
+                for run, report in pairs
                 for i, r in enumerate(report.results)
             ]
         )
         if any(rec.pk is None for rec in records):  # backends without RETURNING
-            records = list(run.results.order_by("position"))
-        Annotation.objects.bulk_create(
-            [
-                Annotation(
-                    audit=run,
-                    result=record,
-                    position=j,
-                    analyzer_id=r.analyzer_id,
-                    type=a.type,
-                    label=a.label,
-                    severity=a.severity,
-                    description=a.description,
-                    evidence=a.evidence,
-                    start=a.start,
-                    end=a.end,
+            records = list(
+                AnalyzerRunRecord.objects.filter(audit__in=[run for run, _ in pairs])
+            )
+            by_key = {(rec.audit_id, rec.position): rec for rec in records}
+            records = [by_key[(run.pk, i)] for run, report in pairs
+                       for i in range(len(report.results))]
+        annotations, trace, links = [], [], []
+        remaining = iter(records)
+        for run, report in pairs:
+            for r in report.results:
+                record = next(remaining)
+                annotations.extend(
+                    Annotation(
+                        audit=run,
+                        result=record,
+                        position=j,
+                        analyzer_id=r.analyzer_id,
+                        type=a.type,
+                        label=a.label,
+                        severity=a.severity,
+                        description=a.description,
+                        evidence=a.evidence,
+                        start=a.start,
+                        end=a.end,
+                    )
+                    for j, a in enumerate(r.annotations)
                 )
-                for record, r in zip(records, report.results, strict=True)
-                for j, a in enumerate(r.annotations)
-            ]
-        )
-        TraceLine.objects.bulk_create(
-            [TraceLine(audit=run, position=i, text=t) for i, t in enumerate(report.trace)]
-        )
-        LinkCheck.objects.bulk_create(
-            [LinkCheck(audit=run, position=i, **link.model_dump())
-             for i, link in enumerate(report.links)]
-        )
-        run.cleaned_response = report.cleaned_response
-        run.threshold = report.threshold
-        run.overall_score = report.overall_score
-        run.has_card = report.has_card
-        run.status = AuditRun.Status.COMPLETE
-        run.finished_at = timezone.now()
-        run.error = ""
-        run.save(
-            update_fields=[
-                "cleaned_response", "threshold", "overall_score", "has_card",
-                "status", "finished_at", "error",
-                "started_at",  # the start again (heartbeats refreshed it while running)
-            ]
-        )
-    return run
+            trace.extend(TraceLine(audit=run, position=i, text=t)
+                         for i, t in enumerate(report.trace))
+            links.extend(LinkCheck(audit=run, position=i, **link.model_dump())
+                         for i, link in enumerate(report.links))
+        Annotation.objects.bulk_create(annotations)
+        TraceLine.objects.bulk_create(trace)
+        LinkCheck.objects.bulk_create(links)
+        now = timezone.now()
+        for run, report in pairs:
+            run.cleaned_response = report.cleaned_response
+            run.threshold = report.threshold
+            run.overall_score = report.overall_score
+            run.has_card = report.has_card
+            run.status = AuditRun.Status.COMPLETE
+            run.finished_at = now
+            run.error = ""
+            run.save(
+                update_fields=[
+                    "cleaned_response", "threshold", "overall_score", "has_card",
+                    "status", "finished_at", "error",
+                    "started_at",  # the start again (heartbeats refreshed it while running)
+                ]
+            )
 
 
 def mark_failed(run_id: Any, error: str) -> None:

@@ -104,3 +104,49 @@ def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
         services.execute_run(run.pk)
     assert [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
     assert run.trace_lines.count() == lines  # replaced, not doubled
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch):
+    batches = []
+    original = services.execute_runs
+
+    def recording(run_ids):
+        batches.append(len(run_ids))
+        return original(run_ids)
+
+    monkeypatch.setattr(services, "execute_runs", recording)
+    gate = threading.Event()
+    blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
+                for _ in range(thread_tasks.max_workers)]
+    runs = [submit_audit(**INPUT) for _ in range(20)]  # queued behind the blockers
+    gate.set()
+    for blocker in blockers:
+        blocker.result()
+    assert thread_tasks.wait_idle(timeout=60)
+    assert max(batches) == thread_tasks.batch_size and sum(batches) >= 20 - len(batches)
+    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
+        "status", flat=True)
+    assert set(statuses) == {"complete"}
+    for run in runs:
+        run.refresh_from_db()
+        assert run.results.count() > 0 and run.attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    original = services._audit
+
+    def flaky(run):
+        if run.pk == runs[1].pk:
+            raise RuntimeError("engine exploded")
+        return original(run)
+
+    monkeypatch.setattr(services, "_audit", flaky)
+    outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
+    assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
+    assert services.execute_runs([runs[0].pk, runs[2].pk]) == {
+        str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
+    run = AuditRun.objects.get(pk=runs[1].pk)
+    assert run.status == "failed" and "engine exploded" in run.error
