@@ -42,6 +42,7 @@ __all__ = [
     "rerun_audit",
     "store_report",
     "submit_audit",
+    "submit_audits",
 ]
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,43 @@ def submit_audit(
         return existing
     run.was_created = True
     return run
+
+
+def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[AuditRun]:
+    """`submit_audit` for several audits without `external_id` (a batch request): one
+    transaction and one insert for all, each enqueued on commit."""
+    from analyzers.config_store import load_config_with_snapshot
+
+    if any(item.get("external_id") is not None for item in items):
+        raise ValueError("audits with an external_id go through submit_audit one by one")
+    config, snapshot = load_config_with_snapshot()
+    runs = []
+    for item in items:
+        sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
+        metadata = dict(item.get("metadata") or {})
+        options = dict(item.get("options") or {})
+        fingerprint = request_fingerprint(
+            user_input=item["user_input"], response=item["response"], sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+        )
+        runs.append(AuditRun(
+            api_key=api_key, request_hash=fingerprint, user_input=item["user_input"],
+            response=item["response"], cleaned_response="", sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+            threshold=config.threshold, config_snapshot=snapshot,
+            incomplete=bool(item.get("incomplete", False)),
+        ))
+    with transaction.atomic():
+        AuditRun.objects.bulk_create(runs)
+        ids = [run.pk for run in runs]
+        if runs and _queue_shares_transaction(runs[0]._state.db):
+            for run_id in ids:
+                enqueue_task(run_id)
+        else:
+            transaction.on_commit(lambda: [_after_submit(run_id) for run_id in ids])
+    for run in runs:
+        run.was_created = True
+    return runs
 
 
 def _after_submit(run_id: Any) -> None:
