@@ -150,3 +150,43 @@ def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
         str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
     run = AuditRun.objects.get(pk=runs[1].pk)
     assert run.status == "failed" and "engine exploded" in run.error
+
+
+@pytest.fixture
+def database_tasks(settings):
+    from django.tasks import task_backends  # noqa: F401
+
+    from tests.conftest import IMMEDIATE, _reset_task_backends
+
+    value = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = value
+    _reset_task_backends(value)
+    yield
+    _reset_task_backends(IMMEDIATE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, settings):
+    from django.core.management import call_command
+    from django_tasks_db.models import DBTaskResult
+
+    settings.AUDITOR_RECOVERY_INTERVAL = 0
+    batches = []
+    original = services.execute_runs
+
+    def recording(run_ids):
+        batches.append(len(run_ids))
+        return original(run_ids)
+
+    monkeypatch.setattr(services, "execute_runs", recording)
+    runs = [submit_audit(**INPUT) for _ in range(11)]
+    assert DBTaskResult.objects.filter(status="READY").count() == 11
+    own_settings = connection.settings_dict
+    try:
+        call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "--claim", "4")
+    finally:
+        connection.settings_dict = own_settings  # the worker made this thread's persistent
+    assert batches == [4, 4, 3]
+    assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
+               .values_list("status", flat=True)) == {"complete"}
