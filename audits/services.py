@@ -387,8 +387,7 @@ def _execute_claimed(run_id: Any) -> str:
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
     try:
         report = _audit(run)
-        # The first attempt (claims count them): no earlier rows to delete.
-        store_report(run, report, fresh=run.attempts <= 1)
+        store_report(run, report, fresh=_nothing_stored([run]))
     except Exception as exc:
         logger.exception("audit %s failed", audit_id)
         mark_failed(run_id, f"{type(exc).__name__}: {exc}")
@@ -414,6 +413,14 @@ def _finished(run: AuditRun, report: AuditReport) -> None:
     for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
         if isinstance(error, Exception):
             logger.error("%r failed after audit %s", receiver, audit_id, exc_info=error)
+
+
+def _nothing_stored(runs: list[AuditRun]) -> bool:
+    """True when no child rows of these runs can exist, so storing needs no deletes: first
+    attempts (claims count them) and no trace lines (a stream writes them as it goes)."""
+    if any(run.attempts > 1 for run in runs):
+        return False
+    return not TraceLine.objects.filter(audit__in=runs).exists()
 
 
 def _claim_many(run_ids: list[Any]) -> list[Any]:
@@ -463,14 +470,14 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
                 mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
                 outcome[audit_id] = AuditRun.Status.FAILED
         try:
-            store_reports(done, fresh=all(run.attempts <= 1 for run, _ in done))
+            store_reports(done, fresh=_nothing_stored([run for run, _ in done]))
         except Exception:
             # One bad report must not fail the others: store them one by one.
             logger.warning("storing %d reports at once failed; one by one", len(done),
                            exc_info=True)
             for run, report in done:
                 try:
-                    store_report(run, report, fresh=run.attempts <= 1)
+                    store_report(run, report, fresh=_nothing_stored([run]))
                 except Exception as exc:
                     logger.exception("audit %s failed", run.pk)
                     mark_failed(run.pk, f"{type(exc).__name__}: {exc}")

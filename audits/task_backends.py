@@ -25,7 +25,7 @@ from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from traceback import format_exception
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -243,6 +243,19 @@ class ThreadPoolBackend(BaseTaskBackend):
         for blocker in blockers:
             blocker.result(timeout=timeout)
         return True
+
+    def close_connections(self, timeout: float = 30.0) -> None:
+        """Close every worker thread's database connections (they persist between tasks):
+        tests call this before the test database is dropped."""
+        barrier = threading.Barrier(self.max_workers)
+
+        def close() -> None:
+            barrier.wait(timeout)  # one job per thread: each waits for the others
+            connections.close_all()
+
+        jobs = [self._pool.executor.submit(close) for _ in range(self.max_workers)]
+        for job in jobs:
+            job.result(timeout=timeout)
 
     # --- recovery of runs left behind by dead processes ---
 

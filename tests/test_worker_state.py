@@ -190,3 +190,17 @@ def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, s
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
     assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
                .values_list("status", flat=True)) == {"complete"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_written_before_the_first_attempt_are_replaced_not_duplicated():
+    from audits.models import TraceLine
+
+    run = submit_audit(**INPUT, enqueue=False)
+    TraceLine.objects.create(audit=run, position=0, text="[AUDIT] streamed")  # as a stream does
+    assert services.execute_run(run.pk) == "complete"
+    assert not run.trace_lines.filter(text="[AUDIT] streamed").exists()
+    batch = [submit_audit(**INPUT, enqueue=False) for _ in range(2)]
+    TraceLine.objects.create(audit=batch[1], position=0, text="[AUDIT] streamed")
+    assert set(services.execute_runs([r.pk for r in batch]).values()) == {"complete"}
+    assert not TraceLine.objects.filter(text="[AUDIT] streamed").exists()
