@@ -195,6 +195,33 @@ def _cached() -> tuple[AuditorConfig, dict[str, Any]]:
     return config, snapshot
 
 
+def config_version() -> int:
+    """The latest configuration change's id: cheap (re-read at most every
+    VERSION_CHECK_INTERVAL_S, or after a change in this process)."""
+    now = time.monotonic()
+    with _cache_lock:
+        cached = _cache.get("config")
+    if cached is not None and now - cached[3] < VERSION_CHECK_INTERVAL_S:
+        return cached[0]
+    _cached()
+    with _cache_lock:
+        return _cache["config"][0]
+
+
+def current_registry() -> Registry:
+    """`get_registry()` (custom judges from the database) cached per configuration version."""
+    version = config_version()
+    base = base_registry()
+    with _cache_lock:
+        cached = _cache.get("current_registry")
+    if cached is not None and cached[0] == version and cached[1] is base:
+        return cached[2]
+    registry = get_registry()
+    with _cache_lock:
+        _cache["current_registry"] = (version, base, registry)
+    return registry
+
+
 def load_config() -> AuditorConfig:
     """The engine configuration from the database (cached until the next change)."""
     if _recording.get():
@@ -242,6 +269,7 @@ def _full_dict(config: AuditorConfig) -> dict[str, Any]:
 def invalidate_cache(**kwargs: Any) -> None:
     with _cache_lock:
         _cache.pop("config", None)
+        _cache.pop("current_registry", None)
 
 
 # --- writing ----------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
+from django.utils import timezone
 
 from .models import CollisionDigest
 
@@ -18,8 +19,20 @@ class DatabaseCollisionStore:
     """`seen_before(scope, digest)`: atomic across threads and processes (unique constraint)."""
 
     def seen_before_sync(self, scope: str, digest: str) -> bool:
+        db = router.db_for_write(CollisionDigest)
+        conn = connections[db]
+        if conn.vendor in ("sqlite", "postgresql"):
+            # One statement, no savepoint: the row count says whether it was new.
+            created = conn.ops.adapt_datetimefield_value(timezone.now())
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {CollisionDigest._meta.db_table} (scope_hash, digest, "
+                    "created_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    [scope_hash(scope), digest[:128], created],
+                )
+                return cursor.rowcount == 0
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=db):
                 CollisionDigest.objects.create(scope_hash=scope_hash(scope), digest=digest[:128])
         except IntegrityError:
             return True

@@ -6,17 +6,25 @@ It goes to "audit-<id>" (that audit's page) and, when it changes the audit's car
 `{"type": "audit.event", "event": event}`. Per-audit progress (trace lines, analyzers,
 stream progress) stays off the feed group: with hundreds of watchers every message there
 costs hundreds of deliveries.
+
+Nothing is sent to a group nobody watches, where the layer can tell (the in-memory layer:
+its group table; the Redis layer cannot, so everything is sent). A page that starts
+watching later reads the database after joining its group, so it misses nothing. Events
+published from threads without a loop are handed to the server's loop without waiting
+(one drain task keeps their order), or, in a process without a server loop (db_worker,
+tests), to one long-lived publisher loop of the process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +53,85 @@ def _groups(event: dict[str, Any]) -> list[str]:
     return groups
 
 
-async def _send(event: dict[str, Any]) -> None:
+def has_watchers(group: str, layer: Any = None) -> bool:
+    """False only when the channel layer can tell that nobody is in `group`."""
+    layer = layer or get_channel_layer()
+    if layer is None:
+        return False
+    if isinstance(layer, InMemoryChannelLayer):
+        return bool(layer.groups.get(group))
+    return True  # Redis and others: membership is not cheap to ask, send anyway
+
+
+def _watched_groups(event: dict[str, Any], layer: Any) -> list[str]:
+    return [group for group in _groups(event) if has_watchers(group, layer)]
+
+
+async def _send(event: dict[str, Any], groups: list[str] | None = None) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     message = {"type": MESSAGE_TYPE, "event": event}
-    for group in _groups(event):
+    for group in _groups(event) if groups is None else groups:
         await layer.group_send(group, message)
+
+
+class _Outbox:
+    """Events handed to one loop from other threads, sent in order by one drain task."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: collections.deque[tuple[dict[str, Any], list[str]]] = collections.deque()
+        self.draining = False  # touched on the loop only
+
+    def put(self, event: dict[str, Any], groups: list[str]) -> None:
+        """From any thread; returns at once."""
+        self.pending.append((event, groups))  # deque appends are thread-safe
+        self.loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        if not self.draining:
+            self.draining = True
+            self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                event, groups = self.pending.popleft()
+                try:
+                    await _send(event, groups)
+                except Exception:
+                    logger.warning("could not publish %s event", event.get("type"),
+                                   exc_info=True)
+        finally:
+            self.draining = False
+
+
+_outboxes: dict[int, _Outbox] = {}
+_publisher_loop: asyncio.AbstractEventLoop | None = None
+_publisher_lock = threading.Lock()
+
+
+def _outbox(loop: asyncio.AbstractEventLoop) -> _Outbox:
+    box = _outboxes.get(id(loop))
+    if box is None or box.loop is not loop:
+        with _publisher_lock:
+            box = _outboxes.get(id(loop))
+            if box is None or box.loop is not loop:
+                box = _outboxes[id(loop)] = _Outbox(loop)
+    return box
+
+
+def publisher_loop() -> asyncio.AbstractEventLoop:
+    """The process's long-lived loop for events of threads when no server loop runs."""
+    global _publisher_loop
+    with _publisher_lock:
+        if _publisher_loop is None or _publisher_loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="events-publisher",
+                             daemon=True).start()
+            _publisher_loop = loop
+        return _publisher_loop
 
 
 def remember_server_loop() -> None:
@@ -76,12 +156,16 @@ def _other_server_loop() -> asyncio.AbstractEventLoop | None:
 async def apublish(event: dict[str, Any]) -> None:
     """Send `event` to the browsers; never raises."""
     try:
+        layer = get_channel_layer()
+        groups = _watched_groups(event, layer)
+        if not groups:
+            return
         loop = _other_server_loop()
         if loop is None:
-            await _send(event)
+            await _send(event, groups)
         else:
             # E.g. the engine's progress callback, on the loop of a task thread.
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_send(event), loop))
+            _outbox(loop).put(event, groups)
     except Exception:
         logger.warning("could not publish %s event", event.get("type"), exc_info=True)
 
@@ -90,8 +174,8 @@ def publish(event: dict[str, Any]) -> None:
     """Synchronous `apublish`; safe to call from any thread, never raises.
 
     From a thread of a process whose server runs live consumers, the event is handed to
-    the server's loop and waited for (so events keep their order); elsewhere (a worker
-    process, a test) it is sent from a loop of its own.
+    the server's loop without waiting (its outbox keeps the order); elsewhere (a worker
+    process, a test) it is sent from the process's publisher loop and waited for.
     """
     try:
         try:
@@ -102,14 +186,18 @@ def publish(event: dict[str, Any]) -> None:
             # Sync code running inside an event loop thread: schedule, don't block.
             running.create_task(apublish(event))
             return
-        loop = _other_server_loop()
-        if loop is None:
-            async_to_sync(_send)(event)
+        groups = _watched_groups(event, get_channel_layer())
+        if not groups:
             return
-        future = asyncio.run_coroutine_threadsafe(_send(event), loop)
+        loop = _other_server_loop()
+        if loop is not None:
+            _outbox(loop).put(event, groups)
+            return
+        future = asyncio.run_coroutine_threadsafe(_send(event, groups), publisher_loop())
         try:
             future.result(timeout=PUBLISH_WAIT)
         except FutureTimeout:
-            logger.warning("the server loop is slow: %s event still queued", event.get("type"))
+            logger.warning("the publisher loop is slow: %s event still queued",
+                           event.get("type"))
     except Exception:
         logger.warning("could not publish %s event", event.get("type"), exc_info=True)

@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -24,6 +24,7 @@ from django.utils import timezone
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
+from . import workers
 from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
@@ -36,12 +37,14 @@ __all__ = [
     "apublish",
     "enqueue_audit",
     "execute_run",
+    "execute_runs",
     "mark_failed",
     "publish",
     "request_fingerprint",
     "rerun_audit",
     "store_report",
     "submit_audit",
+    "submit_audits",
 ]
 
 logger = logging.getLogger(__name__)
@@ -171,6 +174,43 @@ def submit_audit(
     return run
 
 
+def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[AuditRun]:
+    """`submit_audit` for several audits without `external_id` (a batch request): one
+    transaction and one insert for all, each enqueued on commit."""
+    from analyzers.config_store import load_config_with_snapshot
+
+    if any(item.get("external_id") is not None for item in items):
+        raise ValueError("audits with an external_id go through submit_audit one by one")
+    config, snapshot = load_config_with_snapshot()
+    runs = []
+    for item in items:
+        sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
+        metadata = dict(item.get("metadata") or {})
+        options = dict(item.get("options") or {})
+        fingerprint = request_fingerprint(
+            user_input=item["user_input"], response=item["response"], sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+        )
+        runs.append(AuditRun(
+            api_key=api_key, request_hash=fingerprint, user_input=item["user_input"],
+            response=item["response"], cleaned_response="", sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+            threshold=config.threshold, config_snapshot=snapshot,
+            incomplete=bool(item.get("incomplete", False)),
+        ))
+    with transaction.atomic():
+        AuditRun.objects.bulk_create(runs)
+        queued = [(run.pk, is_large(run.response)) for run in runs]
+        if runs and _queue_shares_transaction(runs[0]._state.db):
+            for run_id, large in queued:
+                enqueue_task(run_id, large=large)
+        else:
+            transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
+    for run in runs:
+        run.was_created = True
+    return runs
+
+
 def _after_submit(run_id: Any, large: bool = False) -> None:
     # No event here: the request path stays cheap; "audit_started" follows at once.
     enqueue_audit(run_id, large=large)
@@ -290,7 +330,7 @@ def build_auditor(config):
     """An engine Auditor for `config` with the database collision store and services."""
     from django.conf import settings
 
-    from analyzers.config_store import get_registry
+    from analyzers.config_store import current_registry
     from analyzers.engine.auditor import Auditor
     from analyzers.policy import audit_services
 
@@ -302,7 +342,7 @@ def build_auditor(config):
     }
     return Auditor(
         config,
-        get_registry(),
+        current_registry(),
         collision_store=DatabaseCollisionStore(),
         services=services,
     )
@@ -317,41 +357,68 @@ def execute_run(run_id: Any) -> str:
         return _execute_claimed(run_id)
 
 
-def _execute_claimed(run_id: Any) -> str:
-    from analyzers.config_store import load_config
+def _auditor_for(run: AuditRun):
+    """This worker thread's Auditor for the run's configuration snapshot (built once per
+    snapshot, configuration version and registry: see audits.workers)."""
+    from django.conf import settings
+
+    from analyzers.config_store import config_version, current_registry, load_config
     from analyzers.engine.config import AuditorConfig
 
+    snapshot = dict(run.config_snapshot or {})
+    snapshot.pop("custom_judges", None)
+    key = (
+        json.dumps(snapshot, sort_keys=True, default=str),
+        config_version(),
+        id(current_registry()),
+        settings.AUDITOR_ALLOW_PRIVATE_NETWORKS,
+        build_auditor,  # replaced in tests
+    )
+
+    def build():
+        return build_auditor(AuditorConfig.model_validate(snapshot) if snapshot else load_config())
+
+    return workers.cached_auditor(key, build)
+
+
+def _audit(run: AuditRun) -> AuditReport:
+    """The engine's report on `run`, on this worker thread's engine loop."""
+    auditor = _auditor_for(run)
+    audit = AuditInput(
+        user_input=run.user_input,
+        response=run.response,
+        sources=run.sources,
+        metadata=run.metadata,
+    )
+    return workers.run_engine(
+        lambda: auditor.audit(
+            audit,
+            options=run.options or None,
+            collision_key=run.collision_key,
+            progress=_progress_callback(str(run.pk)),
+        )
+    )
+
+
+def _execute_claimed(run_id: Any) -> str:
     run = AuditRun.objects.get(pk=run_id)
     audit_id = str(run.pk)
     publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
     try:
-        snapshot = dict(run.config_snapshot or {})
-        snapshot.pop("custom_judges", None)
-        config = AuditorConfig.model_validate(snapshot) if snapshot else load_config()
-        auditor = build_auditor(config)
-        report = async_to_sync(auditor.audit)(
-            AuditInput(
-                user_input=run.user_input,
-                response=run.response,
-                sources=run.sources,
-                metadata=run.metadata,
-            ),
-            options=run.options or None,
-            collision_key=run.collision_key,
-            progress=_progress_callback(audit_id),
-        )
-        store_report(run, report)
+        report = _audit(run)
+        store_report(run, report, fresh=_nothing_stored([run]))
     except Exception as exc:
         logger.exception("audit %s failed", audit_id)
         mark_failed(run_id, f"{type(exc).__name__}: {exc}")
         return AuditRun.Status.FAILED
-    for line in TraceLine.objects.filter(audit_id=run.pk).order_by("position"):
-        publish(
-            {"type": "trace_line", "audit_id": audit_id, "position": line.position,
-             "text": line.text}
-        )
-    if run.has_card:
-        publish({"type": "card_ready", "audit_id": audit_id, "overall_score": run.overall_score})
+    _finished(run, report)
+    return run.status
+
+
+def _finished(run: AuditRun, report: AuditReport) -> None:
+    audit_id = str(run.pk)
+    # One event per state change: the trace lines and the card travel with the final
+    # event (pages read them from the database once they get it); nothing is read back.
     publish(
         {
             "type": "audit_finished",
@@ -359,21 +426,106 @@ def _execute_claimed(run_id: Any) -> str:
             "status": run.status,
             "overall_score": run.overall_score,
             "has_card": run.has_card,
+            "trace_lines": len(report.trace),
         }
     )
     for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
         if isinstance(error, Exception):
             logger.error("%r failed after audit %s", receiver, audit_id, exc_info=error)
-    return run.status
 
 
-def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
-    """Write the engine's report to `run` and its child rows, in one transaction."""
+def _nothing_stored(runs: list[AuditRun]) -> bool:
+    """True when no child rows of these runs can exist, so storing needs no deletes: first
+    attempts (claims count them) and no trace lines (a stream writes them as it goes)."""
+    if any(run.attempts > 1 for run in runs):
+        return False
+    return not TraceLine.objects.filter(audit__in=runs).exists()
+
+
+def _claim_many(run_ids: list[Any]) -> list[Any]:
+    """Move the pending runs among `run_ids` to running in one transaction; their ids."""
     with transaction.atomic():
-        # A retried run starts from a clean slate.
-        run.results.all().delete()
-        run.trace_lines.all().delete()
-        run.links.all().delete()
+        pending = AuditRun.objects.filter(pk__in=run_ids, status=AuditRun.Status.PENDING)
+        if _supports_row_locks():
+            pending = pending.select_for_update(skip_locked=True)
+        claimed = list(pending.values_list("pk", flat=True))
+        AuditRun.objects.filter(pk__in=claimed).update(
+            status=AuditRun.Status.RUNNING,
+            started_at=timezone.now(),
+            attempts=F("attempts") + 1,
+            error="",
+        )
+    return claimed
+
+
+def _supports_row_locks() -> bool:
+    from django.db import connection
+
+    return connection.features.has_select_for_update_skip_locked
+
+
+def execute_runs(run_ids: list[Any]) -> dict[str, str]:
+    """`execute_run` for several runs (a worker taking a deep queue in small batches):
+    one claim, one read, and the reports stored in one transaction. Returns each id's
+    final status ("skipped": another worker had it)."""
+    if len(run_ids) == 1:
+        return {str(run_ids[0]): execute_run(run_ids[0])}
+    claimed = _claim_many(run_ids)
+    outcome = {str(run_id): "skipped" for run_id in run_ids}
+    if not claimed:
+        return outcome
+    with contextlib.ExitStack() as stack:
+        for run_id in claimed:
+            stack.enter_context(running_run(run_id))
+        runs = list(AuditRun.objects.filter(pk__in=claimed))
+        done: list[tuple[AuditRun, AuditReport]] = []
+        for run in runs:
+            audit_id = str(run.pk)
+            publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
+            try:
+                done.append((run, _audit(run)))
+            except Exception as exc:
+                logger.exception("audit %s failed", audit_id)
+                mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+                outcome[audit_id] = AuditRun.Status.FAILED
+        try:
+            store_reports(done, fresh=_nothing_stored([run for run, _ in done]))
+        except Exception:
+            # One bad report must not fail the others: store them one by one.
+            logger.warning("storing %d reports at once failed; one by one", len(done),
+                           exc_info=True)
+            for run, report in done:
+                try:
+                    store_report(run, report, fresh=_nothing_stored([run]))
+                except Exception as exc:
+                    logger.exception("audit %s failed", run.pk)
+                    mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+                    run.status = AuditRun.Status.FAILED
+    for run, report in done:
+        outcome[str(run.pk)] = run.status
+        if run.status == AuditRun.Status.COMPLETE:
+            _finished(run, report)
+    return outcome
+
+
+def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:
+    """Write the engine's report to `run` and its child rows, in one transaction.
+
+    `fresh`: the caller knows no rows of an earlier attempt exist (nothing to delete).
+    """
+    store_reports([(run, report)], fresh=fresh)
+    return run
+
+
+def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False) -> None:
+    """`store_report` for several runs: one transaction, one insert per table."""
+    with transaction.atomic():
+        if not fresh:
+            # A retried run starts from a clean slate.
+            runs = [run for run, _ in pairs]
+            AnalyzerRunRecord.objects.filter(audit__in=runs).delete()
+            TraceLine.objects.filter(audit__in=runs).delete()
+            LinkCheck.objects.filter(audit__in=runs).delete()
         records = AnalyzerRunRecord.objects.bulk_create(
             [
                 AnalyzerRunRecord(
@@ -389,52 +541,61 @@ def store_report(run: AuditRun, report: AuditReport) -> AuditRun:
                     surfaced=r.surfaced,
                     supplementary=r.supplementary,
                 )
+                for run, report in pairs
                 for i, r in enumerate(report.results)
             ]
         )
         if any(rec.pk is None for rec in records):  # backends without RETURNING
-            records = list(run.results.order_by("position"))
-        Annotation.objects.bulk_create(
-            [
-                Annotation(
-                    audit=run,
-                    result=record,
-                    position=j,
-                    analyzer_id=r.analyzer_id,
-                    type=a.type,
-                    label=a.label,
-                    severity=a.severity,
-                    description=a.description,
-                    evidence=a.evidence,
-                    start=a.start,
-                    end=a.end,
+            records = list(
+                AnalyzerRunRecord.objects.filter(audit__in=[run for run, _ in pairs])
+            )
+            by_key = {(rec.audit_id, rec.position): rec for rec in records}
+            records = [by_key[(run.pk, i)] for run, report in pairs
+                       for i in range(len(report.results))]
+        annotations, trace, links = [], [], []
+        remaining = iter(records)
+        for run, report in pairs:
+            for r in report.results:
+                record = next(remaining)
+                annotations.extend(
+                    Annotation(
+                        audit=run,
+                        result=record,
+                        position=j,
+                        analyzer_id=r.analyzer_id,
+                        type=a.type,
+                        label=a.label,
+                        severity=a.severity,
+                        description=a.description,
+                        evidence=a.evidence,
+                        start=a.start,
+                        end=a.end,
+                    )
+                    for j, a in enumerate(r.annotations)
                 )
-                for record, r in zip(records, report.results, strict=True)
-                for j, a in enumerate(r.annotations)
-            ]
-        )
-        TraceLine.objects.bulk_create(
-            [TraceLine(audit=run, position=i, text=t) for i, t in enumerate(report.trace)]
-        )
-        LinkCheck.objects.bulk_create(
-            [LinkCheck(audit=run, position=i, **link.model_dump())
-             for i, link in enumerate(report.links)]
-        )
-        run.cleaned_response = report.cleaned_response
-        run.threshold = report.threshold
-        run.overall_score = report.overall_score
-        run.has_card = report.has_card
-        run.status = AuditRun.Status.COMPLETE
-        run.finished_at = timezone.now()
-        run.error = ""
-        run.save(
-            update_fields=[
-                "cleaned_response", "threshold", "overall_score", "has_card",
-                "status", "finished_at", "error",
-                "started_at",  # the start again (heartbeats refreshed it while running)
-            ]
-        )
-    return run
+            trace.extend(TraceLine(audit=run, position=i, text=t)
+                         for i, t in enumerate(report.trace))
+            links.extend(LinkCheck(audit=run, position=i, **link.model_dump())
+                         for i, link in enumerate(report.links))
+        Annotation.objects.bulk_create(annotations)
+        TraceLine.objects.bulk_create(trace)
+        LinkCheck.objects.bulk_create(links)
+        now = timezone.now()
+        for run, report in pairs:
+            run.cleaned_response = report.cleaned_response
+            run.threshold = report.threshold
+            run.overall_score = report.overall_score
+            run.has_card = report.has_card
+            run.status = AuditRun.Status.COMPLETE
+            run.finished_at = now
+            run.error = ""
+            run.save(
+                update_fields=[
+                    "cleaned_response", "threshold", "overall_score", "has_card",
+                    "status", "finished_at", "error",
+                    "started_at",  # the start again (heartbeats refreshed it while running)
+                ]
+            )
 
 
 def mark_failed(run_id: Any, error: str) -> None:

@@ -7,11 +7,17 @@ starts with the server, or with the first task here, and sweeps every `SWEEP_INT
 seconds). `queued_args` tells the sweep which runs this queue already holds.
 
     TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
-                         "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60}}}
+                         "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60,
+                                     "BATCH_SIZE": 8}}}
 
 Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of huge
 responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
 hold every thread while small audits wait.
+
+Deep queues in small batches: a task function with a `batch` attribute (a callable
+taking the args lists of several calls and returning their return values, e.g.
+`audits.tasks.run_audit_batch`) is called once for up to BATCH_SIZE queued calls when
+the queue holds more than one per worker; a short queue runs call by call.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from traceback import format_exception
 
@@ -33,6 +39,7 @@ from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
 from .queues import LARGE_QUEUE
+from .workers import keep_connections
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,7 @@ class _Pool:
             max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large"
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
+        self.pending: deque[TaskResult] = deque()  # queued, in order; one executor job each
         self.lock = threading.Lock()
         # (task path, args) of every task queued or running here, counted.
         self.queued: Counter[tuple[str, str]] = Counter()
@@ -79,11 +87,66 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.max_workers = int(self.options.get("MAX_WORKERS", 2))
         self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
+        self.batch_size = int(self.options.get("BATCH_SIZE", 8))
         self.worker_id = get_random_string(32)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
 
     # --- running ---
+
+    def _run_next(self) -> None:
+        """One executor job: the next queued task, or a batch of them when the queue is deep."""
+        pool = self._pool
+        with pool.lock:
+            if not pool.pending:
+                return  # an earlier job took it in its batch
+            batch = [pool.pending.popleft()]
+            first = batch[0]
+            batch_call = getattr(first.task.func, "batch", None)
+            if batch_call is not None and not first.kwargs:
+                size = min(self.batch_size, 1 + len(pool.pending) // self.max_workers)
+                while (len(batch) < size and pool.pending
+                       and pool.pending[0].task.module_path == first.task.module_path
+                       and not pool.pending[0].kwargs):
+                    batch.append(pool.pending.popleft())
+        if len(batch) == 1:
+            self._run(first)
+        else:
+            self._run_batch(batch, batch_call)
+
+    def _run_batch(self, batch: list[TaskResult], batch_call) -> None:
+        """Like `_run` for several calls of one task, through the task's `batch` callable."""
+        now = timezone.now()
+        keep_connections()
+        close_old_connections()
+        for task_result in batch:
+            object.__setattr__(task_result, "status", TaskResultStatus.RUNNING)
+            object.__setattr__(task_result, "started_at", now)
+            object.__setattr__(task_result, "last_attempted_at", now)
+            task_result.worker_ids.append(self.worker_id)
+            task_started.send(sender=type(self), task_result=task_result)
+        try:
+            values = batch_call([list(r.args) for r in batch])
+            for task_result, value in zip(batch, values, strict=True):
+                object.__setattr__(task_result, "_return_value", normalize_json(value))
+                object.__setattr__(task_result, "status", TaskResultStatus.SUCCESSFUL)
+        except BaseException as exc:
+            logger.exception("batch of %d %s tasks failed", len(batch), batch[0].task.name)
+            for task_result in batch:
+                task_result.errors.append(TaskError(
+                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    traceback="".join(format_exception(exc)),
+                ))
+                object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
+        finally:
+            finished = timezone.now()
+            try:
+                for task_result in batch:
+                    object.__setattr__(task_result, "finished_at", finished)
+                    self._forget_queued(task_result)
+                    task_finished.send(type(self), task_result=task_result)
+            finally:
+                close_old_connections()
 
     def _run(self, task_result: TaskResult) -> None:
         task = task_result.task
@@ -92,6 +155,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         object.__setattr__(task_result, "started_at", now)
         object.__setattr__(task_result, "last_attempted_at", now)
         task_result.worker_ids.append(self.worker_id)
+        keep_connections()  # this worker thread's connections outlive its tasks
         close_old_connections()
         try:
             task_started.send(sender=type(self), task_result=task_result)
@@ -118,7 +182,9 @@ class ThreadPoolBackend(BaseTaskBackend):
             try:
                 task_finished.send(type(self), task_result=task_result)
             finally:
-                connections.close_all()  # this thread's connections only
+                # This thread's connections: kept for the next task unless broken or
+                # older than AUDITOR_TASK_CONN_MAX_AGE (then closed, as after a request).
+                close_old_connections()
 
     @staticmethod
     def _queued_key(task_result: TaskResult) -> tuple[str, str]:
@@ -161,8 +227,12 @@ class ThreadPoolBackend(BaseTaskBackend):
             pool.queued[self._queued_key(task_result)] += 1
         task_enqueued.send(type(self), task_result=task_result)
         self._start_sweeper()
-        executor = pool.large if task.queue_name == LARGE_QUEUE else pool.executor
-        executor.submit(self._run, task_result)
+        if task.queue_name == LARGE_QUEUE:
+            pool.large.submit(self._run, task_result)  # its own lane, one call at a time
+            return task_result
+        with pool.lock:
+            pool.pending.append(task_result)
+        pool.executor.submit(self._run_next)
         return task_result
 
     def get_result(self, result_id):
@@ -178,6 +248,21 @@ class ThreadPoolBackend(BaseTaskBackend):
         return _drain(pool.executor, self.max_workers, timeout) and _drain(
             pool.large, pool.large_workers, timeout
         )
+
+    def close_connections(self, timeout: float = 30.0) -> None:
+        """Close every worker thread's database connections (they persist between tasks):
+        tests call this before the test database is dropped."""
+        pool = self._pool
+        for executor, workers in ((pool.executor, self.max_workers),
+                                  (pool.large, pool.large_workers)):
+            barrier = threading.Barrier(workers)
+
+            def close(barrier: threading.Barrier = barrier) -> None:
+                barrier.wait(timeout)  # one job per thread: each waits for the others
+                connections.close_all()
+
+            for job in [executor.submit(close) for _ in range(workers)]:
+                job.result(timeout=timeout)
 
     # --- recovery of runs left behind by dead processes ---
 

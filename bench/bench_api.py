@@ -1,9 +1,17 @@
-"""API benchmarks: ingest, export and list, against the server (uvicorn) on 127.0.0.1 with SQLite.
+"""API benchmarks: ingest, end to end, export and list, against the server (uvicorn) on 127.0.0.1 with SQLite.
 
-    .venv/bin/python bench/bench_api.py [--rows 100000] [--ingest 2000]
+    .venv/bin/python bench/bench_api.py [--rows 100000] [--ingest 2000] [--e2e 5000]
+        [--before PATH] [--e2e-only] [--phoenix]
 
 - ingest: POST /api/audits (wait=false) audits/s through HTTP, against a raw ORM bulk
   insert of the same rows in the same run (target >= 300/s);
+- end to end (bench/throughput.py): accepted/s and analysed-and-stored/s (an audit counts
+  once it is complete or failed in the database) for batches of 100 (one request in
+  flight) and 16 clients posting single audits, on the default thread backend and with
+  `db_worker` processes; server CPU per audit against the engine's own CPU per audit
+  (same shape, measured here), peak RSS; asserts every accepted audit is complete.
+  `--before PATH` runs the same scenarios against another source tree (e.g. a
+  `git worktree` of an older commit) for a before/after in the same run;
 - export: GET /api/audits/export?format=jsonl over N stored audits: rows/s (target
   >= 20,000) and the server's peak RSS for N/10 and N rows (must not grow with rows);
 - list: GET /api/audits with filters: p50 latency (target < 50 ms) and SQL queries per
@@ -135,23 +143,6 @@ def bench_ingest(n: int, key: str) -> dict:
         batch = _ingest_run(url, key, n, "/api/audits/batch", 100)
         AuditRun.objects.all().delete()
         out["database_batch100"] = {"runs": [batch], "median": batch}
-    finally:
-        stop(proc)
-    # "thread": the default, analysis on threads of the same server process (competing for
-    # the CPU): the accept rate, and the rate until every accepted audit is analysed.
-    proc, url = start_server({"AUDITOR_TASK_BACKEND": "thread"})
-    try:
-        m = max(n // 2, 100)
-        t0 = time.perf_counter()
-        accepted = _ingest_run(url, key, m, "/api/audits", 1)
-        deadline = time.monotonic() + 90
-        finished = AuditRun.objects.filter(status__in=["complete", "failed"])
-        while finished.count() < m and time.monotonic() < deadline:
-            time.sleep(0.2)
-        done = finished.count()
-        out["thread"] = {"accept_per_s": accepted, "analysed": done, "n": m,
-                         "accept_and_analyse_per_s": done / (time.perf_counter() - t0)}
-        AuditRun.objects.all().delete()
     finally:
         stop(proc)
     return out
@@ -334,14 +325,86 @@ def queries_per_request(key: str) -> dict:
     return out
 
 
+E2E_TARGETS = {"thread batches": 400, "thread 16 clients": 200}
+E2E_PER_WORKER_TARGET = 150
+CPU_RATIO_TARGET = 4
+
+
+def end_to_end(key: str, args) -> dict:
+    """Accepted/s and analysed-and-stored/s, the CPU per audit against the engine alone."""
+    from throughput import engine_cpu_ms, run_scenario
+
+    engine_ms = engine_cpu_ms()
+    cores = os.cpu_count() or 1
+    scenarios = [
+        ("thread batches", "thread", 100, 1, 0),
+        ("thread 16 clients", "thread", 1, 16, 0),
+        ("database batches, 1 db_worker", "database", 100, 1, 1),
+        (f"database batches, {cores} db_workers", "database", 100, 1, cores),
+        (f"database 16 clients, {cores} db_workers", "database", 1, 16, cores),
+    ]
+    trees = [("after", BASE_DIR, args.e2e)]
+    if args.before:
+        trees.insert(0, ("before", args.before.resolve(), args.before_e2e))
+    results: dict = {"engine_cpu_ms_per_audit": engine_ms,
+                     "engine_audits_per_cpu_s": 1000 / engine_ms}
+    print(f"== end to end ({args.e2e} audits: 300-char input, 2 KB response with links; "
+          f"{cores} cores, SQLite)")
+    print(f"  engine alone, same shape: {engine_ms:.2f} ms CPU per audit "
+          f"({1000 / engine_ms:,.0f} audits per CPU-second; baseline)")
+    failures = []
+    for tree, root, n in trees:
+        for label, backend, batch, clients, workers in scenarios:
+            if tree == "before" and workers > 1:
+                continue  # the old tree: one worker is enough to compare
+            r = run_scenario(root=root, db=DB_PATH, key=key, backend=backend, n=n,
+                             batch=batch, clients=clients, workers=workers)
+            results[f"{tree}: {label}"] = r
+            ratio = r["cpu_ms_per_audit"] / engine_ms
+            rate = r["analysed_per_s"]
+            target = E2E_TARGETS.get(label)
+            if backend == "database":
+                target = E2E_PER_WORKER_TARGET * workers
+            verdict = "" if tree == "before" else (
+                f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
+            workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
+            print(f"  [{tree}] {label:34s} accepted {r['accepted_per_s']:6.0f}/s  "
+                  f"analysed+stored {rate:6.0f}/s{verdict}")
+            cpu_verdict = "" if tree == "before" else (
+                f" (target <= {CPU_RATIO_TARGET}x: "
+                f"{'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
+            print(f"  {'':{len(tree) + 2}} {'':34s} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
+                  f"= {ratio:.1f}x engine{cpu_verdict}  "
+                  f"peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB")
+            if r["complete"] != r["stored"] or r["stored"] != n:
+                failures.append(f"{tree} {label}: {r['stored']} stored, "
+                                f"{r['complete']} complete of {n} accepted")
+    if args.phoenix:
+        print("  Phoenix side by side: not run (no network for its install here; skipped)")
+    else:
+        print("  Phoenix side by side: skipped (optional; --phoenix)")
+    if failures:
+        raise SystemExit("audits lost: " + "; ".join(failures))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--ingest", type=int, default=2000)
+    parser.add_argument("--e2e", type=int, default=5000, help="audits per end-to-end scenario")
+    parser.add_argument("--before", type=Path, help="source tree to measure end to end too")
+    parser.add_argument("--before-e2e", type=int, default=1000)
+    parser.add_argument("--e2e-only", action="store_true")
+    parser.add_argument("--phoenix", action="store_true", help="the optional Phoenix step")
     args = parser.parse_args()
     try:
         call_command("migrate", verbosity=0)
         _, key = ApiKey.create_key("bench", scope="read", rate_limit_per_minute=10_000_000)
+        e2e = end_to_end(key, args)
+        if args.e2e_only:
+            print(json.dumps({"end_to_end": e2e}, default=str))
+            return
 
         ingest = bench_ingest(args.ingest, key)
         base = ingest["bulk_orm_per_s"]
@@ -356,11 +419,6 @@ def main() -> None:
                   f"ratio to baseline {r['median'] / base:.3f}"
                   + (f"  (target >= 300/s: {'ok' if r['median'] >= 300 else 'MISSED'})"
                      if label == "database" else ""))
-        t = ingest["thread"]
-        print(f"  POST /api/audits thread queue: {t['accept_per_s']:.0f} audits/s accepted "
-              f"(ratio {t['accept_per_s'] / base:.3f}) while analysing in the same process; "
-              f"{t['accept_and_analyse_per_s']:.0f} audits/s accepted and analysed "
-              f"({t['analysed']}/{t['n']} analysed)")
 
         t0 = time.perf_counter()
         populate(args.rows)
@@ -390,7 +448,7 @@ def main() -> None:
         qpr = queries_per_request(key)
         print(f"  SQL queries per request: limit=10 -> {qpr[10]}, limit=100 -> {qpr[100]} "
               f"({'constant' if qpr[10] == qpr[100] else 'GROWS WITH ROWS'})")
-        print(json.dumps({"ingest": ingest, "export": export, "list_p50_ms": listing,
+        print(json.dumps({"end_to_end": e2e, "ingest": ingest, "export": export, "list_p50_ms": listing,
                           "queries": qpr}, default=str))
     finally:
         connection.close()

@@ -69,7 +69,9 @@ def thread_tasks(settings):
     }
     settings.TASKS = value
     _reset_task_backends(value)
-    yield task_backends["default"]
+    backend = task_backends["default"]
+    yield backend
+    backend.close_connections()  # worker threads keep theirs between tasks
     _reset_task_backends(IMMEDIATE)
 
 

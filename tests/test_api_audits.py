@@ -334,3 +334,23 @@ def test_the_fast_export_lines_equal_the_serializer():
     rest, end = export_page(AuditRun.objects.all(), cursor, 2)
     assert end is None
     assert len((first + rest).splitlines()) == 3
+
+
+def test_a_batch_stores_its_plain_audits_in_one_insert_and_analyses_each(
+    api_client, ingest_key, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    bodies = [{**BODY, "user_input": f"question {i}"} for i in range(5)]
+    with CaptureQueriesContext(connection) as ctx, \
+            django_capture_on_commit_callbacks(execute=True):
+        r = api_client.post("/api/audits/batch", {"audits": bodies}, key=ingest_key)
+    assert r.status_code == 202, r.content
+    inserts = [q for q in ctx.captured_queries
+               if q["sql"].startswith('INSERT INTO "audits_auditrun"')]
+    assert len(inserts) == 1
+    ids = [item["id"] for item in r.json()["items"]]
+    runs = {str(run.pk): run for run in AuditRun.objects.filter(pk__in=ids)}
+    assert [runs[i].user_input for i in ids] == [b["user_input"] for b in bodies]
+    assert {run.status for run in runs.values()} == {"complete"}

@@ -218,22 +218,43 @@ async def _wait_for(request: HttpRequest, run_id: str):
 def submit_batch(request: HttpRequest, body: AuditBatchIn):
     """Like `POST /api/audits` (without `wait`) for many audits in one request. Items are
     independent: each answer says whether it was `created` (false: the stored audit of a
-    repeated `external_id`) or why it was refused (`error`, e.g. an external_id conflict)."""
-    items = []
-    for item in body.audits:
+    repeated `external_id`) or why it was refused (`error`, e.g. an external_id conflict).
+    Audits without `external_id` are stored together, in one transaction."""
+    items: list[dict | None] = [None] * len(body.audits)
+    plain = []  # (index, item) of audits without external_id: stored together
+    for i, item in enumerate(body.audits):
+        if item.external_id is None:
+            try:
+                _validate_options(item.options)
+            except HttpError as exc:
+                items[i] = {"id": None, "status": None, "created": False,
+                            "error": json.dumps(exc.message)}
+                continue
+            plain.append((i, item))
+            continue
         try:
             run = _store(request, item)
         except services.ExternalIdConflict:
-            items.append({"id": None, "status": None, "created": False,
-                          "error": f"external_id {item.external_id!r} was already used with "
-                                   "a different body"})
+            items[i] = {"id": None, "status": None, "created": False,
+                        "error": f"external_id {item.external_id!r} was already used with "
+                                 "a different body"}
             continue
         except HttpError as exc:
-            items.append({"id": None, "status": None, "created": False,
-                          "error": json.dumps(exc.message)})
+            items[i] = {"id": None, "status": None, "created": False,
+                        "error": json.dumps(exc.message)}
             continue
-        items.append({"id": str(run.pk), "status": run.status, "created": run.was_created,
-                      "error": None})
+        items[i] = {"id": str(run.pk), "status": run.status, "created": run.was_created,
+                    "error": None}
+    if plain:
+        runs = services.submit_audits(
+            [{"user_input": item.user_input, "response": item.response,
+              "sources": [s.model_dump() for s in item.sources], "metadata": item.metadata,
+              "collision_key": item.collision_key, "options": item.options}
+             for _, item in plain],
+            api_key=request.auth,
+        )
+        for (i, _), run in zip(plain, runs, strict=True):
+            items[i] = {"id": str(run.pk), "status": run.status, "created": True, "error": None}
     return Status(202, {"items": items})
 
 

@@ -1,21 +1,139 @@
-"""django-tasks-db's `db_worker`, plus recovery: nothing is left pending without a flag.
+"""django-tasks-db's `db_worker`, plus recovery and batches: nothing is left pending
+without a flag, and a deep queue is taken a few tasks at a time.
 
 At start and every `AUDITOR_RECOVERY_INTERVAL` s the worker takes over the task rows and
 audit runs of dead workers and re-queues pending runs that no queue holds; while it runs a
-task its heartbeat keeps the rows fresh (see audits.recovery). Same options as the stock
-command.
+task its heartbeat keeps the rows fresh (see audits.recovery). Its database connection
+stays open between tasks (AUDITOR_TASK_CONN_MAX_AGE). It claims up to `--claim` ready rows
+in one transaction; consecutive calls of a task with a `batch` attribute
+(`audits.tasks.run_audit`) run as one batch (`services.execute_runs`: one transaction
+stores their reports). Same options as the stock command otherwise.
 """
 
 from __future__ import annotations
 
-from django_tasks_db.management.commands.db_worker import Command as StockCommand
+import logging
+import time
+
+from django.db import OperationalError, close_old_connections
+from django.tasks.signals import task_finished, task_started
+from django_tasks_db.management.commands import db_worker as stock
+from django_tasks_db.models import DBTaskResult
+from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from audits import recovery
+from audits.workers import keep_connections
+
+logger = logging.getLogger("django_tasks_db")
 
 
-class Command(StockCommand):
-    help = StockCommand.help + ", taking over the work of dead workers (audits.recovery)"
+class BatchingWorker(stock.Worker):
+    claim_size = 8
+
+    def _ready(self):
+        tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name)
+        if not self.process_all_queues:
+            tasks = tasks.filter(queue_name__in=self.queue_names)
+        if self.excluded_queue_names:
+            tasks = tasks.exclude(queue_name__in=self.excluded_queue_names)
+        return tasks
+
+    def _claim(self) -> list[DBTaskResult] | None:
+        """Up to `claim_size` ready rows, claimed; None when the database was locked."""
+        tasks = self._ready()
+        try:
+            with exclusive_transaction(tasks.db):
+                rows = list(tasks.select_for_update(skip_locked=True)[: self.claim_size])
+                for row in rows:
+                    row.claim(self.worker_id)
+        except OperationalError as exc:
+            if is_locked_database_exception(exc):
+                return None
+            raise
+        return rows
+
+    def run(self) -> None:
+        logger.info("Starting worker worker_id=%s queues=%s (batches of up to %d)",
+                    self.worker_id, ",".join(self.queue_names), self.claim_size)
+        while self.running:
+            close_old_connections()
+            rows = self._claim()
+            if rows:
+                self.run_rows(rows)
+            if self.batch and rows == []:
+                logger.info("No more tasks to run for worker_id=%s - exiting gracefully.",
+                            self.worker_id)
+                return
+            if self.max_tasks is not None and self._run_tasks >= self.max_tasks:
+                return
+            close_old_connections()
+            if self.running and not rows:
+                time.sleep(self.interval)
+
+    def run_rows(self, rows: list[DBTaskResult]) -> None:
+        group: list[DBTaskResult] = []
+        for row in rows:
+            if group and not self._same_batch(group[0], row):
+                self._run_group(group)
+                group = []
+            if self._batch_call(row) is not None:
+                group.append(row)
+            else:
+                self._run_group(group)
+                group = []
+                self.run_task(row)
+        self._run_group(group)
+
+    @staticmethod
+    def _batch_call(row: DBTaskResult):
+        try:
+            call = getattr(row.task.func, "batch", None)
+        except Exception:  # a bad task path: run_task records it
+            return None
+        return call if call is not None and not row.args_kwargs.get("kwargs") else None
+
+    @staticmethod
+    def _same_batch(a: DBTaskResult, b: DBTaskResult) -> bool:
+        return a.task_path == b.task_path
+
+    def _run_group(self, group: list[DBTaskResult]) -> None:
+        if not group:
+            return
+        if len(group) == 1:
+            self.run_task(group[0])
+            return
+        backend_type = type(group[0].task.get_backend())
+        results = [row.task_result for row in group]
+        self.running_task = True
+        try:
+            for result in results:
+                task_started.send(sender=backend_type, task_result=result)
+            try:
+                values = self._batch_call(group[0])([list(r.args) for r in results])
+            except BaseException as exc:
+                for row in group:
+                    row.set_failed(exc)
+            else:
+                for row, value in zip(group, values, strict=True):
+                    row.set_successful(value)
+            for row in group:
+                task_finished.send(sender=backend_type, task_result=row.task_result)
+        finally:
+            self.running_task = False
+            self._run_tasks += len(group)
+
+
+class Command(stock.Command):
+    help = stock.Command.help + ", taking over the work of dead workers (audits.recovery)"
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--claim", type=int, default=BatchingWorker.claim_size,
+                            help="ready tasks claimed at once (1: one by one)")
 
     def handle(self, *args, **options):
         recovery.start()
+        keep_connections()  # one connection for every task (AUDITOR_TASK_CONN_MAX_AGE)
+        BatchingWorker.claim_size = max(1, options.pop("claim"))
+        stock.Worker = BatchingWorker  # the stock handle() builds the worker
         return super().handle(*args, **options)

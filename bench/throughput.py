@@ -1,0 +1,206 @@
+"""End to end: audits accepted/s and *analysed and stored*/s (helpers of bench_api.py).
+
+A run starts a server (and, for the database backend, `db_worker` processes) from a
+source tree, posts N audits of one shape (300-character input, 2 KB response with a few
+links), and times two things: until every request was answered (accepted/s) and until
+every audit is complete or failed in the database (analysed/s). It reads the CPU time of
+the server and workers from /proc/<pid>/stat and their peak RSS (VmHWM), and fails when
+an accepted audit is not complete at the end (nothing lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+PARAGRAPH = (
+    "Acme's search API ranks results by relevance and business rules; most teams configure "
+    "facets first, then synonyms and typo tolerance. Decathlon grew conversion with Acme. "
+    "See https://www.acme.example/docs/relevance and https://docs.acme.example/facets "
+    "or the guide at https://blog.other.example/tuning for details. "
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_server(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/api/openapi.json", timeout=2).read()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the server did not start")
+
+
+def audit_body(i: int) -> dict:
+    """One audit of the benchmark's shape; distinct text per audit."""
+    user_input = (f"Question {i}: how do I tune Acme search relevance for my store? " * 6)[:300]
+    response = (f"Answer {i}. " + PARAGRAPH * 9)[:2048]
+    return {"user_input": user_input, "response": response,
+            "sources": [{"title": "Docs", "url": "https://www.acme.example/docs", "text": "x"}],
+            "metadata": {"session": "bench"}}
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _requests(key: str, n: int, batch: int) -> list[bytes]:
+    path = "/api/audits" if batch == 1 else "/api/audits/batch"
+    out = []
+    for start in range(0, n, batch):
+        bodies = [audit_body(i) for i in range(start, min(start + batch, n))]
+        payload = json.dumps(bodies[0] if batch == 1 else {"audits": bodies}).encode()
+        out.append((
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload)
+    return out
+
+
+async def _post_all(port: int, requests: list[bytes], clients: int) -> None:
+    """Keep-alive HTTP/1.1 connections, each one request in flight (a minimal client)."""
+    queue = list(reversed(requests))
+
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while queue:
+                writer.write(queue.pop())
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                body = await reader.readexactly(length)
+                if head[9:12] != b"202":
+                    raise SystemExit(f"unexpected answer: {head!r} {body[:300]!r}")
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+def _count(db: Path, where: str) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        return conn.execute(f"SELECT count(*) FROM audits_auditrun WHERE {where}").fetchone()[0]
+
+
+def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch: int,
+                 clients: int, workers: int = 0, env_extra: dict | None = None,
+                 timeout: float = 900) -> dict:
+    """Post `n` audits to a fresh server of `root`; figures of accepting and analysing them."""
+    port = free_port()
+    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2,
+           "DATABASE_URL": f"sqlite:///{db}", "AUDITOR_TASK_BACKEND": backend,
+           "PYTHONPATH": str(root), **(env_extra or {})}
+    # The shipped server of that tree: uvicorn (auditor_site.serve), or daphne before it.
+    server = ([sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1",
+               "--port", str(port), "--no-access-log", "--log-level", "warning"]
+              if (root / "auditor_site" / "serve.py").exists() else
+              [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+               "auditor_site.asgi:application"])
+    procs = [subprocess.Popen(
+        server,
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    for _ in range(workers):
+        procs.append(subprocess.Popen(
+            [sys.executable, "manage.py", "db_worker", "--interval", "0.05"],
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        wait_for_server(f"http://127.0.0.1:{port}", procs[0])
+        requests = _requests(key, n, batch)
+        before = _count(db, "1")
+        cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        t0 = time.perf_counter()
+        asyncio.run(_post_all(port, requests, clients))
+        accepted_s = time.perf_counter() - t0
+        deadline = time.monotonic() + timeout
+        done = 0
+        while time.monotonic() < deadline:
+            done = _count(db, "status IN ('complete', 'failed')") - before
+            if done >= n:
+                break
+            time.sleep(0.05)
+        analysed_s = time.perf_counter() - t0
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
+        rss = [peak_rss_mb(p.pid) for p in procs]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    stored = _count(db, "1") - before
+    complete = _count(db, "status = 'complete'") - before
+    with sqlite3.connect(db, timeout=30) as conn:
+        for table in ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
+                      "audits_linkcheck", "audits_auditrun"):
+            conn.execute(f"DELETE FROM {table}")
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute("DELETE FROM django_tasks_db_dbtaskresult")
+    return {"backend": backend, "n": n, "batch": batch, "clients": clients,
+            "workers": workers, "stored": stored, "analysed": done, "complete": complete,
+            "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
+            "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
+            "peak_rss_mb": {"server": rss[0], "workers": rss[1:]}}
+
+
+def engine_cpu_ms(n: int = 500) -> float:
+    """CPU ms per audit of the engine alone (default configuration, same shape)."""
+    from analyzers.engine.auditor import Auditor
+    from analyzers.engine.config import AuditorConfig
+    from analyzers.engine.contract import AuditInput
+    from analyzers.engine.linkcheck import LinkChecker
+    from analyzers.engine.registry import build_registry
+
+    auditor = Auditor(AuditorConfig(), build_registry([]),
+                      services={"link_checker": LinkChecker()})
+    inputs = [AuditInput.model_validate(audit_body(i)) for i in range(n)]
+
+    async def go() -> float:
+        for audit in inputs[:20]:  # warm up caches
+            await auditor.audit(audit)
+        t0 = time.process_time()
+        for audit in inputs:
+            await auditor.audit(audit)
+        return (time.process_time() - t0) * 1000 / n
+
+    return asyncio.run(go())

@@ -1,0 +1,206 @@
+"""Task workers keep their state between audits: loop, connection, Auditor; no useless deletes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.test.utils import CaptureQueriesContext
+
+from analyzers.config_store import config_version, save_config
+from analyzers.engine.config import AuditorConfig
+from audits import services, workers
+from audits.models import AuditRun
+from audits.services import submit_audit
+
+INPUT = {"user_input": "Which retailers use Acme?",
+         "response": "Acme is easy to set up. See https://www.acme.example/docs."}
+
+
+def test_the_engine_runs_on_one_loop_per_worker_thread():
+    async def where():
+        return asyncio.get_running_loop()
+
+    first, second = workers.run_engine(where), workers.run_engine(where)
+    other = []
+    t = threading.Thread(target=lambda: other.append(workers.run_engine(where)))
+    t.start()
+    t.join()
+    assert first is second and other[0] is not first
+
+
+def test_thread_sensitive_calls_come_back_to_the_worker_thread():
+    async def hop():
+        return await sync_to_async(threading.get_ident, thread_sensitive=True)()
+
+    assert workers.run_engine(hop) == threading.get_ident()
+
+
+def test_engine_errors_reach_the_caller():
+    async def boom():
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        workers.run_engine(boom)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_threads_keep_their_database_connections(thread_tasks, settings):
+    settings.AUDITOR_TASK_CONN_MAX_AGE = 600
+    opened = []
+
+    def count(sender, connection, **kwargs):
+        if threading.current_thread().name.startswith("tasks-"):
+            opened.append(threading.current_thread().name)
+
+    connection_created.connect(count)
+    try:
+        runs = [submit_audit(**INPUT) for _ in range(8)]
+        assert thread_tasks.wait_idle(timeout=60)
+    finally:
+        connection_created.disconnect(count)
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
+               .values_list("status", flat=True)) == {"complete"}
+    # One connection per worker thread (2), not one per task (8).
+    assert 1 <= len(opened) <= thread_tasks.max_workers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_auditor_is_built_once_per_configuration(monkeypatch):
+    built = []
+    original = services.build_auditor
+
+    def counting(config):
+        built.append(config)
+        return original(config)
+
+    monkeypatch.setattr(services, "build_auditor", counting)
+    for _ in range(3):
+        assert services.execute_run(submit_audit(**INPUT, enqueue=False).pk) == "complete"
+    assert len(built) == 1
+    before = config_version()
+    save_config(AuditorConfig(threshold=0.5), actor="test")
+    assert config_version() > before
+    run = submit_audit(**INPUT, enqueue=False)
+    assert services.execute_run(run.pk) == "complete"
+    assert len(built) == 2 and built[-1].threshold == 0.5
+    run.refresh_from_db()
+    assert run.threshold == 0.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
+    run = submit_audit(**INPUT, enqueue=False)
+    with CaptureQueriesContext(connection) as ctx:
+        services.execute_run(run.pk)
+    assert not [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
+    lines = run.trace_lines.count()
+    AuditRun.objects.filter(pk=run.pk).update(status="pending")  # a retry (attempt 2)
+    with CaptureQueriesContext(connection) as ctx:
+        services.execute_run(run.pk)
+    assert [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
+    assert run.trace_lines.count() == lines  # replaced, not doubled
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch):
+    batches = []
+    original = services.execute_runs
+
+    def recording(run_ids):
+        batches.append(len(run_ids))
+        return original(run_ids)
+
+    monkeypatch.setattr(services, "execute_runs", recording)
+    gate = threading.Event()
+    blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
+                for _ in range(thread_tasks.max_workers)]
+    runs = [submit_audit(**INPUT) for _ in range(20)]  # queued behind the blockers
+    gate.set()
+    for blocker in blockers:
+        blocker.result()
+    assert thread_tasks.wait_idle(timeout=60)
+    assert max(batches) == thread_tasks.batch_size and sum(batches) >= 20 - len(batches)
+    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
+        "status", flat=True)
+    assert set(statuses) == {"complete"}
+    for run in runs:
+        run.refresh_from_db()
+        assert run.results.count() > 0 and run.attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    original = services._audit
+
+    def flaky(run):
+        if run.pk == runs[1].pk:
+            raise RuntimeError("engine exploded")
+        return original(run)
+
+    monkeypatch.setattr(services, "_audit", flaky)
+    outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
+    assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
+    assert services.execute_runs([runs[0].pk, runs[2].pk]) == {
+        str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
+    run = AuditRun.objects.get(pk=runs[1].pk)
+    assert run.status == "failed" and "engine exploded" in run.error
+
+
+@pytest.fixture
+def database_tasks(settings):
+    from django.tasks import task_backends  # noqa: F401
+
+    from tests.conftest import IMMEDIATE, _reset_task_backends
+
+    value = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = value
+    _reset_task_backends(value)
+    yield
+    _reset_task_backends(IMMEDIATE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, settings):
+    from django.core.management import call_command
+    from django_tasks_db.models import DBTaskResult
+
+    settings.AUDITOR_RECOVERY_INTERVAL = 0
+    batches = []
+    original = services.execute_runs
+
+    def recording(run_ids):
+        batches.append(len(run_ids))
+        return original(run_ids)
+
+    monkeypatch.setattr(services, "execute_runs", recording)
+    runs = [submit_audit(**INPUT) for _ in range(11)]
+    assert DBTaskResult.objects.filter(status="READY").count() == 11
+    own_settings = connection.settings_dict
+    try:
+        call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "--claim", "4")
+    finally:
+        connection.settings_dict = own_settings  # the worker made this thread's persistent
+    assert batches == [4, 4, 3]
+    assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
+               .values_list("status", flat=True)) == {"complete"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_written_before_the_first_attempt_are_replaced_not_duplicated():
+    from audits.models import TraceLine
+
+    run = submit_audit(**INPUT, enqueue=False)
+    TraceLine.objects.create(audit=run, position=0, text="[AUDIT] streamed")  # as a stream does
+    assert services.execute_run(run.pk) == "complete"
+    assert not run.trace_lines.filter(text="[AUDIT] streamed").exists()
+    batch = [submit_audit(**INPUT, enqueue=False) for _ in range(2)]
+    TraceLine.objects.create(audit=batch[1], position=0, text="[AUDIT] streamed")
+    assert set(services.execute_runs([r.pk for r in batch]).values()) == {"complete"}
+    assert not TraceLine.objects.filter(text="[AUDIT] streamed").exists()
