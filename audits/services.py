@@ -364,6 +364,7 @@ def _auditor_for(run: AuditRun):
 
     from analyzers.config_store import config_version, current_registry, load_config
     from analyzers.engine.config import AuditorConfig
+    from analyzers.policy import audit_services
 
     snapshot = dict(run.config_snapshot or {})
     snapshot.pop("custom_judges", None)
@@ -372,6 +373,7 @@ def _auditor_for(run: AuditRun):
         config_version(),
         id(current_registry()),
         settings.AUDITOR_ALLOW_PRIVATE_NETWORKS,
+        tuple(sorted(audit_services().items())),  # the operator's limits (analyzers.policy)
         build_auditor,  # replaced in tests
     )
 
