@@ -43,6 +43,10 @@ KNOWN_TLDS = frozenset(
 # matched as linkify matches them: ignoring case the way `re` does ("cİ" is "ci")
 _KNOWN_TLD = re.compile("(?:" + "|".join(sorted(KNOWN_TLDS)) + r")\Z", re.IGNORECASE)
 _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.[^\W\d_]")
+# a cheap pre-scan: every `_MARKER` match has its first "/", "@" or "." (the one after
+# "www" or after the "x" of "x.y") within its first four characters, and that character
+# is one of these (a "." only before a letter or after a "w")
+_PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
 _TRAILING = ".,:;!?*_~'\")]}"
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
@@ -76,9 +80,27 @@ class BareURL:
     unsafe_scheme: bool = False
 
 
+def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Match[str] | None:
+    """`_MARKER.search(text, pos, endpos)`, found by the cheap pre-scan first: `_MARKER`
+    tries every position, which costs far more on prose than looking for the few
+    characters every marker holds, then matching `_MARKER` in a window of 7 around them."""
+    n = len(text) if endpos is None else endpos
+    find = _PRE_MARKER.search
+    at = pos
+    while True:
+        p = find(text, at, n)
+        if p is None:
+            return None
+        s = p.start()
+        m = _MARKER.search(text, max(pos, s - 3), min(n, s + 3))
+        if m is not None:
+            return m
+        at = s + 1
+
+
 def may_hold_url(text: str) -> bool:
     """False when `text` has none of the markers every candidate holds (cheap)."""
-    return _MARKER.search(text) is not None
+    return marker_search(text) is not None
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
@@ -148,7 +170,7 @@ def _destinations(core: str, allowed: tuple[str, ...]):
     n = len(core)
     markers = 0
     while pos < n:
-        m = _MARKER.search(core, pos)
+        m = marker_search(core, pos)
         if m is None:
             break
         markers += 1
@@ -231,7 +253,7 @@ def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
     n = len(text)
     containing = skip.containing if skip else None
     while pos < n:
-        m = _MARKER.search(text, pos)
+        m = marker_search(text, pos)
         if m is None:
             break
         k = m.start()
@@ -295,7 +317,7 @@ def defang(text: str) -> str:
 
 def url_like(text: str) -> bool:
     """Whether a renderer could find any URL in `text` (a link label, say)."""
-    if _MARKER.search(text) is None:
+    if marker_search(text) is None:
         return False
     return any(_destinations(text[s:e], ()) != [] for s, e in _runs(text))
 
@@ -306,5 +328,5 @@ _RUN = re.compile(r"[^\s<>]+")
 def _runs(text: str):
     for m in _RUN.finditer(text):
         s, e = _trim(text, m.start(), m.end())
-        if s < e and _MARKER.search(text, s, e):
+        if s < e and marker_search(text, s, e):
             yield s, e
