@@ -195,29 +195,40 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
     return removed
 
 
+@lru_cache(maxsize=4096)
+def _tag_facts(region: str) -> tuple[str, bool, bool, tuple[str, ...], bool] | None:
+    """(name, closing, has attributes, URLs, executable) of the tag `region`, or None when
+    it is no tag; memoised, since a long response repeats the same tags."""
+    nm = _NAME.match(region)
+    if nm is None:
+        return None
+    name = nm.group(1).lower()
+    closing = region[1] == "/"
+    attrs = [] if closing else _attributes(region, nm.end())
+    return name, closing, bool(attrs), tuple(_urls(attrs)), _executable(name, attrs)
+
+
 def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     """(replacement, end of what it replaces) for the tag-like `region` at `i`."""
     if region[1] in "!?":
         _annotate(ctx, False, "An HTML comment or declaration was removed.", i, end)
         return "", end
-    nm = _NAME.match(region)
-    if nm is None:  # "</" then no letter: no tag
+    facts = _tag_facts(region)
+    if facts is None:  # "</" then no letter: no tag
         return region, end
-    name = nm.group(1).lower()
-    closing = region[1] == "/"
-    attrs = [] if closing else _attributes(region, nm.end())
-    for url in _urls(attrs):
+    name, closing, has_attrs, urls, executable = facts
+    for url in urls:
         _judge_url(ctx, url, i, end)
     if name in ALLOWED_TAGS:
         if closing:
             return f"</{name}>", end
         cleaned = clean_open_tag(region, name)
-        if attrs and cleaned != region:
-            _annotate(ctx, _executable(name, attrs),
+        if has_attrs and cleaned != region:
+            _annotate(ctx, executable,
                       f"Attributes of an HTML <{name}> tag were removed.", i, end)
         return cleaned, end
     if final:  # a tag formed by earlier removals: make it text
-        _annotate(ctx, _executable(name, attrs), f"HTML <{name}> tag made inert.", i, end)
+        _annotate(ctx, executable, f"HTML <{name}> tag made inert.", i, end)
         return "&lt;" + region[1:], end
     stop = end
     if not closing and name in DROP_CONTENT:
@@ -226,7 +237,7 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
             gt = text.find(">", close - 1)
             stop = gt + 1 if gt >= 0 else len(text)
     what = f"</{name}>" if closing else f"<{name}>"
-    _annotate(ctx, _executable(name, attrs) or name in EXECUTABLE_TAGS,
+    _annotate(ctx, executable or name in EXECUTABLE_TAGS,
               f"Raw HTML {what} was removed.", i, stop)
     return "", stop
 
