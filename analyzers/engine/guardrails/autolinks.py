@@ -154,12 +154,13 @@ def _judge_authority(prefix: str, authority: str, allowed: tuple[str, ...]) -> t
     return canon.host, ok and plain
 
 
+# (`[^\W_]` is what `str.isalnum` accepts)
+_HOST_CHARS = re.compile(r"(?:[^\W_]|[.\-:@])*")
+
+
 def _skip_host(core: str, pos: int) -> int:
     """Past the plainly written host (and userinfo, port) starting at `pos`."""
-    n = len(core)
-    while pos < n and (core[pos].isalnum() or core[pos] in ".-:@"):
-        pos += 1
-    return pos
+    return _HOST_CHARS.match(core, pos).end()
 
 
 def _destinations(core: str, allowed: tuple[str, ...]):
@@ -245,9 +246,17 @@ def _destinations(core: str, allowed: tuple[str, ...]):
     return found
 
 
-def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
+_UNSEEN = object()
+
+
+def find_bare_urls(
+    text: str, allowed: tuple[str, ...], skip, memo: dict | None = None
+) -> list[BareURL]:
     """Candidates in `text` outside the spans `skip` (a SpanSet of code and links), each
-    with the verdict on every destination it holds (the worst wins)."""
+    with the verdict on every destination it holds (the worst wins).
+
+    `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
+    removals meets the same runs again, and judges them once."""
     out: list[BareURL] = []
     pos = 0
     n = len(text)
@@ -278,7 +287,13 @@ def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
         pos = max(end, k + 1)
         if s >= e:
             continue
-        dests = _destinations(text[s:e], allowed)
+        core = text[s:e]
+        if memo is None:
+            dests = _destinations(core, allowed)
+        else:
+            dests = memo.get(core, _UNSEEN)
+            if dests is _UNSEEN:
+                dests = memo[core] = _destinations(core, allowed)
         if dests is None:
             out.append(BareURL(s, e, text[s:e], "", LINK, False))
             continue

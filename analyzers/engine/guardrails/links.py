@@ -451,6 +451,8 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
     allowed is removed (or defanged, `bare_urls: "defang"`); a bare domain name is made
     non-linkable in place (`setup\\.py` renders as setup.py)."""
     text = ctx.doc.text
+    if not record_kept and ctx.settled.get("bare_urls") is text:
+        return  # judged already, and nothing was to remove: the same verdicts again
     if not may_hold_url(text):
         return
     code, _ = ctx.code()
@@ -466,7 +468,7 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
             skip = SpanSet(merge_spans(code.spans, inline))
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
-    for bare in find_bare_urls(text, settings.allowed_hosts, skip):
+    for bare in find_bare_urls(text, settings.allowed_hosts, skip, ctx.bare_memo):
         evidence = text[bare.start:bare.end]
         if bare.allowed:
             if not record_kept or any(s <= bare.start < e for s, e in definitions):
@@ -501,6 +503,8 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
         edits.append((bare.start, bare.end, replacement))
     if edits:
         ctx.doc.apply(edits)
+    else:
+        ctx.settled["bare_urls"] = text
 
 
 def _as_url(bare) -> str:

@@ -141,7 +141,7 @@ def _protected(ctx: Ctx) -> SpanSet | None:
 def sanitize_markup(ctx: Ctx) -> None:
     """Remove or re-write every piece of raw HTML (see the module docstring)."""
     for round_ in range(MAX_ROUNDS):
-        if "<" not in ctx.doc.text:
+        if "<" not in ctx.doc.text or ctx.settled.get("markup") is ctx.doc.text:
             return
         if not _one_round(ctx, final=round_ == MAX_ROUNDS - 1):
             return
@@ -192,6 +192,8 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         pos = end
     if edits:
         ctx.doc.apply(edits)
+    else:
+        ctx.settled["markup"] = text  # a round over it changes nothing
     return removed
 
 
