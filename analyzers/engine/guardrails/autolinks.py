@@ -48,6 +48,8 @@ _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.
 # is one of these (a "." only before a letter or after a "w")
 _PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
+# matched from where the scan stands to a marker: ends where the marker's run starts
+_RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
 _TRAILING = ".,:;!?*_~'\")]}"
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
 # (the local part as linkify reads it: also ; : & = $ , and ")
@@ -92,7 +94,7 @@ def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Matc
         if p is None:
             return None
         s = p.start()
-        m = _MARKER.search(text, max(pos, s - 3), min(n, s + 3))
+        m = _MARKER.search(text, s - 3 if s - 3 > pos else pos, s + 3 if s + 3 < n else n)
         if m is not None:
             return m
         at = s + 1
@@ -273,9 +275,7 @@ def find_bare_urls(
                 pos = span[1]
                 continue
         # the run around the marker
-        start = k
-        while start > limit and not text[start - 1].isspace() and text[start - 1] not in "<>":
-            start -= 1
+        start = _RUN_START.match(text, limit, k).end()
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1
