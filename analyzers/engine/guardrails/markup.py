@@ -269,8 +269,12 @@ def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
     ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
                  description, start, end)
-    ctx.out.trace.append("[AUDIT] STRIP | HTML_UNSAFE_MARKUP | "
-                         + one_line(ctx.doc.text[start:end], 120))
+    ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+
+
+@lru_cache(maxsize=1024)
+def _markup_trace(evidence: str) -> str:
+    return "[AUDIT] STRIP | HTML_UNSAFE_MARKUP | " + one_line(evidence, 120)
 
 
 def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
@@ -279,5 +283,10 @@ def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
     if code is None:
         return
     ctx.annotate("links", code, severity, why, start, end)
-    ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(canonical)}")
+    ctx.out.trace.append(_url_trace(code, canonical))
     ctx.out.links.append(link_record(canonical, "", "strip", code))
+
+
+@lru_cache(maxsize=1024)
+def _url_trace(code: str, canonical: str) -> str:
+    return f"[AUDIT] STRIP | {code} | {one_line(canonical)}"
