@@ -43,7 +43,13 @@ KNOWN_TLDS = frozenset(
 # matched as linkify matches them: ignoring case the way `re` does ("cİ" is "ci")
 _KNOWN_TLD = re.compile("(?:" + "|".join(sorted(KNOWN_TLDS)) + r")\Z", re.IGNORECASE)
 _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.[^\W\d_]")
+# a cheap pre-scan: every `_MARKER` match has its first "/", "@" or "." (the one after
+# "www" or after the "x" of "x.y") within its first four characters, and that character
+# is one of these (a "." only before a letter or after a "w")
+_PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
+# matched from where the scan stands to a marker: ends where the marker's run starts
+_RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
 _TRAILING = ".,:;!?*_~'\")]}"
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
 # (the local part as linkify reads it: also ; : & = $ , and ")
@@ -76,9 +82,27 @@ class BareURL:
     unsafe_scheme: bool = False
 
 
+def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Match[str] | None:
+    """`_MARKER.search(text, pos, endpos)`, found by the cheap pre-scan first: `_MARKER`
+    tries every position, which costs far more on prose than looking for the few
+    characters every marker holds, then matching `_MARKER` in a window of 7 around them."""
+    n = len(text) if endpos is None else endpos
+    find = _PRE_MARKER.search
+    at = pos
+    while True:
+        p = find(text, at, n)
+        if p is None:
+            return None
+        s = p.start()
+        m = _MARKER.search(text, s - 3 if s - 3 > pos else pos, s + 3 if s + 3 < n else n)
+        if m is not None:
+            return m
+        at = s + 1
+
+
 def may_hold_url(text: str) -> bool:
     """False when `text` has none of the markers every candidate holds (cheap)."""
-    return _MARKER.search(text) is not None
+    return marker_search(text) is not None
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
@@ -132,12 +156,13 @@ def _judge_authority(prefix: str, authority: str, allowed: tuple[str, ...]) -> t
     return canon.host, ok and plain
 
 
+# (`[^\W_]` is what `str.isalnum` accepts)
+_HOST_CHARS = re.compile(r"(?:[^\W_]|[.\-:@])*")
+
+
 def _skip_host(core: str, pos: int) -> int:
     """Past the plainly written host (and userinfo, port) starting at `pos`."""
-    n = len(core)
-    while pos < n and (core[pos].isalnum() or core[pos] in ".-:@"):
-        pos += 1
-    return pos
+    return _HOST_CHARS.match(core, pos).end()
 
 
 def _destinations(core: str, allowed: tuple[str, ...]):
@@ -148,7 +173,7 @@ def _destinations(core: str, allowed: tuple[str, ...]):
     n = len(core)
     markers = 0
     while pos < n:
-        m = _MARKER.search(core, pos)
+        m = marker_search(core, pos)
         if m is None:
             break
         markers += 1
@@ -223,15 +248,23 @@ def _destinations(core: str, allowed: tuple[str, ...]):
     return found
 
 
-def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
+_UNSEEN = object()
+
+
+def find_bare_urls(
+    text: str, allowed: tuple[str, ...], skip, memo: dict | None = None
+) -> list[BareURL]:
     """Candidates in `text` outside the spans `skip` (a SpanSet of code and links), each
-    with the verdict on every destination it holds (the worst wins)."""
+    with the verdict on every destination it holds (the worst wins).
+
+    `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
+    removals meets the same runs again, and judges them once."""
     out: list[BareURL] = []
     pos = 0
     n = len(text)
     containing = skip.containing if skip else None
     while pos < n:
-        m = _MARKER.search(text, pos)
+        m = marker_search(text, pos)
         if m is None:
             break
         k = m.start()
@@ -242,9 +275,7 @@ def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
                 pos = span[1]
                 continue
         # the run around the marker
-        start = k
-        while start > limit and not text[start - 1].isspace() and text[start - 1] not in "<>":
-            start -= 1
+        start = _RUN_START.match(text, limit, k).end()
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1
@@ -256,7 +287,13 @@ def find_bare_urls(text: str, allowed: tuple[str, ...], skip) -> list[BareURL]:
         pos = max(end, k + 1)
         if s >= e:
             continue
-        dests = _destinations(text[s:e], allowed)
+        core = text[s:e]
+        if memo is None:
+            dests = _destinations(core, allowed)
+        else:
+            dests = memo.get(core, _UNSEEN)
+            if dests is _UNSEEN:
+                dests = memo[core] = _destinations(core, allowed)
         if dests is None:
             out.append(BareURL(s, e, text[s:e], "", LINK, False))
             continue
@@ -295,7 +332,7 @@ def defang(text: str) -> str:
 
 def url_like(text: str) -> bool:
     """Whether a renderer could find any URL in `text` (a link label, say)."""
-    if _MARKER.search(text) is None:
+    if marker_search(text) is None:
         return False
     return any(_destinations(text[s:e], ()) != [] for s, e in _runs(text))
 
@@ -306,5 +343,5 @@ _RUN = re.compile(r"[^\s<>]+")
 def _runs(text: str):
     for m in _RUN.finditer(text):
         s, e = _trim(text, m.start(), m.end())
-        if s < e and _MARKER.search(text, s, e):
+        if s < e and marker_search(text, s, e):
             yield s, e

@@ -54,7 +54,7 @@ class Ctx:
     """The state of one paragraph while the rules run."""
 
     __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
-                 "closing_memo")
+                 "closing_memo", "bare_memo", "settled", "bare_edits")
 
     def __init__(
         self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
@@ -70,6 +70,12 @@ class Ctx:
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
         self._links: tuple[str, list[MdLink]] | None = None
         self.closing_memo: dict = {}  # see markup._find_closing
+        self.bare_memo: dict = {}  # see autolinks.find_bare_urls
+        # rule -> the text it last left unchanged (the same text needs no second look)
+        self.settled: dict[str, str] = {}
+        # (text, [(start, end)]) where the last bare-URL removals left plain text: see
+        # links.audit_bare_urls
+        self.bare_edits: tuple[str, list[tuple[int, int]]] | None = None
 
     def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
         """Code regions (fences and code spans) and fences of the current text, cached."""

@@ -451,7 +451,12 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
     allowed is removed (or defanged, `bare_urls: "defang"`); a bare domain name is made
     non-linkable in place (`setup\\.py` renders as setup.py)."""
     text = ctx.doc.text
+    if not record_kept and ctx.settled.get("bare_urls") is text:
+        return  # judged already, and nothing was to remove: the same verdicts again
     if not may_hold_url(text):
+        return
+    if not record_kept and ctx.bare_edits is not None and ctx.bare_edits[0] is text:
+        _recheck_near_edits(ctx, text, ctx.bare_edits[1])
         return
     code, _ = ctx.code()
     links = ctx.links()
@@ -466,7 +471,7 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
             skip = SpanSet(merge_spans(code.spans, inline))
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
-    for bare in find_bare_urls(text, settings.allowed_hosts, skip):
+    for bare in find_bare_urls(text, settings.allowed_hosts, skip, ctx.bare_memo):
         evidence = text[bare.start:bare.end]
         if bare.allowed:
             if not record_kept or any(s <= bare.start < e for s, e in definitions):
@@ -476,31 +481,90 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
                 # written plainly to an allowed host: its own text is the URL
                 ctx.out.links.append(link_record(_as_url(bare), evidence, "keep"))
             continue
-        if bare.unsafe_scheme:
-            code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
-                                    "A bare URL with a scheme that is not http(s).")
-        elif bare.kind == DOMAIN:
-            code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
-            why = f"Bare domain {bare.host} made non-linkable (a renderer would link it)."
+        edits.append(_bare_edit(ctx, text, bare))
+    _apply_bare_edits(ctx, text, edits)
+
+
+def _bare_edit(ctx: Ctx, text: str, bare) -> tuple[int, int, str]:
+    """Annotate and record a bare URL that may not stay; the edit that removes it (or
+    defangs it, or makes a bare domain non-linkable)."""
+    evidence = text[bare.start:bare.end]
+    settings = ctx.settings
+    if bare.unsafe_scheme:
+        code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
+                                "A bare URL with a scheme that is not http(s).")
+    elif bare.kind == DOMAIN:
+        code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
+        why = f"Bare domain {bare.host} made non-linkable (a renderer would link it)."
+    else:
+        code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
+        why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
+    ctx.annotate("links", code_, severity, why, bare.start, bare.end)
+    if bare.kind == DOMAIN:
+        ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
+        return (bare.start, bare.end, escape_dots(evidence))
+    ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
+    ctx.out.links.append(link_record(bare.url, evidence, "strip", code_))
+    if settings.bare_urls == "defang":
+        replacement = defang(evidence)
+        if url_like(replacement):
+            replacement = inert(replacement)
+    else:
+        replacement = ""
+    return (bare.start, bare.end, replacement)
+
+
+# what can make code spans, links or markup: without any of them, each run of text
+# between blanks (and angle brackets) is judged on its own
+_STRUCTURE = re.compile(r"[`~\[\]<]")
+
+
+def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) -> None:
+    """Apply the removals; when the text had and has no code, link or markup, remember
+    where they were, so that the re-check after them (`settle`) judges only the runs
+    they touched: every other run is one already judged, and kept."""
+    ctx.bare_edits = None
+    if not edits:
+        ctx.settled["bare_urls"] = text
+        return
+    positions = ctx.doc.apply(edits)
+    new = ctx.doc.text
+    if _STRUCTURE.search(text) is None and _STRUCTURE.search(new) is None:
+        ctx.bare_edits = (
+            new, [(p, p + len(edit[2])) for p, edit in zip(positions, edits, strict=True)]
+        )
+
+
+def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> None:
+    """`audit_bare_urls(ctx, record_kept=False)` on plain text, looking only at the runs
+    around the given spans (whole runs: from the blank or angle bracket before to the one
+    after). The same verdicts as a scan of the whole text (see `_apply_bare_edits`)."""
+    settings = ctx.settings
+    n = len(text)
+    windows: list[tuple[int, int]] = []
+    lo = 0
+    for start, end in touched:
+        a = _RUN_BEFORE.match(text, lo, start).end()  # `lo`: linear time in all
+        lo = end
+        m = _RUN_AFTER.search(text, end)
+        b = m.start() if m else n
+        if windows and a <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(b, windows[-1][1]))
         else:
-            code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
-            why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
-        ctx.annotate("links", code_, severity, why, bare.start, bare.end)
-        if bare.kind == DOMAIN:
-            ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
-            edits.append((bare.start, bare.end, escape_dots(evidence)))
-            continue
-        ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
-        ctx.out.links.append(link_record(bare.url, evidence, "strip", code_))
-        if settings.bare_urls == "defang":
-            replacement = defang(evidence)
-            if url_like(replacement):
-                replacement = inert(replacement)
-        else:
-            replacement = ""
-        edits.append((bare.start, bare.end, replacement))
-    if edits:
-        ctx.doc.apply(edits)
+            windows.append((a, b))
+    edits: list[tuple[int, int, str]] = []
+    for a, b in windows:
+        for bare in find_bare_urls(text[a:b], settings.allowed_hosts, None, ctx.bare_memo):
+            if bare.allowed:
+                continue
+            bare.start += a
+            bare.end += a
+            edits.append(_bare_edit(ctx, text, bare))
+    _apply_bare_edits(ctx, text, edits)
+
+
+_RUN_BEFORE = re.compile(r"(?:[^\s<>]*[\s<>])*")
+_RUN_AFTER = re.compile(r"[\s<>]")
 
 
 def _as_url(bare) -> str:

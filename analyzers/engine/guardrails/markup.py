@@ -141,7 +141,7 @@ def _protected(ctx: Ctx) -> SpanSet | None:
 def sanitize_markup(ctx: Ctx) -> None:
     """Remove or re-write every piece of raw HTML (see the module docstring)."""
     for round_ in range(MAX_ROUNDS):
-        if "<" not in ctx.doc.text:
+        if "<" not in ctx.doc.text or ctx.settled.get("markup") is ctx.doc.text:
             return
         if not _one_round(ctx, final=round_ == MAX_ROUNDS - 1):
             return
@@ -192,7 +192,22 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         pos = end
     if edits:
         ctx.doc.apply(edits)
+    else:
+        ctx.settled["markup"] = text  # a round over it changes nothing
     return removed
+
+
+@lru_cache(maxsize=4096)
+def _tag_facts(region: str) -> tuple[str, bool, bool, tuple[str, ...], bool] | None:
+    """(name, closing, has attributes, URLs, executable) of the tag `region`, or None when
+    it is no tag; memoised, since a long response repeats the same tags."""
+    nm = _NAME.match(region)
+    if nm is None:
+        return None
+    name = nm.group(1).lower()
+    closing = region[1] == "/"
+    attrs = [] if closing else _attributes(region, nm.end())
+    return name, closing, bool(attrs), tuple(_urls(attrs)), _executable(name, attrs)
 
 
 def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
@@ -200,24 +215,22 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     if region[1] in "!?":
         _annotate(ctx, False, "An HTML comment or declaration was removed.", i, end)
         return "", end
-    nm = _NAME.match(region)
-    if nm is None:  # "</" then no letter: no tag
+    facts = _tag_facts(region)
+    if facts is None:  # "</" then no letter: no tag
         return region, end
-    name = nm.group(1).lower()
-    closing = region[1] == "/"
-    attrs = [] if closing else _attributes(region, nm.end())
-    for url in _urls(attrs):
+    name, closing, has_attrs, urls, executable = facts
+    for url in urls:
         _judge_url(ctx, url, i, end)
     if name in ALLOWED_TAGS:
         if closing:
             return f"</{name}>", end
         cleaned = clean_open_tag(region, name)
-        if attrs and cleaned != region:
-            _annotate(ctx, _executable(name, attrs),
+        if has_attrs and cleaned != region:
+            _annotate(ctx, executable,
                       f"Attributes of an HTML <{name}> tag were removed.", i, end)
         return cleaned, end
     if final:  # a tag formed by earlier removals: make it text
-        _annotate(ctx, _executable(name, attrs), f"HTML <{name}> tag made inert.", i, end)
+        _annotate(ctx, executable, f"HTML <{name}> tag made inert.", i, end)
         return "&lt;" + region[1:], end
     stop = end
     if not closing and name in DROP_CONTENT:
@@ -226,7 +239,7 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
             gt = text.find(">", close - 1)
             stop = gt + 1 if gt >= 0 else len(text)
     what = f"</{name}>" if closing else f"<{name}>"
-    _annotate(ctx, _executable(name, attrs) or name in EXECUTABLE_TAGS,
+    _annotate(ctx, executable or name in EXECUTABLE_TAGS,
               f"Raw HTML {what} was removed.", i, stop)
     return "", stop
 
@@ -256,8 +269,12 @@ def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
     ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
                  description, start, end)
-    ctx.out.trace.append("[AUDIT] STRIP | HTML_UNSAFE_MARKUP | "
-                         + one_line(ctx.doc.text[start:end], 120))
+    ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+
+
+@lru_cache(maxsize=1024)
+def _markup_trace(evidence: str) -> str:
+    return "[AUDIT] STRIP | HTML_UNSAFE_MARKUP | " + one_line(evidence, 120)
 
 
 def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
@@ -266,5 +283,10 @@ def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
     if code is None:
         return
     ctx.annotate("links", code, severity, why, start, end)
-    ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(canonical)}")
+    ctx.out.trace.append(_url_trace(code, canonical))
     ctx.out.links.append(link_record(canonical, "", "strip", code))
+
+
+@lru_cache(maxsize=1024)
+def _url_trace(code: str, canonical: str) -> str:
+    return f"[AUDIT] STRIP | {code} | {one_line(canonical)}"

@@ -1,0 +1,19 @@
+"""The pre-scanned marker search finds exactly what the plain `_MARKER` search finds."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzers.engine.guardrails.autolinks import _MARKER, marker_search
+
+ALPHABET = st.sampled_from(list("wW./@a1_$~ é\n-:") + ["www.", "//", "x.y", "a@b."])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(ALPHABET, max_size=30).map("".join), st.integers(0, 40), st.integers(0, 40))
+def test_marker_search_equals_plain_search(text, pos, length):
+    pos = min(pos, len(text))
+    endpos = min(len(text), pos + length)
+    plain = _MARKER.search(text, pos, endpos)
+    fast = marker_search(text, pos, endpos)
+    assert (plain and (plain.start(), plain.end())) == (fast and (fast.start(), fast.end()))
+    assert (plain is None) == (marker_search(text[pos:endpos]) is None)
