@@ -46,6 +46,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
 sys.path.insert(0, str(BASE_DIR))
 
 import django  # noqa: E402
+from raw_http import read_accepted  # noqa: E402  (bench/ is on the path)
 
 django.setup()
 
@@ -170,14 +171,7 @@ def _ingest_run(url: str, key: str, n: int, path: str, batch: int) -> float:
         try:
             for _ in range(requests):
                 writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                body = await reader.readexactly(length)
-                if head[9:12] != b"202":
-                    raise SystemExit(f"unexpected answer: {head!r} {body!r}")
+                await read_accepted(reader)
                 accepted += batch
         finally:
             writer.close()

@@ -44,6 +44,7 @@ os.environ["AUDITOR_RATE_LIMIT_PER_MINUTE"] = "0"
 os.environ["SECRET_KEY"] = "bench-server-" + "k" * 50
 
 import django  # noqa: E402
+from raw_http import read_accepted  # noqa: E402  (bench/ is on the path)
 
 django.setup()
 
@@ -97,14 +98,7 @@ def ingest_rate(port: int, key: str, n: int) -> float:
         try:
             for _ in range(requests):
                 writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                body = await reader.readexactly(length)
-                if head[9:12] != b"202":
-                    raise SystemExit(f"unexpected answer: {head!r} {body!r}")
+                await read_accepted(reader)
         finally:
             writer.close()
 

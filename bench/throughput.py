@@ -23,6 +23,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from raw_http import read_accepted  # bench/ is the script's first path entry
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 PARAGRAPH = (
@@ -102,14 +104,7 @@ async def _post_all(port: int, requests: list[bytes], clients: int) -> None:
         try:
             while queue:
                 writer.write(queue.pop())
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                body = await reader.readexactly(length)
-                if head[9:12] != b"202":
-                    raise SystemExit(f"unexpected answer: {head!r} {body[:300]!r}")
+                await read_accepted(reader)
         finally:
             writer.close()
 
