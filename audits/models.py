@@ -472,3 +472,27 @@ class AlertDelivery(models.Model):
     def __str__(self) -> str:
         return f"{self.rule_id} → {self.status} ({self.attempts} attempt(s))"
 
+
+
+class TraceDocuments(models.Model):
+    """The documents of one OTLP retrieval span, kept for a bounded time so that the LLM
+    spans of the same trace get them as sources when they arrive in a later request
+    (`audits/api/otlp/traces.py` writes, reads and prunes these rows)."""
+
+    api_key = models.ForeignKey("analyzers.ApiKey", on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    start_ns = models.BigIntegerField(default=0)
+    sources = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "trace_id", "span_id"], name="trace_documents_unique_span"
+            ),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="trace_documents_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.trace_id}:{self.span_id} ({len(self.sources)} document(s))"

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import json
@@ -174,14 +175,20 @@ def submit_audit(
     return run
 
 
-def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[AuditRun]:
-    """`submit_audit` for several audits without `external_id` (a batch request): one
-    transaction and one insert for all, each enqueued on commit."""
+def submit_audits(
+    items: list[dict[str, Any]], *, api_key: Any = None
+) -> list[AuditRun | ExternalIdConflict]:
+    """`submit_audit` for several audits (a batch request): one transaction and one insert
+    for all, each enqueued on commit.
+
+    Items may carry an `external_id` (and `rerun_of`): the ones this key already used are
+    found with one query per 500 ids and returned as stored (`was_created` False), or as an
+    ExternalIdConflict in the item's place when the body differs. A concurrent duplicate
+    (the unique constraint) sends the whole batch through `submit_audit` one by one."""
     from analyzers.config_store import load_config_with_snapshot
 
-    if any(item.get("external_id") is not None for item in items):
-        raise ValueError("audits with an external_id go through submit_audit one by one")
     config, snapshot = load_config_with_snapshot()
+    out: list[AuditRun | ExternalIdConflict | None] = []
     runs = []
     for item in items:
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
@@ -192,23 +199,69 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             metadata=metadata, collision_key=item.get("collision_key"), options=options,
         )
         runs.append(AuditRun(
-            api_key=api_key, request_hash=fingerprint, user_input=item["user_input"],
-            response=item["response"], cleaned_response="", sources=sources,
-            metadata=metadata, collision_key=item.get("collision_key"), options=options,
-            threshold=config.threshold, config_snapshot=snapshot,
-            incomplete=bool(item.get("incomplete", False)),
+            api_key=api_key, external_id=item.get("external_id"), request_hash=fingerprint,
+            user_input=item["user_input"], response=item["response"], cleaned_response="",
+            sources=sources, metadata=metadata, collision_key=item.get("collision_key"),
+            options=options, threshold=config.threshold, config_snapshot=snapshot,
+            incomplete=bool(item.get("incomplete", False)), rerun_of=item.get("rerun_of"),
         ))
-    with transaction.atomic():
-        AuditRun.objects.bulk_create(runs)
-        queued = [(run.pk, is_large(run.response)) for run in runs]
-        if runs and _queue_shares_transaction(runs[0]._state.db):
-            for run_id, large in queued:
-                enqueue_task(run_id, large=large)
-        else:
-            transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
-    for run in runs:
+        out.append(None)
+    existing = _existing_by_external_id(api_key, [r.external_id for r in runs if r.external_id])
+    fresh, seen = [], set()
+    for i, run in enumerate(runs):
+        stored = existing.get(run.external_id) if run.external_id else None
+        if stored is None and run.external_id in seen:  # twice in the batch: one audit
+            stored = copy.copy(next(r for r in fresh if r.external_id == run.external_id))
+        if stored is not None:
+            if stored.request_hash != run.request_hash:
+                out[i] = ExternalIdConflict(stored)
+            else:
+                stored.was_created = False
+                out[i] = stored
+            continue
+        if run.external_id:
+            seen.add(run.external_id)
         run.was_created = True
-    return runs
+        fresh.append(run)
+        out[i] = run
+    if not fresh:
+        return out
+    try:
+        with transaction.atomic():
+            AuditRun.objects.bulk_create(fresh)
+            queued = [(run.pk, is_large(run.response)) for run in fresh]
+            if _queue_shares_transaction(fresh[0]._state.db):
+                for run_id, large in queued:
+                    enqueue_task(run_id, large=large)
+            else:
+                transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
+    except IntegrityError:
+        if not seen:
+            raise
+        return [_submit_one(item, api_key) for item in items]
+    return out
+
+
+def _existing_by_external_id(api_key: Any, external_ids: list[str]) -> dict[str, AuditRun]:
+    found: dict[str, AuditRun] = {}
+    for start in range(0, len(external_ids), 500):
+        chunk = external_ids[start:start + 500]
+        for run in AuditRun.objects.filter(api_key=api_key, external_id__in=chunk):
+            found[run.external_id] = run
+    return found
+
+
+def _submit_one(item: dict[str, Any], api_key: Any) -> AuditRun | ExternalIdConflict:
+    try:
+        return submit_audit(
+            user_input=item["user_input"], response=item["response"],
+            sources=item.get("sources"), metadata=item.get("metadata"),
+            external_id=item.get("external_id"), collision_key=item.get("collision_key"),
+            options=item.get("options"), api_key=api_key,
+            incomplete=bool(item.get("incomplete", False)), rerun_of=item.get("rerun_of"),
+        )
+    except ExternalIdConflict as exc:
+        return exc
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:

@@ -9,7 +9,7 @@ Recognised conventions:
 - OpenInference: `openinference.span.kind` LLM, `llm.input_messages.*`,
   `llm.output_messages.*`, else `input.value` / `output.value`.
 Retrieval spans (OpenInference RETRIEVER, GenAI `retrieval`) give the sources of the LLM
-spans of the same trace in the same request.
+spans of the same trace (`traces.py` joins them across requests).
 """
 
 from __future__ import annotations
@@ -405,8 +405,9 @@ def _bounded_attributes(attrs: dict[str, Any], limits: Limits) -> dict[str, Any]
     return out
 
 
-def llm_call(span: Span, sources: list[dict[str, Any]], limits: Limits) -> LLMCall | None:
-    """The audit of one LLM span; None for a failed call with no answer (nothing to audit).
+def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall | None:
+    """The audit of one LLM span, its sources the documents of `retrieved` (the retrieval
+    spans of its trace); None for a failed call with no answer (nothing to audit).
 
     MalformedSpan when the span cannot be audited (its conversation is unreadable, missing
     or too long)."""
@@ -449,12 +450,15 @@ def llm_call(span: Span, sources: list[dict[str, Any]], limits: Limits) -> LLMCa
         "total_tokens": total_tokens,
         "attributes": _bounded_attributes(attrs, limits),
     }
+    sources, source_spans = joined(retrieved, limits)
+    if source_spans:
+        metadata["source_spans"] = source_spans  # which retrievals were joined (late ones too)
     return LLMCall(
         external_id=f"{span.trace_id}:{span.span_id}",
         user_input=user_input,
         response=response,
         metadata=metadata,
-        sources=sources[: limits.max_sources],
+        sources=sources,
     )
 
 
@@ -462,15 +466,38 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)[:200]
 
 
-def sources_by_trace(spans: list[Span], limits: Limits) -> tuple[dict[str, list], list[tuple]]:
-    """Retrieval sources per trace id, and (span, error) for unreadable retrieval spans."""
-    by_trace: dict[str, list[dict[str, Any]]] = {}
-    errors = []
-    for span in sorted(spans, key=lambda s: s.start_ns):
+@dataclass
+class Retrieved:
+    """The documents of one retrieval span (CONTRACT Sources), by trace."""
+
+    trace_id: str
+    span_id: str
+    start_ns: int
+    sources: list[dict[str, Any]]
+
+
+def retrievals(spans: list[Span], limits: Limits) -> tuple[list[Retrieved], list[tuple]]:
+    """The documents of each retrieval span, and (span, error) for unreadable ones."""
+    found, errors = [], []
+    for span in spans:
         try:
             docs = documents(span, limits)
         except MalformedSpan as exc:
             errors.append((span, str(exc)))
             continue
-        by_trace.setdefault(span.trace_id, []).extend(docs)
-    return by_trace, errors
+        found.append(Retrieved(span.trace_id, span.span_id, span.start_ns,
+                               docs[: limits.max_sources]))
+    return found, errors
+
+
+def joined(retrieved: list[Retrieved], limits: Limits) -> tuple[list[dict], list[str]]:
+    """(sources, retrieval span ids) of one trace: documents in the order the retrievals
+    started, one retrieval span counted once, at most `max_sources` documents."""
+    sources: list[dict[str, Any]] = []
+    span_ids: list[str] = []
+    for item in sorted(retrieved, key=lambda r: (r.start_ns, r.span_id)):
+        if item.span_id in span_ids:
+            continue
+        span_ids.append(item.span_id)
+        sources.extend(item.sources[: max(0, limits.max_sources - len(sources))])
+    return sources, span_ids

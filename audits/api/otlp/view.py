@@ -11,54 +11,28 @@ Error bodies are `google.rpc.Status`. Spans that are not LLM calls are accepted 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import ValidationError
 
 from analyzers.auth import RateLimited, authenticate_token, hit_rate_limit
 
-from ... import services
 from ..db_pool import run_in_db_thread
-from . import decode, spans
+from . import decode
 from .decode import JSON, PROTOBUF, OtlpError
+from .ingest import ingest
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 8_000_000
 DEFAULT_MAX_DECOMPRESSED_BYTES = 32_000_000
 DEFAULT_MAX_SPANS = 2_000
-MAX_MESSAGES = 5  # distinct rejection reasons quoted in partial_success.error_message
 
 
 def _setting(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
-
-
-def limits() -> spans.Limits:
-    return spans.Limits(max_text_chars=_setting("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000))
-
-
-@dataclass
-class Outcome:
-    created: int = 0
-    duplicates: int = 0
-    ignored: int = 0
-    rejected: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    def reject(self, reason: str) -> None:
-        self.rejected += 1
-        self.reasons[reason] = self.reasons.get(reason, 0) + 1
-
-    def message(self) -> str:
-        if not self.rejected:
-            return ""
-        top = sorted(self.reasons.items(), key=lambda kv: -kv[1])[:MAX_MESSAGES]
-        return f"{self.rejected} span(s) rejected: " + "; ".join(f"{r} ({n})" for r, n in top)
 
 
 def _bearer(request: HttpRequest) -> str | None:
@@ -95,68 +69,6 @@ def _read_body(request: HttpRequest) -> bytes:
     return body
 
 
-def ingest(request_message, api_key) -> Outcome:
-    """Store one audit per LLM span of an export request (see the module docstring)."""
-    bounds = limits()
-    outcome = Outcome()
-    llm, retrieval = [], []
-    for span, error in spans.iter_spans(request_message):
-        if span is None:
-            outcome.reject(error)
-            continue
-        kind = spans.kind_of(span)
-        if kind == "llm":
-            llm.append(span)
-        elif kind == "retrieval":
-            retrieval.append(span)
-        else:
-            outcome.ignored += 1
-    sources, errors = spans.sources_by_trace(retrieval, bounds)
-    for _, error in errors:
-        outcome.reject(error)
-    outcome.ignored += len(retrieval) - len(errors)
-    calls = []
-    for span in llm:
-        try:
-            call = spans.llm_call(span, sources.get(span.trace_id, []), bounds)
-        except spans.MalformedSpan as exc:
-            outcome.reject(str(exc))
-            continue
-        if call is None:
-            outcome.ignored += 1
-        else:
-            calls.append(call)
-    # One transaction for the batch: one commit (and, with a database queue, one write)
-    # instead of one per audit; the analyses are enqueued when it commits.
-    with transaction.atomic():
-        for call in calls:
-            _submit(call, api_key, outcome)
-    return outcome
-
-
-def _submit(call: spans.LLMCall, api_key, outcome: Outcome) -> None:
-    try:
-        run = services.submit_audit(
-            user_input=call.user_input,
-            response=call.response,
-            sources=call.sources,
-            metadata={k: v for k, v in call.metadata.items() if v is not None},
-            external_id=call.external_id,
-            api_key=api_key,
-        )
-    except services.ExternalIdConflict:
-        # The same span sent again in another grouping (other sources): already stored.
-        outcome.duplicates += 1
-        return
-    except ValidationError as exc:
-        outcome.reject(f"invalid audit: {exc.errors()[0]['msg']}")
-        return
-    if run.was_created:
-        outcome.created += 1
-    else:
-        outcome.duplicates += 1
-
-
 def _handle(request: HttpRequest, fmt: str) -> HttpResponse:
     api_key = _authenticate(request)
     body = decode.decompress(
@@ -183,6 +95,9 @@ def _handle(request: HttpRequest, fmt: str) -> HttpResponse:
     response["X-Auditor-Audits-Existing"] = str(outcome.duplicates)
     response["X-Auditor-Spans-Ignored"] = str(outcome.ignored)
     response["X-Auditor-Spans-Rejected"] = str(outcome.rejected)
+    response["X-Auditor-Late-Sources-Joined"] = str(outcome.late.joined)
+    response["X-Auditor-Late-Sources-Reruns"] = str(outcome.late.reruns)
+    response["X-Auditor-Late-Sources-Dropped"] = str(outcome.late.dropped)
     return response
 
 
