@@ -55,3 +55,33 @@ def genai_chat(tracer, *, question="Which retailers use Acme?", answer="Acme is 
             ]),
             **(extra or {}),
         })
+
+
+def retriever(tracer, title: str, text: str) -> None:
+    with tracer.start_as_current_span("retrieve") as span:
+        span.set_attributes({
+            "openinference.span.kind": "RETRIEVER",
+            "retrieval.documents.0.document.id": title,
+            "retrieval.documents.0.document.content": text,
+            "retrieval.documents.0.document.metadata": json.dumps(
+                {"title": title, "url": f"https://www.acme.example/{title}"}),
+        })
+
+
+def rag_trace(tracer, titles=("kb-1",), question="Who uses Acme?") -> None:
+    """One trace: a root, its retrievals, then the LLM call."""
+    with tracer.start_as_current_span("rag"):
+        for title in titles:
+            retriever(tracer, title, f"{title}: Decathlon grew conversion by 50%.")
+        genai_chat(tracer, question=question, answer="Decathlon does.")
+
+
+def split(spans: list) -> tuple[list, list, list]:
+    """(retrieval spans, LLM spans, the others) of recorded spans (to export apart)."""
+    kind = {"RETRIEVER": 0, "chat": 1}
+    parts: tuple[list, list, list] = ([], [], [])
+    for span in spans:
+        attrs = span.attributes or {}
+        key = attrs.get("openinference.span.kind") or attrs.get("gen_ai.operation.name")
+        parts[kind.get(key, 2)].append(span)
+    return parts

@@ -14,13 +14,17 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from audits.models import AuditRun
 from tests.live_support import daphne
 from tests.llm_server import Reply, ScriptedLLMServer
-from tests.otlp_support import genai_chat, record
+from tests.otlp_support import genai_chat, rag_trace, record, split
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,6 +95,36 @@ def test_the_same_batch_exported_twice_stores_each_audit_once(server, make_key):
     wait_for_audits(5)
     time.sleep(0.3)
     assert AuditRun.objects.count() == 5
+
+
+def test_a_trace_exported_span_by_span_gets_its_sources(server, make_key):
+    """The SDK's batch processor sends each span in its own request (batch size 1): the
+    retrievals arrive before the LLM span of their trace and become its sources."""
+    key = make_key("ingest")
+    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-bot"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_export_batch_size=1, schedule_delay_millis=10))
+    rag_trace(provider.get_tracer("tests"), titles=("kb-1", "kb-2"))
+    provider.shutdown()
+    run = wait_for_audits(1)[0]
+    assert [s["title"] for s in run.sources] == ["kb-1", "kb-2"]
+    assert run.status == "complete"
+
+
+def test_a_retrieval_exported_after_its_analysed_llm_span_reruns_it(server, make_key):
+    key = make_key("ingest")
+    retrievals, llm, _ = split(record(rag_trace))
+    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert exporter.export(llm) == SpanExportResult.SUCCESS
+    first = wait_for_audits(1)[0]
+    assert first.sources == []
+    assert exporter.export(retrievals) == SpanExportResult.SUCCESS
+    rerun = next(r for r in wait_for_audits(2) if r.rerun_of_id == first.pk)
+    assert [s["title"] for s in rerun.sources] == ["kb-1"]
+    assert rerun.status == "complete" and rerun.metadata["late_sources"] is True
 
 
 # --- end to end: an instrumented openai client ---------------------------------------------
