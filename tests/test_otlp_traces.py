@@ -178,3 +178,34 @@ def test_a_span_twice_in_one_request_is_one_audit(ingest_key):
     r = post(spans + spans, ingest_key)
     assert (r["X-Auditor-Audits-Created"], r["X-Auditor-Audits-Existing"]) == ("1", "1")
     assert AuditRun.objects.count() == 1
+
+
+def test_the_same_span_sent_again_with_other_sources_is_not_a_second_audit(ingest_key):
+    retrievals, llm, _ = split(record(rag_trace))
+    post(llm, ingest_key)
+    r = post(llm + retrievals, ingest_key)  # another grouping: another request body
+    assert (r["X-Auditor-Audits-Created"], r["X-Auditor-Audits-Existing"]) == ("0", "1")
+    assert AuditRun.objects.count() == 1
+
+
+def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
+    from analyzers.models import ApiKey
+    from audits import services
+
+    key = ApiKey.objects.get(prefix=make_key("ingest").split("_")[1])
+    other = ApiKey.objects.get(prefix=make_key("ingest").split("_")[1])
+    services.submit_audit(user_input="q", response="a", external_id="x", api_key=key)
+    services.submit_audit(user_input="q", response="a", external_id="y", api_key=other)
+    item = {"user_input": "q", "response": "a"}
+    same, changed, new, again, elsewhere = services.submit_audits([
+        {**item, "external_id": "x"},
+        {**item, "response": "b", "external_id": "x"},
+        {**item, "external_id": "n"},
+        {**item, "external_id": "n"},
+        {**item, "external_id": "y"},  # another key's id: a new audit for this key
+    ], api_key=key)
+    assert same.was_created is False and same.external_id == "x"
+    assert isinstance(changed, services.ExternalIdConflict)
+    assert new.was_created is True and again.was_created is False and again.pk == new.pk
+    assert elsewhere.was_created is True
+    assert AuditRun.objects.filter(api_key=key).count() == 3

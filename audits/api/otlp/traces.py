@@ -74,7 +74,7 @@ def remember(api_key, retrieved: list[spans.Retrieved]) -> None:
         ignore_conflicts=True,  # the same span sent again
     )
     TraceDocuments.objects.filter(created_at__lt=_cutoff()).delete()
-    cap = int(getattr(settings, "AUDITOR_OTLP_TRACE_MEMORY_ROWS", DEFAULT_MEMORY_ROWS))
+    cap = max(1, int(getattr(settings, "AUDITOR_OTLP_TRACE_MEMORY_ROWS", DEFAULT_MEMORY_ROWS)))
     oldest_kept = list(TraceDocuments.objects.order_by("-id").values_list("id", flat=True)
                        [cap - 1:cap])
     if oldest_kept:
