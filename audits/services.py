@@ -46,6 +46,7 @@ __all__ = [
     "store_report",
     "submit_audit",
     "submit_audits",
+    "submit_audits_once",
 ]
 
 logger = logging.getLogger(__name__)
@@ -175,80 +176,57 @@ def submit_audit(
     return run
 
 
-def submit_audits(
+def submit_audits_once(
     items: list[dict[str, Any]], *, api_key: Any = None
 ) -> list[AuditRun | ExternalIdConflict]:
-    """`submit_audit` for several audits (a batch request): one transaction and one insert
-    for all, each enqueued on commit.
-
-    Items may carry an `external_id` (and `rerun_of`): the ones this key already used are
-    found with one query per 500 ids and returned as stored (`was_created` False), or as an
-    ExternalIdConflict in the item's place when the body differs. A concurrent duplicate
-    (the unique constraint) sends the whole batch through `submit_audit` one by one."""
-    from analyzers.config_store import load_config_with_snapshot
-
-    config, snapshot = load_config_with_snapshot()
-    out: list[AuditRun | ExternalIdConflict | None] = []
-    runs = []
-    for item in items:
-        sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
-        metadata = dict(item.get("metadata") or {})
-        options = dict(item.get("options") or {})
-        fingerprint = request_fingerprint(
-            user_input=item["user_input"], response=item["response"], sources=sources,
-            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+    """`submit_audits` for audits with an `external_id` (and optionally `rerun_of`): the
+    ids this key already used are found with one query per 500 and returned as stored
+    (`was_created` False), or as an ExternalIdConflict in the item's place when the body
+    differs; the new ones are stored together by `submit_audits`. An id twice in `items`
+    is one audit. A concurrent duplicate (the unique constraint) sends the items through
+    `submit_audit` one by one."""
+    fingerprints = [
+        request_fingerprint(
+            user_input=item["user_input"], response=item["response"],
+            sources=[Source.model_validate(x).model_dump() for x in item.get("sources") or []],
+            metadata=dict(item.get("metadata") or {}), collision_key=item.get("collision_key"),
+            options=dict(item.get("options") or {}),
         )
-        runs.append(AuditRun(
-            api_key=api_key, external_id=item.get("external_id"), request_hash=fingerprint,
-            user_input=item["user_input"], response=item["response"], cleaned_response="",
-            sources=sources, metadata=metadata, collision_key=item.get("collision_key"),
-            options=options, threshold=config.threshold, config_snapshot=snapshot,
-            incomplete=bool(item.get("incomplete", False)), rerun_of=item.get("rerun_of"),
-        ))
-        out.append(None)
-    existing = _existing_by_external_id(api_key, [r.external_id for r in runs if r.external_id])
-    fresh, seen = [], set()
-    for i, run in enumerate(runs):
-        stored = existing.get(run.external_id) if run.external_id else None
-        if stored is None and run.external_id in seen:  # twice in the batch: one audit
-            stored = copy.copy(next(r for r in fresh if r.external_id == run.external_id))
+        for item in items
+    ]
+    ids = [item["external_id"] for item in items]
+    existing: dict[str, AuditRun] = {}
+    for start in range(0, len(ids), 500):
+        for run in AuditRun.objects.filter(api_key=api_key, external_id__in=ids[start:start + 500]):
+            existing[run.external_id] = run
+    out: list[Any] = [None] * len(items)
+    new: dict[str, int] = {}  # external_id -> index of its first item
+    for i, (external_id, fingerprint) in enumerate(zip(ids, fingerprints, strict=True)):
+        stored = existing.get(external_id)
         if stored is not None:
-            if stored.request_hash != run.request_hash:
+            if stored.request_hash != fingerprint:
                 out[i] = ExternalIdConflict(stored)
             else:
                 stored.was_created = False
                 out[i] = stored
-            continue
-        if run.external_id:
-            seen.add(run.external_id)
-        run.was_created = True
-        fresh.append(run)
-        out[i] = run
-    if not fresh:
-        return out
-    try:
-        with transaction.atomic():
-            AuditRun.objects.bulk_create(fresh)
-            queued = [(run.pk, is_large(run.response)) for run in fresh]
-            if _queue_shares_transaction(fresh[0]._state.db):
-                for run_id, large in queued:
-                    enqueue_task(run_id, large=large)
+        elif external_id not in new:
+            new[external_id] = i
+    if new:
+        try:
+            runs = submit_audits([items[i] for i in new.values()], api_key=api_key)
+        except IntegrityError:
+            return [_submit_one(item, api_key) for item in items]
+        for i, run in zip(new.values(), runs, strict=True):
+            out[i] = run
+    for i, external_id in enumerate(ids):  # the repeats of an id new in this batch
+        if out[i] is None:
+            first = out[new[external_id]]
+            if first.request_hash != fingerprints[i]:
+                out[i] = ExternalIdConflict(first)
             else:
-                transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
-    except IntegrityError:
-        if not seen:
-            raise
-        return [_submit_one(item, api_key) for item in items]
+                out[i] = copy.copy(first)
+                out[i].was_created = False
     return out
-
-
-def _existing_by_external_id(api_key: Any, external_ids: list[str]) -> dict[str, AuditRun]:
-    found: dict[str, AuditRun] = {}
-    for start in range(0, len(external_ids), 500):
-        chunk = external_ids[start:start + 500]
-        for run in AuditRun.objects.filter(api_key=api_key, external_id__in=chunk):
-            found[run.external_id] = run
-    return found
 
 
 def _submit_one(item: dict[str, Any], api_key: Any) -> AuditRun | ExternalIdConflict:
@@ -262,6 +240,43 @@ def _submit_one(item: dict[str, Any], api_key: Any) -> AuditRun | ExternalIdConf
         )
     except ExternalIdConflict as exc:
         return exc
+
+
+def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[AuditRun]:
+    """`submit_audit` for several audits (a batch request): one transaction and one insert
+    for all, each enqueued on commit. An `external_id` is stored as given, unchecked:
+    `submit_audits_once` checks them first."""
+    from analyzers.config_store import load_config_with_snapshot
+
+    config, snapshot = load_config_with_snapshot()
+    runs = []
+    for item in items:
+        sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
+        metadata = dict(item.get("metadata") or {})
+        options = dict(item.get("options") or {})
+        fingerprint = request_fingerprint(
+            user_input=item["user_input"], response=item["response"], sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+        )
+        runs.append(AuditRun(
+            external_id=item.get("external_id"), rerun_of=item.get("rerun_of"),
+            api_key=api_key, request_hash=fingerprint, user_input=item["user_input"],
+            response=item["response"], cleaned_response="", sources=sources,
+            metadata=metadata, collision_key=item.get("collision_key"), options=options,
+            threshold=config.threshold, config_snapshot=snapshot,
+            incomplete=bool(item.get("incomplete", False)),
+        ))
+    with transaction.atomic():
+        AuditRun.objects.bulk_create(runs)
+        queued = [(run.pk, is_large(run.response)) for run in runs]
+        if runs and _queue_shares_transaction(runs[0]._state.db):
+            for run_id, large in queued:
+                enqueue_task(run_id, large=large)
+        else:
+            transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
+    for run in runs:
+        run.was_created = True
+    return runs
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:

@@ -295,6 +295,7 @@ def bench_phoenix(python: str, rounds: list[tuple[str, list[bytes]]], n: int,
             wait_until(lambda p=project: (_phoenix_counts(base) or {}).get(p, 0) >= n, 1800,
                        "Phoenix to store the spans", proc, interval=0.25)
             rates.append(n / (time.perf_counter() - start))
+            print(f"    round {len(rates)} [phoenix]: queryable {rates[-1]:.0f}/s", flush=True)
         rss = peak_rss_mb(proc.pid)
     finally:
         proc.terminate()
@@ -346,7 +347,10 @@ def main() -> None:
         for _, bodies in rounds[:args.runs]:
             for label, root in trees:  # interleaved: the machine's load hits both alike
                 profile = args.profile if label == "after" else None
-                ours[label].append(bench_auditor(root, bodies, n, key, profile))
+                r = bench_auditor(root, bodies, n, key, profile)
+                ours[label].append(r)
+                print(f"    round {len(ours[label])} [{label}]: stored {r['stored']:.0f}/s, "
+                      f"analysed {r['analysed']:.0f}/s", flush=True)
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{DB_PATH}{suffix}").unlink(missing_ok=True)

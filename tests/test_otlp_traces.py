@@ -197,7 +197,7 @@ def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
     services.submit_audit(user_input="q", response="a", external_id="x", api_key=key)
     services.submit_audit(user_input="q", response="a", external_id="y", api_key=other)
     item = {"user_input": "q", "response": "a"}
-    same, changed, new, again, elsewhere = services.submit_audits([
+    same, changed, new, again, elsewhere = services.submit_audits_once([
         {**item, "external_id": "x"},
         {**item, "response": "b", "external_id": "x"},
         {**item, "external_id": "n"},

@@ -1,7 +1,7 @@
 """One export request's spans to audits, in bulk: one audit per LLM span.
 
 The spans are classified once; the LLM spans become submissions together and are stored
-by `services.submit_audits` (the batch path of `POST /api/audits/batch`): one query for
+by `services.submit_audits_once` (the batch path of `POST /api/audits/batch`): one query for
 the external ids already stored, one insert, one transaction, analyses enqueued on
 commit. Retrieval documents are joined per trace, across requests too (`traces`).
 """
@@ -96,7 +96,7 @@ def ingest(request_message, api_key) -> Outcome:
     # write) for all its audits; the analyses are enqueued when it commits.
     with transaction.atomic():
         if calls:
-            results = services.submit_audits([
+            results = services.submit_audits_once([
                 {"user_input": c.user_input, "response": c.response, "sources": c.sources,
                  "metadata": {k: v for k, v in c.metadata.items() if v is not None},
                  "external_id": c.external_id}

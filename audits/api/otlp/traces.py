@@ -139,7 +139,7 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
             })
         else:
             late.dropped += 1
-    for result in services.submit_audits(reruns, api_key=api_key) if reruns else []:
+    for result in services.submit_audits_once(reruns, api_key=api_key) if reruns else []:
         if isinstance(result, AuditRun) and result.was_created:
             late.reruns += 1
     return late
