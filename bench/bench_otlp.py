@@ -320,6 +320,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3, help="rounds per server (medians)")
     parser.add_argument("--before", type=Path, help="another source tree, same rounds")
+    parser.add_argument("--before-label", default="before", help="its name in the output")
     parser.add_argument("--phoenix", default=os.environ.get("PHOENIX_PYTHON", ""),
                         help="Python of an arize-phoenix install (default: /tmp/phoenix-venv)")
     parser.add_argument("--no-phoenix", action="store_true")
@@ -339,7 +340,7 @@ def main() -> None:
 
     trees = [] if args.no_auditor else [("after", BASE_DIR)]
     if args.before and trees:
-        trees.insert(0, ("before", args.before.resolve()))
+        trees.insert(0, (args.before_label, args.before.resolve()))
     ours: dict[str, list[dict]] = {label: [] for label, _ in trees}
     try:
         call_command("migrate", verbosity=0, interactive=False)
@@ -362,8 +363,8 @@ def main() -> None:
               f"peak RSS {max(r['rss_mb'] for r in rs):.0f} MB", flush=True)
     after = statistics.median(r["analysed"] for r in ours["after"]) if trees else 0.0
     if args.before and trees:
-        before = statistics.median(r["analysed"] for r in ours["before"])
-        print(f"  after / before (analysed): x{after / before:.2f}")
+        before = statistics.median(r["analysed"] for r in ours[args.before_label])
+        print(f"  after / {args.before_label} (analysed): x{after / before:.2f}")
 
     python, version = phoenix_python(args)
     if python is None:

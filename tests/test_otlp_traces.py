@@ -209,3 +209,15 @@ def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
     assert new.was_created is True and again.was_created is False and again.pk == new.pk
     assert elsewhere.was_created is True
     assert AuditRun.objects.filter(api_key=key).count() == 3
+
+
+def test_sources_are_bounded_and_a_late_retrieval_adds_nothing_to_full_sources(ingest_key):
+    names = tuple(f"kb-{i:02}" for i in range(25))
+    retrievals, llm, _ = split(record(lambda t: rag_trace(t, titles=names)))
+    post(retrievals[:24], ingest_key)
+    post(llm, ingest_key)
+    run = AuditRun.objects.get()
+    assert titles(run) == list(names[:20])  # at most 20 sources, in start order
+    r = post(retrievals[24:], ingest_key)
+    assert (r["X-Auditor-Late-Sources-Joined"], r["X-Auditor-Late-Sources-Reruns"]) == ("0", "0")
+    assert AuditRun.objects.count() == 1 and titles(AuditRun.objects.get()) == list(names[:20])

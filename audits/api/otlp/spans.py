@@ -43,6 +43,7 @@ _INDEXED = re.compile(r"^(?P<prefix>.+?)\.(?P<index>\d+)\.(?P<rest>.+)$")
 class Limits:
     max_text_chars: int = 200_000  # input or response of one span; more: the span is rejected
     max_sources: int = 20
+    max_source_spans: int = 50  # retrieval spans joined to one LLM span
     max_source_chars: int = 20_000
     max_metadata_attributes: int = 64
     max_attribute_chars: int = 1_000
@@ -492,10 +493,13 @@ def retrievals(spans: list[Span], limits: Limits) -> tuple[list[Retrieved], list
 
 def joined(retrieved: list[Retrieved], limits: Limits) -> tuple[list[dict], list[str]]:
     """(sources, retrieval span ids) of one trace: documents in the order the retrievals
-    started, one retrieval span counted once, at most `max_sources` documents."""
+    started, one retrieval span counted once; it stops at `max_sources` documents or
+    `max_source_spans` retrieval spans (their ids are kept in the audit's metadata)."""
     sources: list[dict[str, Any]] = []
     span_ids: list[str] = []
     for item in sorted(retrieved, key=lambda r: (r.start_ns, r.span_id)):
+        if len(sources) >= limits.max_sources or len(span_ids) >= limits.max_source_spans:
+            break
         if item.span_id in span_ids:
             continue
         span_ids.append(item.span_id)

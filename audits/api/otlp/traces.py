@@ -122,6 +122,8 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
             continue
         extra, extra_spans = spans.joined(missing, limits)
         room = max(0, limits.max_sources - len(target.sources or []))
+        if not extra[:room]:
+            continue  # nothing to add: the sources are full, or the retrievals found nothing
         sources = list(target.sources or []) + extra[:room]
         metadata = {**(target.metadata or {}),
                     "source_spans": sorted(known) + extra_spans}
