@@ -8,6 +8,7 @@ Stored on the audit by `services.store_reports`; migration 0006 backfilled older
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -26,3 +27,40 @@ def top_result(results: Iterable[Any]) -> tuple[float | None, str]:
         if best[0] is None or score > best[0]:
             best = (score, _field(item, "analyzer_id"))
     return best
+
+
+SEVERITY_TONES = {"critical": "score-high", "warning": "score-mid", "info": "score-info"}
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    """What a card or a detail page shows first: the highest score (or "forced"), the
+    analyzer behind it, and a colour (`tone`, a CSS class) that follows surfacing and the
+    worst surfaced severity, never the mean."""
+
+    score: float | None
+    analyzer: str
+    forced: bool
+    tone: str
+
+
+def headline(run: Any, surfaced: Iterable[Any], severities: Iterable[str]) -> Headline:
+    """`run` an audit; `surfaced` its surfaced results (anything with `analyzer_id`,
+    `score`, `should_surface`); `severities` those of its surfaced findings.
+
+    "Forced": every surfaced result surfaced because its analyzer forced it
+    (`should_surface`), so no score decided; the analyzer shown is then the forced one."""
+    surfaced = sorted(surfaced, key=lambda r: -r.score)
+    forced = bool(surfaced) and all(r.should_surface for r in surfaced)
+    analyzer = surfaced[0].analyzer_id if forced else run.top_analyzer
+    if run.status != "complete":
+        tone = "score-none"
+    elif not run.has_card:
+        tone = "score-low"
+    else:
+        worst = max(severities, key=lambda s: SEVERITY_RANK.get(s, 0), default="info")
+        tone = SEVERITY_TONES.get(worst, "score-info")
+    return Headline(run.top_score, analyzer, forced, tone)
+
+
+SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
