@@ -91,7 +91,7 @@ class AuditRun(models.Model):
             models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
             # Covering index of the trends page's per-day figures and its cache checks.
             models.Index(
-                fields=["created_at", "status", "has_card", "overall_score"],
+                fields=["created_at", "status", "has_card", "overall_score", "top_score"],
                 name="audit_trends_idx",
             ),
         ]

@@ -167,6 +167,7 @@ def trends(request: HttpRequest) -> HttpResponse:
         "windows": TREND_WINDOWS,
         "chart_data": {
             "threshold": data["threshold"],
+            "own_thresholds": data["own_thresholds"],
             "per_day": data["per_day"],
             "histogram": data["histogram"],
             "top_types": data["top_types"],

@@ -61,6 +61,15 @@ class Migration(migrations.Migration):
             model_name='auditrun',
             index=models.Index(fields=['top_score', 'created_at', 'id'], name='audit_top_score_idx'),
         ),
+        # The trends page's covering index now also covers the highest-score histogram.
+        migrations.RemoveIndex(
+            model_name='auditrun',
+            name='audit_trends_idx',
+        ),
+        migrations.AddIndex(
+            model_name='auditrun',
+            index=models.Index(fields=['created_at', 'status', 'has_card', 'overall_score', 'top_score'], name='audit_trends_idx'),
+        ),
         migrations.AddField(
             model_name='dashboardpreference',
             name='user',
