@@ -72,6 +72,15 @@
     button.click();
   });
 
+  // The view switch carries the current filters: htmx may have changed the URL since the
+  // page was rendered.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form || form.id !== "view-switch") return;
+    var query = form.querySelector('input[name="query"]');
+    if (query) query.value = window.location.search.replace(/^\?/, "");
+  });
+
   // A click on a row selects it (the next key acts on it).
   document.addEventListener("click", function (event) {
     var row = event.target.closest ? event.target.closest("tr.audit-row") : null;

@@ -115,3 +115,15 @@ def test_keyboard_moves_opens_and_records_verdicts(page, login, audits):
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/audits/{second.pk}/")
     assert page.errors == []
+
+
+def test_switching_views_keeps_filters_changed_in_place(page, login, audits):
+    login(page)
+    page.check("#filter-surfaced")
+    page.wait_for_url(re.compile(r"surfaced=1"))
+    _switch_to_table(page)
+    assert "surfaced=1" in page.url
+    expect(page.locator("#filter-surfaced")).to_be_checked()
+    surfaced = sum(1 for run in audits if run.has_card)
+    expect(page.locator("#audit-table-rows tr.audit-row")).to_have_count(min(50, surfaced))
+    assert page.errors == []
