@@ -19,11 +19,12 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from . import selectors
+from . import ordering, scoring, selectors
 from .highlight import SEVERITY_RANK
 from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
 
 PAGE_SIZE = 25
+TABLE_PAGE_SIZE = 50  # rows of the table view per page
 SEVERITIES = ("info", "warning", "critical")
 KNOWN_ANALYZERS = ("redflag", "links", "grounding", "prompt_leak", "bias", "tone")
 KNOWN_TYPES = (
@@ -82,6 +83,8 @@ class ListFilters:
     reviewed: str = ""  # "", "true" or "false", as in the API
     verdict: str = ""
     meta: str = ""  # one metadata "key:value" (the API takes several)
+    top_score_min: float | None = None
+    sort: str = ""  # one of ordering.SORTS; empty: newest first
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -110,7 +113,15 @@ class ListFilters:
             except selectors.InvalidMetaFilter:
                 errors["meta"] = "Write key:value, e.g. model:gpt-4o."
                 meta = ""
+        sort = query.get("sort", "")
+        try:
+            ordering.check_sort(sort)
+        except ordering.InvalidSort as exc:
+            errors["sort"] = str(exc)
+            sort = ""
         return cls(
+            top_score_min=_float(query.get("top_score_min"), errors, "top_score_min"),
+            sort=sort,
             min_score=_float(query.get("min_score"), errors, "min_score"),
             max_score=_float(query.get("max_score"), errors, "max_score"),
             surfaced=query.get("surfaced", "") in ("1", "true", "on", "yes"),
@@ -141,7 +152,17 @@ class ListFilters:
 
     @property
     def active(self) -> bool:
-        return bool(self.as_params())
+        """A filter is set (the sort is no filter)."""
+        return any(name != "sort" for name in self.as_params())
+
+    @property
+    def sort_key(self) -> str:
+        return self.sort or ordering.DEFAULT_SORT
+
+    def params_with(self, **changes: str) -> dict[str, str]:
+        """`as_params()` with some parameters changed (an empty value removes one)."""
+        params = {**self.as_params(), **changes}
+        return {k: v for k, v in params.items() if v}
 
     def to_selector(self) -> selectors.AuditFilters:
         """The same filters as the API applies them (dates become whole days)."""
@@ -164,6 +185,7 @@ class ListFilters:
             reviewed={"true": True, "false": False}.get(self.reviewed),
             verdict=self.verdict or None,
             meta=[self.meta] if self.meta else None,
+            top_score_min=self.top_score_min,
         )
 
 
@@ -196,7 +218,7 @@ def card_queryset() -> QuerySet[AuditRun]:
         Prefetch(
             "results",
             queryset=AnalyzerRunRecord.objects.filter(surfaced=True)
-            .only("id", "audit_id", "analyzer_id", "score", "position")
+            .only("id", "audit_id", "analyzer_id", "score", "should_surface", "position")
             .order_by("-score", "position"),
             to_attr="surfaced_list",
         ),
@@ -240,6 +262,9 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
 
 def prepare_card(run: AuditRun) -> AuditRun:
     run.badges, run.more_badges = card_badges(run)
+    run.headline = scoring.headline(
+        run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
+    )
     run.current_verdict = run.audit_verdicts[0] if run.audit_verdicts else None
     return run
 
@@ -256,18 +281,20 @@ class Page:
 
 
 def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) -> Page:
-    """One page of cards, newest first, after `cursor` (a bad cursor starts over)."""
+    """One page of cards in the filters' sort order (newest first by default), after
+    `cursor` (a bad cursor, or one of another sort, starts over)."""
+    sort = filters.sort_key
     qs = selectors.filter_audits(filters.to_selector(), card_queryset())
     try:
-        qs = selectors.after_cursor(qs, cursor)
+        qs = selectors.after_cursor(qs, cursor, sort)
     except selectors.InvalidCursor:
-        qs = selectors.after_cursor(qs, None)
+        qs = selectors.after_cursor(qs, None, sort)
     rows = list(qs[: size + 1])
     more = len(rows) > size
     rows = rows[:size]
     for run in rows:
         prepare_card(run)
-    return Page(rows, selectors.encode_cursor(rows[-1]) if more and rows else None)
+    return Page(rows, selectors.encode_cursor(rows[-1], sort) if more and rows else None)
 
 
 # --- detail -------------------------------------------------------------------------------

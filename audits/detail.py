@@ -14,11 +14,22 @@ from django.http import HttpRequest
 
 from analyzers.engine.textdiff import bounded_word_diff
 
-from . import cards
+from . import cards, scoring
 from .highlight import highlight_segments, side_by_side
-from .models import AuditRun
+from .models import Annotation, AuditRun
 
 MAX_MARKED_CHANGES = 2000  # changes the live stream marks at most
+
+
+def _surfaced_severities(run: AuditRun) -> list[str]:
+    """The distinct severities of the surfaced findings (one small query)."""
+    if not run.has_card:
+        return []
+    return list(
+        Annotation.objects.filter(audit_id=run.pk, result__surfaced=True)
+        .values_list("severity", flat=True)
+        .distinct()
+    )
 
 
 def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[str, Any]:
@@ -57,6 +68,7 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "can_rerun": can_rerun,
         "reviews": reviews,
         "audit_verdict": current.get(None),
+        "headline": scoring.headline(run, surfaced, _surfaced_severities(run)),
         "trace_context": trace_context(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),

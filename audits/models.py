@@ -48,6 +48,10 @@ class AuditRun(models.Model):
     threshold = models.FloatField(default=0.3)
     config_snapshot = models.JSONField(default=dict, blank=True)
     overall_score = models.FloatField(null=True, blank=True)
+    # The highest score of a successful result (the headline: what decides surfacing),
+    # and the analyzer that gave it; null until the audit completes. See `audits.scoring`.
+    top_score = models.FloatField(null=True, blank=True)
+    top_analyzer = models.CharField(max_length=100, blank=True, default="")
     # True when at least one result is surfaced (the audit "has a card").
     has_card = models.BooleanField(default=False)
 
@@ -80,12 +84,14 @@ class AuditRun(models.Model):
         indexes = [
             models.Index(fields=["-created_at", "-id"], name="audit_created_idx"),
             models.Index(fields=["overall_score"], name="audit_score_idx"),
+            # The list sorted by the highest score (keyset: score, then time, then id).
+            models.Index(fields=["top_score", "created_at", "id"], name="audit_top_score_idx"),
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
             models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
             # Covering index of the trends page's per-day figures and its cache checks.
             models.Index(
-                fields=["created_at", "status", "has_card", "overall_score"],
+                fields=["created_at", "status", "has_card", "overall_score", "top_score"],
                 name="audit_trends_idx",
             ),
         ]
@@ -334,6 +340,22 @@ class Review(models.Model):
     def __str__(self) -> str:
         target = f"annotation {self.annotation_id}" if self.annotation_id else "audit"
         return f"{self.verdict} on {target} by {self.reviewer_name or 'unknown'}"
+
+
+class DashboardPreference(models.Model):
+    """One user's dashboard choices, kept on the server so they follow the user."""
+
+    class AuditView(models.TextChoices):
+        CARDS = "cards"
+        TABLE = "table"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dashboard_preference"
+    )
+    audit_view = models.CharField(max_length=10, choices=AuditView.choices, default=AuditView.CARDS)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.audit_view}"
 
 
 class AlertRule(models.Model):

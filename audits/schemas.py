@@ -137,7 +137,11 @@ class AuditOut(Schema):
     collision_key: str | None
     options: dict[str, Any]
     threshold: float
-    overall_score: float | None
+    overall_score: float | None = Field(description="the mean of the successful results' scores")
+    top_score: float | None = Field(
+        description="the highest successful result score (the headline: what decides surfacing)"
+    )
+    top_analyzer: str | None = Field(description="the analyzer that gave `top_score`")
     has_card: bool
     results: list[ResultOut]
     surfaced_results: list[ResultOut]

@@ -6,21 +6,16 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from . import ordering
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
-
-
-class InvalidCursor(ValueError):
-    pass
+from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -38,6 +33,7 @@ class AuditFilters:
     reviewed: bool | None = None
     verdict: str | None = None
     meta: list[str] | None = None  # "key:value" pairs, all must match (see metadata_filter)
+    top_score_min: float | None = None
 
 
 class InvalidMetaFilter(ValueError):
@@ -81,6 +77,8 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
         qs = qs.filter(overall_score__gte=f.min_score)
     if f.max_score is not None:
         qs = qs.filter(overall_score__lte=f.max_score)
+    if f.top_score_min is not None:
+        qs = qs.filter(top_score__gte=f.top_score_min)
     if f.surfaced is not None:
         qs = qs.filter(has_card=f.surfaced)
     if f.status:
@@ -121,59 +119,40 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
     return qs
 
 
-def encode_cursor(run: dict[str, Any] | AuditRun) -> str:
-    created_at = run["created_at"] if isinstance(run, dict) else run.created_at
-    run_id = run["id"] if isinstance(run, dict) else run.id
-    raw = f"{created_at.isoformat()}|{run_id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+def encode_cursor(run: dict[str, Any] | AuditRun, sort: str = ordering.DEFAULT_SORT) -> str:
+    return ordering.encode_row(sort, run)
 
 
-def encode_cursor_raw(created_at_iso: str, run_id: str) -> str:
-    raw = f"{created_at_iso}|{run_id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+def encode_cursor_raw(
+    created_at_iso: str, run_id: str, sort: str = ordering.DEFAULT_SORT, score: float | None = None
+) -> str:
+    return ordering.encode(sort, created_at_iso, run_id, score)
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = base64.urlsafe_b64decode(padded.encode()).decode()
-        created, _, run_id = raw.partition("|")
-        when = datetime.fromisoformat(created)
-        if when.tzinfo is None:
-            raise ValueError("naive")
-        return when, uuid.UUID(run_id)
-    except (ValueError, binascii.Error, UnicodeError) as exc:
-        raise InvalidCursor("invalid cursor") from exc
-
-
-def after_cursor(qs: QuerySet[AuditRun], cursor: str | None) -> QuerySet[AuditRun]:
-    """Newest first; the page after `cursor` (rows inserted later never shift a page)."""
-    qs = qs.order_by("-created_at", "-id")
-    if cursor:
-        created_at, run_id = decode_cursor(cursor)
-        # `created_at <= X AND (...)` lets the database range-scan the created_at index
-        # (a bare OR makes SQLite scan from the newest row on every page).
-        qs = qs.filter(created_at__lte=created_at).filter(
-            Q(created_at__lt=created_at) | Q(id__lt=run_id)
-        )
-    return qs
+def after_cursor(
+    qs: QuerySet[AuditRun], cursor: str | None, sort: str = ordering.DEFAULT_SORT
+) -> QuerySet[AuditRun]:
+    """`qs` in `sort` order (newest first by default), the page after `cursor`."""
+    return ordering.after(qs, sort, cursor)
 
 
 RUN_FIELDS = (
     "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
     "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
     "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
-    "reviewed_at",
+    "reviewed_at", "top_score", "top_analyzer",
 )
 
 
-def page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[list[dict], str | None]:
+def page(
+    qs: QuerySet[AuditRun], cursor: str | None, limit: int, sort: str = ordering.DEFAULT_SORT
+) -> tuple[list[dict], str | None]:
     """One page of serialised audits and the cursor of the next page (or None)."""
-    rows = list(after_cursor(qs, cursor).values(*RUN_FIELDS)[: limit + 1])
+    rows = list(after_cursor(qs, cursor, sort).values(*RUN_FIELDS)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     items = serialize_runs(rows)
-    return items, (encode_cursor(rows[-1]) if more and rows else None)
+    return items, (encode_cursor(rows[-1], sort) if more and rows else None)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -267,6 +246,8 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "options": r["options"] or {},
                 "threshold": r["threshold"],
                 "overall_score": r["overall_score"],
+                "top_score": r["top_score"],
+                "top_analyzer": r["top_analyzer"] or None,
                 "has_card": r["has_card"],
                 "results": res,
                 "surfaced_results": [x for x in res if x["surfaced"]],

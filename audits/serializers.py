@@ -99,6 +99,8 @@ def audit_to_dict(run: AuditRun) -> dict[str, Any]:
         "options": run.options or {},
         "threshold": run.threshold,
         "overall_score": run.overall_score,
+        "top_score": run.top_score,
+        "top_analyzer": run.top_analyzer or None,
         "has_card": run.has_card,
         "results": results,
         "surfaced_results": [r for r in results if r["surfaced"]],

@@ -30,6 +30,7 @@ from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .queues import LARGE_QUEUE
+from .scoring import top_result
 from .signals import audit_finished
 
 __all__ = [
@@ -655,6 +656,7 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
             run.cleaned_response = report.cleaned_response
             run.threshold = report.threshold
             run.overall_score = report.overall_score
+            run.top_score, run.top_analyzer = top_result(report.results)
             run.has_card = report.has_card
             run.status = AuditRun.Status.COMPLETE
             run.finished_at = now
@@ -662,7 +664,7 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
             run.save(
                 update_fields=[
                     "cleaned_response", "threshold", "overall_score", "has_card",
-                    "status", "finished_at", "error",
+                    "top_score", "top_analyzer", "status", "finished_at", "error",
                     "started_at",  # the start again (heartbeats refreshed it while running)
                 ]
             )

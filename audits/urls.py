@@ -12,6 +12,7 @@ app_name = "audits"
 
 urlpatterns = [
     path("", views.audit_list, name="list"),
+    path("audits/view/", views.audit_view_choice, name="view_choice"),
     path("audits/<uuid:pk>/", views.audit_detail, name="detail"),
     path("audits/<uuid:pk>.json", views.audit_json, name="json"),
     path("audits/<uuid:pk>/rerun/", views.audit_rerun, name="rerun"),

@@ -13,6 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from audits.models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from audits.scoring import top_result
 
 CATEGORIES = {
     "redflag": "structure",
@@ -112,7 +113,10 @@ def make_audit(
     results = results if results is not None else [result()]
     ok = [r["score"] for r in results if r["status"] == "ok"]
     now = timezone.now()
+    top_score, top_analyzer = top_result(results) if status == "complete" else (None, "")
     defaults: dict[str, Any] = {
+        "top_score": top_score,
+        "top_analyzer": top_analyzer,
         "user_input": "Which retailers use Acme?",
         "response": "Acme is easy to set up.",
         "status": status,

@@ -49,15 +49,16 @@ def reference_trends(days: int, now: datetime) -> dict[str, Any]:
         labels.append(day.isoformat())
         totals.append(row.get("total", 0))
         cards.append(row.get("cards", 0))
-    histogram = [0] * bins
-    for b, n in (
-        runs.filter(overall_score__isnull=False)
-        .annotate(bin=Floor(F("overall_score") * bins))
+    histogram, with_card = [0] * bins, [0] * bins
+    for b, n, c in (
+        runs.filter(top_score__isnull=False)
+        .annotate(bin=Floor(F("top_score") * bins))
         .values("bin")
-        .annotate(n=Count("id"))
-        .values_list("bin", "n")
+        .annotate(n=Count("id"), c=Count("id", filter=Q(has_card=True)))
+        .values_list("bin", "n", "c")
     ):
         histogram[min(bins - 1, max(0, int(b)))] += n
+        with_card[min(bins - 1, max(0, int(b)))] += c
     summary = runs.aggregate(
         total=Count("id"),
         cards=Count("id", filter=Q(has_card=True)),
@@ -97,6 +98,7 @@ def reference_trends(days: int, now: datetime) -> dict[str, Any]:
     return {
         "days": days,
         "threshold": load_config().threshold,
+        "own_thresholds": {},
         "summary": {
             "total": total,
             "cards": summary["cards"] or 0,
@@ -105,7 +107,7 @@ def reference_trends(days: int, now: datetime) -> dict[str, Any]:
             "mean_score": round(mean, 3) if mean is not None else None,
         },
         "per_day": {"labels": labels, "total": totals, "cards": cards},
-        "histogram": {"labels": dashboard.bin_labels(), "counts": histogram},
+        "histogram": {"labels": dashboard.bin_labels(), "counts": histogram, "cards": with_card},
         "top_types": top_types,
         "analyzers": analyzers,
     }

@@ -17,6 +17,7 @@ from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
 from ..models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from ..ordering import DEFAULT_SORT
 from ..selectors import after_cursor, encode_cursor_raw
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -77,7 +78,7 @@ RUN_COLUMNS = (
     "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
     "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
     "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
-    "reviewed_at",
+    "reviewed_at", "top_score", "top_analyzer",
 )
 
 
@@ -95,9 +96,11 @@ def _run_values(page: QuerySet[AuditRun]) -> QuerySet:
     )
 
 
-def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple[str, str | None]:
-    """JSON lines of one keyset page and the cursor of the next one (or None)."""
-    page = after_cursor(qs, cursor)
+def export_page(
+    qs: QuerySet[AuditRun], cursor: str | None, limit: int, sort: str = DEFAULT_SORT
+) -> tuple[str, str | None]:
+    """JSON lines of one keyset page in `sort` order and the cursor of the next one (or None)."""
+    page = after_cursor(qs, cursor, sort)
     rows = _raw(_run_values(page)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
@@ -170,7 +173,8 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
             f'"cleaned_response":{_s(r[12])},"sources":{_raw_json(r[13], "[]")},'
             f'"metadata":{_raw_json(r[14], "{}")},"collision_key":{_s(r[15])},'
             f'"options":{_raw_json(r[16], "{}")},"threshold":{_num(r[17])},'
-            f'"overall_score":{_num(r[18])},"has_card":{_bool(r[19])},'
+            f'"overall_score":{_num(r[18])},"top_score":{_num(r[21])},'
+            f'"top_analyzer":{_s(r[22] or None)},"has_card":{_bool(r[19])},'
             f'"results":[{",".join(t for t, _ in res)}],'
             f'"surfaced_results":[{",".join(t for t, s in res if s)}],'
             f'"links":[{",".join(links.get(r[0], ()))}],'
@@ -178,5 +182,7 @@ def export_page(qs: QuerySet[AuditRun], cursor: str | None, limit: int) -> tuple
             f'"reviews":[{",".join(reviews.get(r[0], ()))}]}}\n'
         )
     last = rows[-1]
-    next_cursor = encode_cursor_raw(_dt(last[2]), _uuid(last[0])) if more else None
+    next_cursor = (
+        encode_cursor_raw(_dt(last[2]), _uuid(last[0]), sort, last[21]) if more else None
+    )
     return "".join(lines), next_cursor

@@ -60,6 +60,9 @@ class ListFilters(Schema):
     verdict: Literal["confirmed", "false_positive", "unsure"] | None = Field(
         None, description="audits with a current verdict of this kind (on the audit or a finding)"
     )
+    top_score_min: float | None = Field(
+        None, ge=0, le=1, description="audits whose highest result score is at least this"
+    )
     meta: list[str] | None = Field(
         None, max_length=10,
         description="metadata `key:value` (repeatable, all must match), e.g. `model:gpt-4o`, "
@@ -78,7 +81,15 @@ class ListFilters(Schema):
                 raise HttpError(422, [{"loc": ["query", "meta"], "msg": str(exc)}]) from None
             if "\x00" in pair or len(pair) > 500:
                 raise HttpError(422, [{"loc": ["query", "meta"], "msg": "invalid meta filter"}])
-        return selectors.AuditFilters(**self.model_dump())
+        return selectors.AuditFilters(**self.model_dump(exclude={"sort"}))
+
+
+class ListQuery(ListFilters):
+    sort: Literal["-created_at", "created_at", "-top_score", "top_score"] = Field(
+        "-created_at",
+        description="`-created_at` (newest first), `created_at`, `-top_score` (highest score "
+        "first; audits without one last) or `top_score`; a cursor belongs to its sort",
+    )
 
 
 def _validate_options(options: dict[str, dict]) -> None:
@@ -261,14 +272,15 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
 @router.get("/audits", auth=read_auth, response={200: AuditPage, **ERRORS}, summary="List audits")
 def list_audits(
     request: HttpRequest,
-    filters: Query[ListFilters],
+    filters: Query[ListQuery],
     cursor: str | None = None,
     limit: int = Query(50, ge=1, le=500),
 ):
-    """Newest first. Pass `next` back as `cursor` for the following page."""
+    """Newest first, or in `sort` order. Pass `next` back as `cursor` (with the same
+    filters and sort) for the following page."""
     qs = selectors.filter_audits(filters.to_filters())
     try:
-        items, next_cursor = selectors.page(qs, cursor, limit)
+        items, next_cursor = selectors.page(qs, cursor, limit, filters.sort)
     except selectors.InvalidCursor:
         raise HttpError(422, [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]) from None
     return {"items": items, "next": next_cursor}
@@ -277,7 +289,7 @@ def list_audits(
 CSV_COLUMNS = [
     "id", "external_id", "created_at", "finished_at", "status", "threshold", "overall_score",
     "has_card", "surfaced_analyzers", "annotation_types", "user_input", "response",
-    "cleaned_response", "metadata", "reviewed_at", "verdict",
+    "cleaned_response", "metadata", "reviewed_at", "verdict", "top_score", "top_analyzer",
 ]
 
 
@@ -306,7 +318,7 @@ def _csv_row(item: dict) -> list[str]:
             " ".join(sorted({a["type"] for r in item["results"] for a in r["annotations"]})),
             item["user_input"], item["response"], item["cleaned_response"],
             json.dumps(item["metadata"], ensure_ascii=False),
-            item["reviewed_at"], _audit_verdict(item),
+            item["reviewed_at"], _audit_verdict(item), item["top_score"], item["top_analyzer"],
         )
     ]
 
@@ -337,30 +349,32 @@ def _header(fmt: str) -> bytes:
     return buf.getvalue().encode()
 
 
-def _next_batch(qs, cursor, fmt):
+def _next_batch(qs, cursor, fmt, sort):
     if fmt == "jsonl":
-        text, next_cursor = export_page(qs, cursor, EXPORT_BATCH)
+        text, next_cursor = export_page(qs, cursor, EXPORT_BATCH, sort)
         return text.encode(), next_cursor
-    items, next_cursor = selectors.page(qs, cursor, EXPORT_BATCH)
+    items, next_cursor = selectors.page(qs, cursor, EXPORT_BATCH, sort)
     return _encode_batch(items, fmt), next_cursor
 
 
-def _sync_export(qs, fmt: str) -> Iterator[bytes]:
+def _sync_export(qs, fmt: str, sort: str) -> Iterator[bytes]:
     yield _header(fmt)
     cursor = None
     while True:
-        chunk, cursor = _next_batch(qs, cursor, fmt)
+        chunk, cursor = _next_batch(qs, cursor, fmt, sort)
         if chunk:
             yield chunk
         if cursor is None:
             return
 
 
-async def _async_export(qs, fmt: str) -> AsyncIterator[bytes]:
+async def _async_export(qs, fmt: str, sort: str) -> AsyncIterator[bytes]:
     yield _header(fmt)
     cursor = None
     while True:
-        chunk, cursor = await sync_to_async(_next_batch, thread_sensitive=True)(qs, cursor, fmt)
+        chunk, cursor = await sync_to_async(_next_batch, thread_sensitive=True)(
+            qs, cursor, fmt, sort
+        )
         if chunk:
             yield chunk
         if cursor is None:
@@ -375,7 +389,7 @@ async def _async_export(qs, fmt: str) -> AsyncIterator[bytes]:
     openapi_extra={
         "responses": {
             200: {
-                "description": "a stream of audits, newest first",
+                "description": "a stream of audits, newest first or in `sort` order",
                 "content": {"application/x-ndjson": {}, "text/csv": {}},
             }
         }
@@ -383,13 +397,17 @@ async def _async_export(qs, fmt: str) -> AsyncIterator[bytes]:
 )
 def export(
     request: HttpRequest,
-    filters: Query[ListFilters],
+    filters: Query[ListQuery],
     format: Literal["jsonl", "csv"] = "jsonl",
 ):
-    """The filters of `GET /api/audits`, streamed in constant memory (one full Audit per line
+    """The filters and `sort` of `GET /api/audits`, streamed in constant memory (one full Audit per line
     for `jsonl`; one summary row per audit for `csv`)."""
     qs = selectors.filter_audits(filters.to_filters())
-    stream = _async_export(qs, format) if isinstance(request, ASGIRequest) else _sync_export(qs, format)
+    sort = filters.sort
+    if isinstance(request, ASGIRequest):
+        stream = _async_export(qs, format, sort)
+    else:
+        stream = _sync_export(qs, format, sort)
     content_type = "application/x-ndjson" if format == "jsonl" else "text/csv; charset=utf-8"
     response = StreamingHttpResponse(stream, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="audits.{format}"'

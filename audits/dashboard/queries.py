@@ -85,9 +85,16 @@ def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dic
 
     total = totals["total"]
     mean_score = mean(totals["score_sum"], totals["score_n"])
+    config = load_config()
     return {
         "days": days,
-        "threshold": load_config().threshold,
+        "threshold": config.threshold,
+        # Analyzers with a threshold of their own (the histogram marks them too).
+        "own_thresholds": {
+            a: float(section["threshold"])
+            for a, section in sorted(config.analyzers.items())
+            if section.get("threshold") is not None
+        },
         "summary": {
             "total": total,
             "cards": totals["cards"],
@@ -96,7 +103,14 @@ def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dic
             "mean_score": round(mean_score, 3) if mean_score is not None else None,
         },
         "per_day": {"labels": day_labels, "total": day_totals, "cards": day_cards},
-        "histogram": {"labels": bin_labels(), "counts": totals["hist"]},
+        # Audits per bin of their highest score (what decides surfacing), and of those how
+        # many have a card: bars left of the threshold with cards were forced, or surfaced
+        # at an analyzer's own lower threshold.
+        "histogram": {
+            "labels": bin_labels(),
+            "counts": totals["hist"],
+            "cards": totals["hist_cards"],
+        },
         "top_types": top_types,
         "analyzers": analyzers,
     }

@@ -40,13 +40,14 @@ from django.utils import timezone
 
 from ..models import AnalyzerRunRecord, Annotation, AuditRun
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the histogram bins the highest score (top_score), with cards per bin
 CACHE_SECONDS = 7 * 24 * 3600
 CACHE_DAYS = 400  # stored days older than a window's start by this are dropped
 UNFINISHED = (AuditRun.Status.PENDING, AuditRun.Status.RUNNING)
 
 # One segment's figures: plain, picklable data.
-#   runs: total, cards, failed, score_sum, score_n, first, last (created_at); hist: per bin
+#   runs: total, cards, failed, score_sum, score_n, first, last (created_at);
+#   hist, hist_cards: audits (with a card) per bin of the highest score (top_score)
 #   types: {type: {severity: n}}
 #   analyzers: {id: [total, surfaced, failed, timeout, [dur_sum], dur_n, dur_max]}
 #   (sums are lists of SQL partial sums, added with math.fsum at the end)
@@ -56,12 +57,12 @@ Stats = dict[str, Any]
 def empty_stats(bins: int) -> Stats:
     return {
         "total": 0, "cards": 0, "failed": 0, "score_sum": [], "score_n": 0,
-        "hist": [0] * bins, "types": {}, "analyzers": {},
+        "hist": [0] * bins, "hist_cards": [0] * bins, "types": {}, "analyzers": {},
     }
 
 
 def _bin_expression(bins: int) -> Case:
-    """floor(score * bins) clamped to [0, bins - 1]; -1 without a score.
+    """floor(top_score * bins) clamped to [0, bins - 1]; -1 without a score.
 
     A binary search over `score * bins < i`, which holds exactly when floor(score * bins)
     < i: the same bins as the former Floor() grouping, without SQLite's per-row Python
@@ -74,7 +75,7 @@ def _bin_expression(bins: int) -> Case:
         mid = (lo + hi) // 2
         return Case(When(scaled__lt=mid, then=search(lo, mid)), default=search(mid, hi))
 
-    return Case(When(overall_score__isnull=True, then=Value(-1)), default=search(0, bins))
+    return Case(When(top_score__isnull=True, then=Value(-1)), default=search(0, bins))
 
 
 Segment = tuple[Any, datetime | None, datetime | None]  # (key, from, until): [from, until)
@@ -153,7 +154,7 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
     out = [empty_stats(bins) for _ in segments]
     if not segments:
         return out
-    runs = AuditRun.objects.alias(scaled=F("overall_score") * bins).annotate(
+    runs = AuditRun.objects.alias(scaled=F("top_score") * bins).annotate(
         bin=_bin_expression(bins)
     )
     for i, row in _grouped_by_case(
@@ -174,6 +175,8 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
         stats["last"] = max(filter(None, (stats.get("last"), row["last"])))
         if row["bin"] >= 0:
             stats["hist"][row["bin"]] += row["total"]
+            stats["hist_cards"][row["bin"]] += row["cards"]
+        if row["score_n"]:
             stats["score_sum"].append(row["score_sum"])
             stats["score_n"] += row["score_n"]
 
@@ -212,7 +215,8 @@ def merge(parts: list[Stats], bins: int) -> Stats:
         for key in ("total", "cards", "failed", "score_n"):
             out[key] += part[key]
         out["score_sum"].extend(part["score_sum"])
-        out["hist"] = [a + b for a, b in zip(out["hist"], part["hist"], strict=True)]
+        for key in ("hist", "hist_cards"):
+            out[key] = [a + b for a, b in zip(out[key], part[key], strict=True)]
         for type_, severities in part["types"].items():
             mine = out["types"].setdefault(type_, {})
             for severity, n in severities.items():

@@ -8,18 +8,25 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+    QueryDict,
+)
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from .. import cards, quality
+from .. import cards, ordering, quality
 from ..detail import detail_context
 from ..models import AuditRun
 from ..permissions import staff_required
 from ..serializers import audit_queryset, audit_to_dict
-from . import queries
+from . import audit_table, preferences, queries
 
 TREND_WINDOWS = (7, 14, 30, 60, 90)
 DEFAULT_TREND_DAYS = 60
@@ -39,7 +46,11 @@ def _is_partial(request: HttpRequest) -> bool:
 def audit_list(request: HttpRequest) -> HttpResponse:
     filters = cards.ListFilters.from_query(request.GET)
     cursor = request.GET.get("cursor") or None
-    page = cards.audit_page(filters, cursor)
+    view = preferences.audit_view(request.user)
+    table = view == preferences.AuditView.TABLE
+    page = cards.audit_page(filters, cursor, cards.TABLE_PAGE_SIZE if table else cards.PAGE_SIZE)
+    if table:
+        audit_table.prepare_rows(page.audits)
     context = {
         "nav": "audits",
         "filters": filters,
@@ -49,17 +60,33 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         "choices": cards.filter_choices(filters),
         "severities": cards.SEVERITIES,
         "statuses": AuditRun.Status.values,
+        "sorts": ordering.SORT_LABELS,
+        "view": view,
+        "sort_headers": audit_table.sort_headers(filters) if table else None,
     }
     if _is_partial(request):
         # "Load more" appends the next rows; a filter change replaces the whole result list.
         if cursor:
-            return render(request, "audits/list.html#rows", context)
+            rows = "audits/audit_table.html#table-rows" if table else "audits/list.html#rows"
+            return render(request, rows, context)
         response = render(request, "audits/list.html#results", context)
         # The clean, bookmarkable URL of this view (no empty parameters, no cursor).
-        query = urlencode(filters.as_params())
-        response["HX-Push-Url"] = reverse("audits:list") + (f"?{query}" if query else "")
+        response["HX-Push-Url"] = audit_table.list_url(filters.as_params())
         return response
     return render(request, "audits/list.html", context)
+
+
+@require_POST
+@staff_required
+def audit_view_choice(request: HttpRequest) -> HttpResponse:
+    """Switch the list between cards and table for this user; back to the same filters."""
+    try:
+        preferences.set_audit_view(request.user, request.POST.get("view", ""))
+    except ValueError as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
+    # Only known list parameters go back into the URL (no open redirect, no junk).
+    filters = cards.ListFilters.from_query(QueryDict(request.POST.get("query", "")[:4000]))
+    return redirect(audit_table.list_url(filters.as_params()))
 
 
 # --- audit detail -------------------------------------------------------------------------
@@ -140,6 +167,7 @@ def trends(request: HttpRequest) -> HttpResponse:
         "windows": TREND_WINDOWS,
         "chart_data": {
             "threshold": data["threshold"],
+            "own_thresholds": data["own_thresholds"],
             "per_day": data["per_day"],
             "histogram": data["histogram"],
             "top_types": data["top_types"],

@@ -116,25 +116,29 @@
           options: merge(baseOptions(), { scales: { x: { stacked: true }, y: { stacked: true } } }),
         });
       } else if (kind === "histogram") {
+        // The highest score per audit, stacked by outcome (card or not), against the
+        // global threshold (dashed) and any analyzer's own threshold (dotted).
+        var cards = data.histogram.cards || data.histogram.counts.map(function () { return 0; });
+        var lines = [{ value: data.threshold, color: css("--text"), dash: [6, 4], label: "threshold " + data.threshold.toFixed(2) }];
+        Object.keys(data.own_thresholds || {}).forEach(function (name, i) {
+          var value = data.own_thresholds[name];
+          lines.push({ value: value, color: css("--muted"), dash: [2, 3], label: name + " " + value.toFixed(2), offset: 14 * (i + 1) });
+        });
         draw(canvas, {
           type: "bar",
           data: {
             labels: data.histogram.labels,
-            datasets: [{
-              label: "audits",
-              data: data.histogram.counts,
-              backgroundColor: data.histogram.labels.map(function (l) {
-                return parseFloat(l) + 0.025 >= data.threshold ? critical : accent;
-              }),
-              barPercentage: 1,
-              categoryPercentage: 0.95,
-            }],
+            datasets: [
+              { label: "with a card", data: cards, backgroundColor: critical, stack: "h",
+                barPercentage: 1, categoryPercentage: 0.95 },
+              { label: "no card", stack: "h", backgroundColor: accent,
+                data: data.histogram.counts.map(function (n, i) { return n - cards[i]; }),
+                barPercentage: 1, categoryPercentage: 0.95 },
+            ],
           },
           options: merge(baseOptions(), {
-            plugins: {
-              legend: { display: false },
-              thresholdLines: { lines: [{ value: data.threshold, color: css("--text"), dash: [6, 4], label: "threshold " + data.threshold.toFixed(2) }] },
-            },
+            scales: { x: { stacked: true }, y: { stacked: true } },
+            plugins: { thresholdLines: { lines: lines } },
           }),
           plugins: [thresholdLines],
         });

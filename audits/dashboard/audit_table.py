@@ -1,0 +1,52 @@
+"""The table view of the audit list: sortable column headers that keep the filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from django.urls import reverse
+
+from ..cards import ListFilters
+from ..models import AuditRun
+
+CHIPS = 3  # surfaced finding types a row shows (the most severe first)
+
+# Each sortable column: its descending and ascending sort (the first click: descending).
+SORTABLE = {"time": ("-created_at", "created_at"), "score": ("-top_score", "top_score")}
+
+
+@dataclass(frozen=True, slots=True)
+class SortHeader:
+    url: str
+    aria_sort: str  # "descending", "ascending" or "none"
+    arrow: str
+
+
+def list_url(params: dict[str, str]) -> str:
+    query = urlencode(params)
+    return reverse("audits:list") + (f"?{query}" if query else "")
+
+
+def sort_headers(filters: ListFilters) -> dict[str, SortHeader]:
+    """A link per sortable column: descending first, then it flips; the filters stay."""
+    headers = {}
+    current = filters.sort_key
+    for column, (desc, asc) in SORTABLE.items():
+        if current == desc:
+            state, arrow, target = "descending", "▼", asc
+        elif current == asc:
+            state, arrow, target = "ascending", "▲", desc
+        else:
+            state, arrow, target = "none", "", desc
+        # The default sort is left out of the URL (clean, bookmarkable).
+        value = "" if target == "-created_at" else target
+        headers[column] = SortHeader(list_url(filters.params_with(sort=value)), state, arrow)
+    return headers
+
+
+def prepare_rows(rows: list[AuditRun]) -> None:
+    """The chips of each row: the first `CHIPS` badges of its card, and how many more."""
+    for run in rows:
+        run.table_badges = run.badges[:CHIPS]
+        run.table_more = max(0, len(run.badges) - CHIPS) + run.more_badges
