@@ -184,7 +184,7 @@ def time_backfill() -> float:
 
     from audits.models import AuditRun
 
-    migration = importlib.import_module("audits.migrations.0006_top_score_and_view_preference")
+    migration = importlib.import_module("audits.migrations.0007_top_score_and_view_preference")
     before = dict(AuditRun.objects.values_list("id", "top_score")[:1000])
     with transaction.atomic():
         AuditRun.objects.update(top_score=None, top_analyzer="")

@@ -49,7 +49,7 @@ def test_store_report_stores_the_highest_score_not_the_mean():
 
 
 def test_the_migration_backfills_stored_audits_from_their_results():
-    migration = importlib.import_module("audits.migrations.0006_top_score_and_view_preference")
+    migration = importlib.import_module("audits.migrations.0007_top_score_and_view_preference")
     done = make_audit(results=[result("bias", 0.2), result("grounding", 0.9),
                                result("tone", 1.0, status="failed")])
     none_ok = make_audit(results=[result("tone", 0.0, status="failed")])

@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('analyzers', '0003_ratelimitcounter'),
-        ('audits', '0005_delete_ratelimitcounter'),
+        ('audits', '0006_otlp_trace_documents'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
