@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from analyzers.engine.textdiff import bounded_word_diff
 
-from . import cards
+from . import cards, surfacing
 from .highlight import highlight_segments, side_by_side
 from .models import AuditRun
 
@@ -36,6 +36,9 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         a.current_review = current.get(a.pk)
     for review in reviews:
         review.target_label = labels.get(review.annotation_id, "a finding")
+    applied = surfacing.applied_thresholds(run)
+    for result in results:
+        result.applied_threshold = applied.for_analyzer(result.analyzer_id)
     can_rerun = bool(
         request is not None and request.user.has_perm("audits.add_auditrun")
     )
@@ -58,6 +61,10 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "reviews": reviews,
         "audit_verdict": current.get(None),
         "trace_context": trace_context(run),
+        "applied_thresholds": applied,
+        "applied_own": sorted(applied.own.items()),
+        "surfacing_outdated": run.status == AuditRun.Status.COMPLETE
+        and run.surfacing_policy_id != surfacing.current_policy().pk,
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }
