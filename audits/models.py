@@ -53,7 +53,8 @@ class AuditRun(models.Model):
     # The thresholds its surfacing follows (audits.surfacing); null: set before they were
     # recorded. `threshold` above is this policy's global threshold.
     surfacing_policy = models.ForeignKey(
-        "SurfacingPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "SurfacingPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        db_index=False,  # audit_surfacing_idx leads with status instead
     )
 
     created_at = models.DateTimeField(default=timezone.now)
@@ -87,6 +88,10 @@ class AuditRun(models.Model):
             models.Index(fields=["overall_score"], name="audit_score_idx"),
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
+            # "Still at older thresholds" (audits.surfacing.stale_audits): an index-only count.
+            models.Index(
+                fields=["status", "surfacing_policy", "created_at"], name="audit_surfacing_idx"
+            ),
             models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
             # Covering index of the trends page's per-day figures and its cache checks.
             models.Index(

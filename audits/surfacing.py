@@ -20,12 +20,13 @@ still apply to it).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.utils import timezone
 
@@ -35,7 +36,7 @@ from .models import AnalyzerRunRecord, AuditRun, ResurfaceJob, SurfacingPolicy
 
 logger = logging.getLogger(__name__)
 
-BATCH = 1000  # audits per transaction
+BATCH = 2000  # audits per transaction
 MAX_PASSES = 5
 # A job without progress for this long belongs to a dead process: a new one may start.
 STALL_AFTER = timedelta(minutes=2)
@@ -109,6 +110,17 @@ def applied_thresholds(run: AuditRun) -> Thresholds:
 # --- what still shows old surfacing -------------------------------------------------------
 
 
+def _stale_ranges(policy: SurfacingPolicy) -> list[QuerySet[AuditRun]]:
+    """The complete audits not at `policy`, as three ranges of audit_surfacing_idx (an
+    OR of them, or a "!=", makes SQLite scan every audit)."""
+    complete = AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
+    return [
+        complete.filter(surfacing_policy__isnull=True),
+        complete.filter(surfacing_policy__lt=policy.pk),
+        complete.filter(surfacing_policy__gt=policy.pk),
+    ]
+
+
 def stale_audits(policy: SurfacingPolicy) -> QuerySet[AuditRun]:
     """Complete audits whose surfacing does not follow `policy`."""
     return AuditRun.objects.filter(status=AuditRun.Status.COMPLETE).filter(
@@ -124,11 +136,20 @@ class Staleness:
 
 
 def staleness(policy: SurfacingPolicy) -> Staleness:
-    """How many audits still show older surfacing, and their creation time range."""
-    agg = stale_audits(policy).aggregate(
-        n=Count("pk"), oldest=Min("created_at"), newest=Max("created_at")
-    )
-    return Staleness(count=agg["n"], oldest=agg["oldest"], newest=agg["newest"])
+    """How many audits still show older surfacing, and their creation time range (three
+    index-only aggregates: next to nothing when every audit is up to date)."""
+    count, oldest, newest = 0, None, None
+    for qs in _stale_ranges(policy):
+        agg = qs.aggregate(n=Count("*"), oldest=Min("created_at"), newest=Max("created_at"))
+        if agg["n"]:
+            count += agg["n"]
+            oldest = agg["oldest"] if oldest is None else min(oldest, agg["oldest"])
+            newest = agg["newest"] if newest is None else max(newest, agg["newest"])
+    return Staleness(count=count, oldest=oldest, newest=newest)
+
+
+def any_stale(policy: SurfacingPolicy) -> bool:
+    return any(qs.exists() for qs in _stale_ranges(policy))
 
 
 def latest_job() -> ResurfaceJob | None:
@@ -153,7 +174,7 @@ def schedule(*, force: bool = False) -> ResurfaceJob | None:
     if latest is not None and latest.policy_id == policy.pk:
         # No threshold changed since the last job.
         at_work = latest.is_active and timezone.now() - latest.updated_at < STALL_AFTER
-        if at_work or not force or not stale_audits(policy).exists():
+        if at_work or not force or not any_stale(policy):
             return None
     job = ResurfaceJob.objects.create(policy=policy)
     job_id = job.pk
@@ -229,7 +250,7 @@ def run_job(job_id: int) -> str:
         return "skipped"
     policy = job.policy
     now = timezone.now()
-    total = stale_audits(policy).count()
+    total = staleness(policy).count
     ResurfaceJob.objects.filter(pk=job.pk).update(
         status=ResurfaceJob.Status.RUNNING, started_at=now, updated_at=now, total=total,
         processed=0, changed=0,
@@ -237,19 +258,16 @@ def run_job(job_id: int) -> str:
     thresholds = thresholds_of(policy)
     try:
         for _ in range(MAX_PASSES):
-            found = 0
+            if not any_stale(policy):
+                break
             after = None
             while True:
-                rows = _stale_batch(policy, after)
-                if not rows:
+                rows, after = _stale_batch(policy, after)
+                if after is None:
                     break
-                if not _resurface_batch(job, policy, thresholds, rows):
+                if rows and not _resurface_batch(job, policy, thresholds, rows):
                     _finish(job, ResurfaceJob.Status.SUPERSEDED)
                     return ResurfaceJob.Status.SUPERSEDED
-                found += len(rows)
-                after = rows[-1][0]
-            if not found:
-                break
     except Exception as exc:
         logger.exception("re-surfacing job %s failed", job.pk)
         _finish(job, ResurfaceJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
@@ -269,11 +287,88 @@ def _superseded(job: ResurfaceJob) -> bool:
     return ResurfaceJob.objects.filter(pk__gt=job.pk).exists()
 
 
-def _stale_batch(policy: SurfacingPolicy, after: Any) -> list[tuple[Any, dict, bool]]:
-    qs = stale_audits(policy)
+def _stale_batch(
+    policy: SurfacingPolicy, after: tuple[Any, Any] | None
+) -> tuple[list[tuple[Any, dict, bool]], tuple[Any, Any] | None]:
+    """The stale audits among the next `BATCH` audits, newest first (the ones people look
+    at first), as (database key, options, has_card); and where the next batch starts
+    (None: the end).
+
+    A range scan of the creation-time index, as the list's pages: audits are stored in
+    about that order, so one batch's rows, and its writes, sit together on disk.
+    Filtering stale rows in SQL would let SQLite sort every audit for every batch. A plain
+    cursor: keys stay as the database stores them, without per-value conversions.
+    """
+    ops = _connection().ops
+    q = ops.quote_name
+    sql = (
+        f"SELECT {q('id')}, {q('created_at')}, {q('status')}, {q(_POLICY_COLUMN)}, "
+        f"{q('options')}, {q('has_card')} FROM {q(AuditRun._meta.db_table)}"
+    )
+    params: list[Any] = []
     if after is not None:
-        qs = qs.filter(pk__gt=after)
-    return list(qs.order_by("pk").values_list("pk", "options", "has_card")[:BATCH])
+        sql += (
+            f" WHERE {q('created_at')} <= %s AND ({q('created_at')} < %s OR {q('id')} < %s)"
+        )
+        params = [after[0], after[0], after[1]]
+    sql += f" ORDER BY {q('created_at')} DESC, {q('id')} DESC LIMIT %s"
+    with _connection().cursor() as cursor:
+        cursor.execute(sql, [*params, BATCH])
+        rows = cursor.fetchall()
+    if not rows:
+        return [], None
+    stale = [
+        (key, _options(options), bool(has_card))
+        for key, _, status, policy_id, options, has_card in rows
+        if status == AuditRun.Status.COMPLETE and policy_id != policy.pk
+    ]
+    return stale, (rows[-1][1], rows[-1][0])
+
+
+_POLICY_COLUMN = "surfacing_policy_id"
+
+
+def _connection():
+    return connections[router.db_for_write(AuditRun)]
+
+
+def _options(value: Any) -> dict:
+    if isinstance(value, dict):
+        return value
+    if not value or value == "{}":
+        return {}
+    parsed = json.loads(value)
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _result_rows(audit_keys: list[Any]):
+    """(id, audit key, analyzer_id, status, score, should_surface, surfaced) of the results
+    of these audits: six rows per audit, read with a plain cursor."""
+    q = _connection().ops.quote_name
+    with _connection().cursor() as cursor:
+        for chunk in _chunks(audit_keys):
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"SELECT {q('id')}, {q('audit_id')}, {q('analyzer_id')}, {q('status')}, "
+                # Integers: no per-value boolean converter on 600,000 rows.
+                f"{q('score')}, CAST({q('should_surface')} AS INTEGER), "
+                f"CAST({q('surfaced')} AS INTEGER) "
+                f"FROM {q(AnalyzerRunRecord._meta.db_table)} WHERE {q('audit_id')} IN ({marks})",
+                chunk,
+            )
+            yield from cursor.fetchall()
+
+
+def _update(cursor, table: str, sets: dict[str, Any], ids: list[Any]) -> None:
+    """UPDATE table SET ... WHERE id IN (ids), in chunks the database accepts."""
+    q = _connection().ops.quote_name
+    assignments = ", ".join(f"{q(column)} = %s" for column in sets)
+    for chunk in _chunks(ids):
+        marks = ", ".join(["%s"] * len(chunk))
+        cursor.execute(
+            f"UPDATE {q(table)} SET {assignments} WHERE {q('id')} IN ({marks})",
+            [*sets.values(), *chunk],
+        )
 
 
 def _resurface_batch(
@@ -281,37 +376,37 @@ def _resurface_batch(
     rows: list[tuple[Any, dict, bool]],
 ) -> bool:
     """Re-surface one batch; False (nothing written) when a newer job exists."""
-    own = {pk: thresholds.with_options(options) for pk, options, _ in rows}
+    own = {key: thresholds.with_options(options) for key, options, _ in rows}
+    had = {key: has_card for key, _, has_card in rows}
     card = dict.fromkeys(own, False)
     to_true: list[int] = []
     to_false: list[int] = []
-    results = AnalyzerRunRecord.objects.filter(audit_id__in=list(own)).values_list(
-        "pk", "audit_id", "analyzer_id", "status", "score", "should_surface", "surfaced"
-    )
-    for pk, audit_id, analyzer_id, status, score, should_surface, old in results.iterator(
-        chunk_size=5000
-    ):
-        new = own[audit_id].surfaced(
-            analyzer_id=analyzer_id, status=status, score=score, should_surface=should_surface
+    for pk, key, analyzer_id, status, score, should_surface, old in _result_rows(list(own)):
+        new = own[key].surfaced(
+            analyzer_id=analyzer_id, status=status, score=score,
+            should_surface=bool(should_surface),
         )
-        card[audit_id] = card[audit_id] or new
-        if new != old:
+        if new:
+            card[key] = True
+        if new != bool(old):
             (to_true if new else to_false).append(pk)
-    changed = sum(1 for pk, _, had in rows if card[pk] != had)
-    with transaction.atomic():
+    gained = [key for key, has in card.items() if has and not had[key]]
+    lost = [key for key, has in card.items() if had[key] and not has]
+    same = [key for key, has in card.items() if has == had[key]]
+    audits, results = AuditRun._meta.db_table, AnalyzerRunRecord._meta.db_table
+    policy_sets = {_POLICY_COLUMN: policy.pk, "threshold": thresholds.default}
+    conn = _connection()
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
         if _superseded(job):
             return False
-        for value in (True, False):
-            ids = [pk for pk, has in card.items() if has is value]
-            for chunk in _chunks(ids):
-                AuditRun.objects.filter(pk__in=chunk).update(
-                    has_card=value, surfacing_policy=policy, threshold=thresholds.default
-                )
-        for value, ids in ((True, to_true), (False, to_false)):
-            for chunk in _chunks(ids):
-                AnalyzerRunRecord.objects.filter(pk__in=chunk).update(surfaced=value)
+        # Only where the card changes is has_card (in three indexes) written.
+        _update(cursor, audits, {"has_card": True, **policy_sets}, gained)
+        _update(cursor, audits, {"has_card": False, **policy_sets}, lost)
+        _update(cursor, audits, policy_sets, same)
+        _update(cursor, results, {"surfaced": True}, to_true)
+        _update(cursor, results, {"surfaced": False}, to_false)
         ResurfaceJob.objects.filter(pk=job.pk).update(
-            processed=F("processed") + len(rows), changed=F("changed") + changed,
+            processed=F("processed") + len(rows), changed=F("changed") + len(gained) + len(lost),
             updated_at=timezone.now(),
         )
     return True

@@ -291,7 +291,7 @@ def test_the_tuning_page_says_which_audits_still_show_old_surfacing(staff_user, 
     assert 'id="resurface-progress"' in page
     assert "8</strong> audits" in page
     assert oldest.strftime("%Y-%m-%d") in page
-    assert 'hx-trigger="every 1s"' in page  # polls while the job is at work
+    assert 'hx-trigger="every 2s"' in page  # polls while the job is at work
     detail = client.get(f"/audits/{runs[0].pk}/").content.decode()
     assert "older thresholds" in detail
 
@@ -299,7 +299,7 @@ def test_the_tuning_page_says_which_audits_still_show_old_surfacing(staff_user, 
     assert surfacing.run_job(job.pk) == "done"
     status = client.get("/tuning/resurfacing/").content.decode()
     assert 'id="resurface-done"' in status
-    assert "every 1s" not in status
+    assert "every 2s" not in status
     detail = client.get(f"/audits/{runs[0].pk}/").content.decode()
     assert "older thresholds" not in detail
     assert "Threshold applied" in detail and "0.60" in detail
@@ -369,3 +369,23 @@ def test_bounded_batches():
     assert surfacing.BATCH <= 5000
     assert list(surfacing._chunks(list(range(2000)))) == [
         list(range(0, 900)), list(range(900, 1800)), list(range(1800, 2000))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staleness_counts_every_audit_not_at_the_current_thresholds():
+    runs = make_audits(12, seed=13)
+    save_threshold(0.4)
+    current = surfacing.current_policy()
+    assert surfacing.staleness(current).count == 0
+    older = surfacing.policy_for(Thresholds(0.1))
+    newer = surfacing.policy_for(Thresholds(0.9))  # a higher id than the current one
+    AuditRun.objects.filter(pk=runs[0].pk).update(surfacing_policy=None)
+    AuditRun.objects.filter(pk=runs[1].pk).update(surfacing_policy=older)
+    AuditRun.objects.filter(pk=runs[2].pk).update(surfacing_policy=newer)
+    AuditRun.objects.filter(pk=runs[3].pk).update(surfacing_policy=None, status="failed")
+    stale = surfacing.staleness(current)
+    picked = [runs[0], runs[1], runs[2]]
+    assert stale.count == 3 == surfacing.stale_audits(current).count()
+    assert stale.oldest == min(r.created_at for r in picked)
+    assert stale.newest == max(r.created_at for r in picked)
+    assert surfacing.any_stale(current)
