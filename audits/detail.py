@@ -64,7 +64,7 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "applied_thresholds": applied,
         "applied_own": sorted(applied.own.items()),
         "surfacing_outdated": run.status == AuditRun.Status.COMPLETE
-        and run.surfacing_policy_id != surfacing.current_policy().pk,
+        and surfacing.is_outdated(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }

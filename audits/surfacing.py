@@ -107,6 +107,13 @@ def applied_thresholds(run: AuditRun) -> Thresholds:
     return thresholds.with_options(run.options)
 
 
+def is_outdated(run: AuditRun) -> bool:
+    """Whether `run` still shows the surfacing of thresholds older than the latest saved
+    ones (one seek in the jobs table; False before any threshold change)."""
+    target = ResurfaceJob.objects.order_by("-id").values_list("policy_id", flat=True).first()
+    return target is not None and run.surfacing_policy_id != target
+
+
 # --- what still shows old surfacing -------------------------------------------------------
 
 
