@@ -303,7 +303,7 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
 def detail_queryset() -> QuerySet[AuditRun]:
     """An audit with its results and reviews; the findings, trace lines and links, which
     can be many, are read a page at a time by `detail_rows`."""
-    return AuditRun.objects.prefetch_related(
+    return AuditRun.objects.select_related("surfacing_policy").prefetch_related(
         Prefetch("results", queryset=AnalyzerRunRecord.objects.order_by("position", "id")),
         Prefetch("reviews", queryset=Review.objects.order_by("created_at", "id")),
     )

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from analyzers.engine.textdiff import bounded_word_diff
 
-from . import cards, scoring
+from . import cards, scoring, surfacing
 from .highlight import highlight_segments, side_by_side
 from .models import Annotation, AuditRun
 
@@ -47,6 +47,9 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         a.current_review = current.get(a.pk)
     for review in reviews:
         review.target_label = labels.get(review.annotation_id, "a finding")
+    applied = surfacing.applied_thresholds(run)
+    for result in results:
+        result.applied_threshold = applied.for_analyzer(result.analyzer_id)
     can_rerun = bool(
         request is not None and request.user.has_perm("audits.add_auditrun")
     )
@@ -70,6 +73,10 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "audit_verdict": current.get(None),
         "headline": scoring.headline(run, surfaced, _surfaced_severities(run)),
         "trace_context": trace_context(run),
+        "applied_thresholds": applied,
+        "applied_own": sorted(applied.own.items()),
+        "surfacing_outdated": run.status == AuditRun.Status.COMPLETE
+        and surfacing.is_outdated(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }

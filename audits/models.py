@@ -54,6 +54,12 @@ class AuditRun(models.Model):
     top_analyzer = models.CharField(max_length=100, blank=True, default="")
     # True when at least one result is surfaced (the audit "has a card").
     has_card = models.BooleanField(default=False)
+    # The thresholds its surfacing follows (audits.surfacing); null: set before they were
+    # recorded. `threshold` above is this policy's global threshold.
+    surfacing_policy = models.ForeignKey(
+        "SurfacingPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        db_index=False,  # audit_surfacing_idx leads with status instead
+    )
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -88,6 +94,10 @@ class AuditRun(models.Model):
             models.Index(fields=["top_score", "created_at", "id"], name="audit_top_score_idx"),
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
+            # "Still at older thresholds" (audits.surfacing.stale_audits): an index-only count.
+            models.Index(
+                fields=["status", "surfacing_policy", "created_at"], name="audit_surfacing_idx"
+            ),
             models.Index(fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"),
             # Covering index of the trends page's per-day figures and its cache checks.
             models.Index(
@@ -106,6 +116,77 @@ class AuditRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.COMPLETE, self.Status.FAILED)
+
+
+class SurfacingPolicy(models.Model):
+    """One set of thresholds (global and per analyzer) that stored surfacing follows.
+
+    Equal thresholds share a row (`key`), so "still shows the old surfacing" is the query
+    `surfacing_policy != current` (audits.surfacing).
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    thresholds = models.JSONField(default=dict)  # {"threshold": 0.3, "analyzers": {id: t}}
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "surfacing policies"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    @property
+    def threshold(self) -> float:
+        return float(self.thresholds.get("threshold", 0.3))
+
+    @property
+    def analyzer_thresholds(self) -> dict[str, float]:
+        return dict(self.thresholds.get("analyzers") or {})
+
+    def describe(self) -> str:
+        own = ", ".join(f"{a} {t:.2f}" for a, t in sorted(self.analyzer_thresholds.items()))
+        return f"{self.threshold:.2f}" + (f" ({own})" if own else "")
+
+
+class ResurfaceJob(models.Model):
+    """One re-surfacing of the stored audits after a threshold change (audits.surfacing).
+
+    A newer job supersedes an older one that is still running: the latest thresholds win.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        SUPERSEDED = "superseded"
+        FAILED = "failed"
+
+    policy = models.ForeignKey(SurfacingPolicy, on_delete=models.CASCADE, related_name="jobs")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    total = models.PositiveIntegerField(default=0)  # audits to re-surface when it started
+    processed = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)  # audits whose card appeared or went
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"Re-surfacing {self.pk} ({self.status}, {self.processed}/{self.total})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.PENDING, self.Status.RUNNING)
+
+    @property
+    def percent(self) -> int:
+        if not self.total:
+            return 100 if self.status == self.Status.DONE else 0
+        return min(100, round(100 * self.processed / self.total))
 
 
 def stamp_audit_created_at(rows: list[models.Model]) -> None:
@@ -276,6 +357,10 @@ class CollisionDigest(models.Model):
     scope_hash = models.CharField(max_length=64)
     digest = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=timezone.now)
+    # The root audit (an audit and its re-runs) that first produced it ("": not known),
+    # and whether another one produced it too (audits.collisions).
+    first_family = models.CharField(max_length=64, blank=True, default="")
+    shared = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

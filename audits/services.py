@@ -452,9 +452,25 @@ def _auditor_for(run: AuditRun):
     return workers.cached_auditor(key, build)
 
 
+MAX_RERUN_DEPTH = 1000  # bounded walk up a chain of re-runs
+
+
+def collision_family(run: AuditRun) -> str:
+    """The original audit of `run`'s chain of re-runs (itself when it is no re-run):
+    duplicate detection leaves out the outputs of its own family."""
+    root, parent = run.pk, run.rerun_of_id
+    for _ in range(MAX_RERUN_DEPTH):
+        if parent is None:
+            break
+        root = parent
+        parent = AuditRun.objects.filter(pk=parent).values_list("rerun_of_id", flat=True).first()
+    return str(root)
+
+
 def _audit(run: AuditRun) -> AuditReport:
     """The engine's report on `run`, on this worker thread's engine loop."""
     auditor = _auditor_for(run)
+    family = collision_family(run)
     audit = AuditInput(
         user_input=run.user_input,
         response=run.response,
@@ -466,6 +482,7 @@ def _audit(run: AuditRun) -> AuditReport:
             audit,
             options=run.options or None,
             collision_key=run.collision_key,
+            collision_family=family,
             progress=_progress_callback(str(run.pk)),
         )
     )
@@ -589,7 +606,14 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
 
 
 def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False) -> None:
-    """`store_report` for several runs: one transaction, one insert per table."""
+    """`store_report` for several runs: one transaction, one insert per table.
+
+    Surfacing follows the thresholds current now (audits.surfacing), which may be newer
+    than the configuration snapshot the engine ran with."""
+    from .surfacing import after_store, apply_current, current_policy
+
+    policy = current_policy()
+    surfaced = {run.pk: apply_current(run, report.results, policy) for run, report in pairs}
     with transaction.atomic():
         if not fresh:
             # A retried run starts from a clean slate.
@@ -609,7 +633,7 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
                     duration_ms=r.duration_ms,
                     score=r.score,
                     should_surface=r.should_surface,
-                    surfaced=r.surfaced,
+                    surfaced=surfaced[run.pk][i],
                     supplementary=r.supplementary,
                 )
                 for run, report in pairs
@@ -654,20 +678,19 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
         now = timezone.now()
         for run, report in pairs:
             run.cleaned_response = report.cleaned_response
-            run.threshold = report.threshold
-            run.overall_score = report.overall_score
+            run.overall_score = report.overall_score  # threshold, has_card: apply_current
             run.top_score, run.top_analyzer = top_result(report.results)
-            run.has_card = report.has_card
             run.status = AuditRun.Status.COMPLETE
             run.finished_at = now
             run.error = ""
             run.save(
                 update_fields=[
                     "cleaned_response", "threshold", "overall_score", "has_card",
-                    "top_score", "top_analyzer", "status", "finished_at", "error",
-                    "started_at",  # the start again (heartbeats refreshed it while running)
+                    "top_score", "top_analyzer", "surfacing_policy", "status", "finished_at",
+                    "error", "started_at",  # the start again (heartbeats refreshed it while running)
                 ]
             )
+    after_store(policy)
 
 
 def mark_failed(run_id: Any, error: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.tasks import task
 
-from . import services
+from . import services, surfacing
 
 
 @task()
@@ -21,3 +21,9 @@ def run_audit_batch(calls: list[list]) -> list[str]:
 
 
 run_audit.func.batch = run_audit_batch
+
+
+@task()
+def resurface(job_id: int) -> str:
+    """Re-surface the stored audits at a job's thresholds; see `audits.surfacing.run_job`."""
+    return str(surfacing.run_job(job_id))

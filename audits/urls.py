@@ -19,6 +19,7 @@ urlpatterns = [
     path("audits/<uuid:pk>/reviews/", verdict_views.record_verdict, name="review"),
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
+    path("tuning/resurfacing/", views.tuning_status, name="tuning_status"),
     path("live/", live_views.live, name="live"),
     path("review/", queue_views.queue, name="queue"),
     path("review/<uuid:pk>/verdict/", queue_views.verdict, name="queue_verdict"),

@@ -16,12 +16,11 @@ from .config import AuditorConfig
 from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
+from .surfacing import decide_surfaced, is_surfaced
+
+__all__ = ["Auditor", "check_overrides", "emit", "is_surfaced", "overall_score"]
 
 logger = logging.getLogger(__name__)
-
-
-def is_surfaced(score: float, should_surface: bool, threshold: float) -> bool:
-    return score >= threshold or should_surface
 
 
 def overall_score(runs: Iterable[AnalyzerRun]) -> float:
@@ -61,12 +60,16 @@ class Auditor:
         *,
         options: dict[str, dict[str, Any]] | None = None,
         collision_key: str | None = None,
+        collision_family: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> AuditReport:
+        """`collision_family`: outputs recorded under the same family (an audit and its
+        re-runs) are not duplicates of each other (see CollisionStore)."""
         options = options or {}
         context = AuditContext(
             config=self.config,
             collision_key=audit.user_input if collision_key is None else collision_key,
+            collision_family=collision_family,
             collision_store=self.collision_store,
             services=self.services,
             progress=progress,
@@ -177,8 +180,11 @@ class Auditor:
                 status="ok",
                 error=None,
                 duration_ms=duration_ms,
-                surfaced=is_surfaced(
-                    result.score, result.should_surface, context.config.threshold_for(analyzer.id)
+                surfaced=decide_surfaced(
+                    status="ok",
+                    score=result.score,
+                    should_surface=result.should_surface,
+                    threshold=context.config.threshold_for(analyzer.id),
                 ),
             )
             run = cap_run(run, self.config.limits)

@@ -51,6 +51,8 @@ class AuditContext:
 
     config: AuditorConfig
     collision_key: str = ""
+    # An audit and its re-runs share a family; None: every audit is its own.
+    collision_family: str | None = None
     collision_store: CollisionStore = field(default_factory=InMemoryCollisionStore)
     services: dict[str, Any] = field(default_factory=dict)
     memo: dict[str, Any] = field(default_factory=dict)

@@ -85,6 +85,17 @@ def content_digest(text: str) -> str:
 _NO_JSON = object()
 
 
+async def seen_before(context: AuditContext, digest: str) -> bool:
+    """Whether another audit produced this output under the collision key (an audit's
+    own family, it and its re-runs, never counts). Stores without families are asked
+    the old way."""
+    if context.collision_family is None:
+        return await context.collision_store.seen_before(context.collision_key, digest)
+    return await context.collision_store.seen_before(
+        context.collision_key, digest, family=context.collision_family
+    )
+
+
 def parse_json_output(text: str) -> Any:
     """The parsed value, or `_NO_JSON`. A single fenced ```json block counts as JSON."""
     stripped = text.strip()
@@ -271,9 +282,7 @@ class RedflagAnalyzer(Analyzer):
         if (
             settings.track_collisions
             and text.strip()
-            and await context.collision_store.seen_before(
-                context.collision_key, content_digest(text)
-            )
+            and await seen_before(context, content_digest(text))
         ):
             flags.append(
                 Annotation(

@@ -240,7 +240,13 @@ def day_start(day: date) -> datetime:
 
 
 def _cache_key(bins: int) -> str:
-    return f"trends-days:v{CACHE_VERSION}:{bins}:{timezone.get_current_timezone_name()}"
+    # Re-surfacing changes past days' cards: each one starts (and ends) a new generation.
+    from ..surfacing import generation
+
+    return (
+        f"trends-days:v{CACHE_VERSION}:{bins}:{timezone.get_current_timezone_name()}"
+        f":s{generation()}"
+    )
 
 
 def window_stats(
@@ -258,7 +264,8 @@ def window_stats(
     # Created after today (clock skew): in the totals, as before, but in no day.
     segments.append((None, day_start(last_day + timedelta(days=1)), None))
 
-    stored: dict[str, Stats] = (cache.get(_cache_key(bins)) or {}) if use_cache else {}
+    key = _cache_key(bins)  # once: figures read during a re-surfacing stay in its generation
+    stored: dict[str, Stats] = (cache.get(key) or {}) if use_cache else {}
     per_day: dict[Any, Stats] = {
         d: stored[d.isoformat()] for d in middle if d.isoformat() in stored
     }
@@ -272,7 +279,7 @@ def window_stats(
     if use_cache and fresh:
         horizon = (first_day - timedelta(days=CACHE_DAYS)).isoformat()
         kept = {key: value for key, value in stored.items() if key >= horizon}
-        cache.set(_cache_key(bins), {**kept, **fresh}, CACHE_SECONDS)
+        cache.set(key, {**kept, **fresh}, CACHE_SECONDS)
 
     future = per_day.pop(None)
     return merge([*per_day.values(), future], bins), per_day

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from .. import cards, ordering, quality
+from .. import cards, ordering, quality, surfacing
 from ..detail import detail_context
 from ..models import AuditRun
 from ..permissions import staff_required
@@ -272,4 +272,31 @@ def tuning(request: HttpRequest) -> HttpResponse:
     }
     if _is_partial(request):
         return render(request, "audits/tuning.html#preview", context)
+    context.update(_resurface_context())
     return render(request, "audits/tuning.html", context)
+
+
+def _resurface_context() -> dict[str, Any]:
+    """The re-surfacing status: the latest job and the audits still at older thresholds."""
+    policy = surfacing.current_policy()
+    job = surfacing.latest_job()
+    return {
+        "resurface_job": job,
+        "resurface_active": bool(job and job.is_active),
+        "resurface_policy": policy,
+        "stale": surfacing.staleness(policy),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@staff_required
+def tuning_status(request: HttpRequest) -> HttpResponse:
+    """The tuning page's re-surfacing status (htmx polls it while a job runs); POST
+    applies the saved thresholds to audits that do not follow them yet."""
+    can_save = request.user.has_perm("analyzers.change_globalsettings")
+    if request.method == "POST":
+        if not can_save:
+            raise PermissionDenied("You may not change the configuration.")
+        surfacing.schedule(force=True)
+    context = {"can_save": can_save, **_resurface_context()}
+    return render(request, "audits/tuning.html#resurface-status", context)

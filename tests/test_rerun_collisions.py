@@ -1,0 +1,126 @@
+"""A re-run never collides with itself: the original and its earlier re-runs are left out
+of duplicate detection, while a different audit with the same output still collides."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from django.test import Client
+
+from analyzers.engine.collisions import InMemoryCollisionStore
+from audits import services
+from audits.collisions import DatabaseCollisionStore
+from audits.models import AuditRun
+
+INPUT = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Everyone agrees Acme is the best search engine, obviously.",
+}
+
+
+def analysed(run: AuditRun) -> AuditRun:
+    services.execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "complete"
+    return run
+
+
+def types(run: AuditRun) -> list[str]:
+    return sorted(run.annotations.values_list("type", flat=True))
+
+
+def collided(run: AuditRun) -> bool:
+    return run.annotations.filter(type="COLLISION_DETECTED").exists()
+
+
+@pytest.mark.django_db
+def test_re_running_an_audit_adds_no_collision():
+    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    assert not collided(original)
+    rerun = analysed(services.rerun_audit(original, enqueue=False))
+    assert not collided(rerun)
+    assert types(rerun) == types(original)
+    assert rerun.overall_score == original.overall_score
+
+
+@pytest.mark.django_db
+def test_re_running_twice_adds_no_collision_either():
+    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    first = analysed(services.rerun_audit(original, enqueue=False))
+    again = analysed(services.rerun_audit(original, enqueue=False))
+    of_rerun = analysed(services.rerun_audit(first, enqueue=False))
+    assert not any(collided(r) for r in (first, again, of_rerun))
+    assert services.collision_family(of_rerun) == str(original.pk)
+    assert {r.overall_score for r in (original, first, again, of_rerun)} == {original.overall_score}
+
+
+@pytest.mark.django_db
+def test_a_different_audit_with_the_same_output_still_collides():
+    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    other = analysed(services.submit_audit(**INPUT, enqueue=False))
+    assert collided(other)
+    assert "COLLISION_DETECTED" not in types(original)
+    # The other audit produced it too: now a re-run of the original is a duplicate of it.
+    assert collided(analysed(services.rerun_audit(original, enqueue=False)))
+    # And a re-run of the other one collides with the original, as the other one did.
+    assert collided(analysed(services.rerun_audit(other, enqueue=False)))
+
+
+@pytest.mark.django_db
+def test_another_collision_key_is_another_scope():
+    analysed(services.submit_audit(**INPUT, enqueue=False))
+    elsewhere = analysed(services.submit_audit(**INPUT, collision_key="tenant-2", enqueue=False))
+    assert not collided(elsewhere)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_re_run_button_adds_no_collision(staff_user):
+    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    client = Client()
+    client.force_login(staff_user)
+    for _ in range(2):
+        response = client.post(f"/audits/{original.pk}/rerun/")
+        assert response.status_code == 302
+    reruns = list(AuditRun.objects.filter(rerun_of=original))
+    assert len(reruns) == 2
+    assert all(r.status == "complete" and not collided(r) for r in reruns)
+
+
+def test_the_in_memory_store_follows_the_same_rule():
+    store = InMemoryCollisionStore()
+
+    def seen(digest: str, family: str | None) -> bool:
+        return asyncio.run(store.seen_before("scope", digest, family))
+
+    assert not seen("d", "A")
+    assert not seen("d", "A")  # the same family again (a re-run)
+    assert seen("d", "B")  # another audit
+    assert seen("d", "A")  # now shared
+    assert seen("d", None)  # without a family: anyone before counts
+    assert not seen("e", None)
+    assert seen("e", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_audits_of_one_output_leave_exactly_one_first():
+    store = DatabaseCollisionStore()
+    outcomes: list[bool] = []
+    start = threading.Barrier(6)
+
+    def one(family: str) -> None:
+        from django.db import connection
+
+        try:
+            start.wait()
+            outcomes.append(store.seen_before_sync("scope", "digest", family))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(f"family-{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == [False] + [True] * 5
