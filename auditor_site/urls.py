@@ -11,7 +11,6 @@ from auditor_site.api import api
 from audits.api.otlp.view import traces as otlp_traces
 
 
-
 @require_safe
 @cache_control(max_age=86400, public=True)
 def favicon(request: HttpRequest) -> HttpResponseRedirect:

@@ -3,15 +3,12 @@ the export for a signed-in staff session."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 import pytest
 from django.test import Client
 
 from tests.conftest import ApiClient
-from tests.factories import make_audit
 
 pytestmark = pytest.mark.django_db
 

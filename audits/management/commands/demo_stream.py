@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from django.core.management.base import BaseCommand, CommandError
 
+
 @dataclass(frozen=True)
 class DemoSample:
     """One streamed demo response and what it is there to show (tests/test_demo_samples.py
