@@ -21,7 +21,6 @@ from .models import (
 )
 from .review import alerts
 
-
 FLOAT_DIGITS = 3  # scores and durations as people read them (0.05, not 0.049999999999999996)
 
 
