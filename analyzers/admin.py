@@ -8,7 +8,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from analyzers.engine.config import AUDITOR_KEYS, LLMConfig, OtelConfig
-from analyzers.engine.custom_judge import judge_from_dict
+from analyzers.engine.custom_judge import JudgeDefinition, judge_from_dict
 
 from .config_store import (
     PROMPT_LEAK_ID,
@@ -361,29 +361,70 @@ class PromptLeakPatternAdmin(RecordedAdmin):
     list_editable = ["position"]
 
 
+JUDGE_COLUMNS = frozenset({"analyzer_id", "name", "category", "prompt_template"})
+JUDGE_SPECS = setting_specs(JudgeDefinition, exclude=JUDGE_COLUMNS)
+
+
 class CustomJudgeForm(forms.ModelForm):
+    """A custom judge: its columns, and the rest of its `JudgeDefinition` (how to read the
+    model's JSON) as one generated field each, stored in `mapping`."""
+
+    setting_specs = JUDGE_SPECS
+
     class Meta:
         model = CustomJudge
         fields = "__all__"
+        labels = {"mapping": "Other mapping keys (JSON)"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        stored = dict(self.instance.mapping or {}) if self.instance.pk else {}
+        covered = {spec.key for spec in self.setting_specs}
+        self.initial["mapping"] = {k: v for k, v in stored.items() if k not in covered}
+        for spec in self.setting_specs:
+            self.initial.setdefault(spec.form_name, spec.to_form(stored.get(spec.key, spec.default)))
 
     def clean(self):
         data = super().clean()
         if self.errors:
             return data
+        extra = data.get("mapping") or {}
+        if not isinstance(extra, dict):
+            self.add_error("mapping", "must be a JSON object")
+            return data
+        stored = dict(self.instance.mapping or {}) if self.instance.pk else {}
+        data["mapping"] = merge_settings(self.setting_specs, data, stored, extra)
         payload = {k: data.get(k) for k in ("analyzer_id", "name", "category",
                                              "prompt_template", "mapping", "enabled",
                                              "settings")}
         try:
             judge_from_dict(payload)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                for field, text in error_fields([f"{loc}: {err['msg']}"], self.setting_specs):
+                    head = loc.split(".")[0]
+                    target = field or (head if head in self.fields else None)
+                    self.add_error(target, text if field else f"{loc}: {err['msg']}")
         except Exception as exc:
             raise forms.ValidationError(f"Invalid judge definition: {exc}") from None
         return data
+
+
+for _spec in JUDGE_SPECS:  # declared fields: the admin lays them out like any other
+    CustomJudgeForm.base_fields[_spec.form_name] = _spec.form_field()
+    CustomJudgeForm.declared_fields[_spec.form_name] = CustomJudgeForm.base_fields[_spec.form_name]
 
 
 @admin.register(CustomJudge)
 class CustomJudgeAdmin(RecordedAdmin):
     form = CustomJudgeForm
     list_display = ["analyzer_id", "name", "category", "enabled"]
+    fieldsets = [
+        (None, {"fields": ["analyzer_id", "name", "category", "enabled", "prompt_template"]}),
+        ("Reading the model's answer", {"fields": [s.form_name for s in JUDGE_SPECS]}),
+        ("Advanced", {"fields": ["mapping", "settings"], "classes": ["collapse"]}),
+    ]
 
 
 @admin.register(ConfigChange)

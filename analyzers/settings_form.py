@@ -2,7 +2,7 @@
 a custom judge's `JudgeDefinition`): one field per setting, with its type, default and
 description, so nobody has to guess keys in a JSON box.
 
-Types map to fields: bool -> checkbox, int/float -> number (with the model's bounds),
+Types map to fields: bool -> on / off / default, int/float -> number (with the model's bounds),
 str -> text, `Literal[...]` -> select, `list[str]` -> text area with one item per line;
 anything nested (dicts, objects, lists of non-strings) -> a JSON box. `X | None` fields
 may be left empty (None). The model itself validates the result, as before.
@@ -57,9 +57,10 @@ class SettingSpec:
     def form_field(self) -> forms.Field:
         common = {"required": False, "label": self.key, "help_text": self.help_text()}
         if self.kind == "bool":
-            if self.optional:
-                return forms.NullBooleanField(**common)
-            return forms.BooleanField(**common)
+            # Three states, so that "not set" (the default) is a value a form can post.
+            empty = "— none —" if self.optional else f"— default ({_shown(self.default)}) —"
+            return forms.ChoiceField(choices=[("", empty), ("true", "on"), ("false", "off")],
+                                     **common)
         if self.kind == "int":
             return forms.IntegerField(min_value=_int_or_none(self.minimum),
                                       max_value=_int_or_none(self.maximum), **common)
@@ -88,6 +89,8 @@ class SettingSpec:
             return json.dumps(value)  # not a list of strings: shown as is, the model says why
         if self.kind == "choice":
             return "" if value is None else str(value)
+        if self.kind == "bool":
+            return "" if value is None else ("true" if value else "false")
         return value
 
     def from_form(self, value: Any) -> tuple[bool, Any]:
@@ -95,10 +98,10 @@ class SettingSpec:
         if self.kind == "lines":
             items = [line.strip() for line in (value or "").splitlines() if line.strip()]
             return True, items
-        if self.kind == "bool":
-            return True, value if self.optional else bool(value)
         if value in (None, ""):
             return (True, None) if self.optional else (False, None)
+        if self.kind == "bool":
+            return True, value == "true"
         if self.kind == "choice":
             return True, next((c for c in self.choices if str(c) == value), value)
         return True, value
@@ -176,9 +179,12 @@ def merge_settings(specs: list[SettingSpec], cleaned: dict[str, Any], stored: di
                    extra: dict[str, Any]) -> dict[str, Any]:
     """The settings to store: `extra` (the JSON box) plus every generated field whose key
     was stored already or whose value differs from the default (defaults stay implicit,
-    so a later change of a default reaches analyzers nobody tuned)."""
+    so a later change of a default reaches analyzers nobody tuned). A key typed in the JSON
+    box wins over its field (the box starts without the keys the fields show)."""
     merged = dict(extra)
     for spec in specs:
+        if spec.key in extra:
+            continue
         is_set, value = spec.from_form(cleaned.get(spec.form_name))
         if not is_set:
             merged.pop(spec.key, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -33,9 +34,9 @@ def form_data(page: str) -> dict[str, str]:
                 data[name.group(1)] = "on"
             continue
         value = re.search(r'value="([^"]*)"', tag)
-        data[name.group(1)] = value.group(1) if value else ""
+        data[name.group(1)] = html.unescape(value.group(1)) if value else ""
     for name, body in re.findall(r'<textarea[^>]*name="([^"]+)"[^>]*>(.*?)</textarea>', page, re.S):
-        data[name] = body.strip("\n").replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        data[name] = html.unescape(body.strip("\n"))
     for name, options in re.findall(r'<select[^>]*name="([^"]+)"[^>]*>(.*?)</select>', page, re.S):
         selected = re.search(r'<option value="([^"]*)"[^>]*selected', options)
         data[name] = selected.group(1) if selected else ""
@@ -52,7 +53,7 @@ def test_redflag_shows_one_field_per_setting_with_default_and_help(admin_client)
     assert re.search(r'name="setting__max_chars"[^>]*value="100"', page)  # the stored value
     assert re.search(r'name="setting__max_tokens"[^>]*value="750"', page)  # the default
     assert "Default: 750." in page
-    assert re.search(r'name="setting__detect_self_contradiction"[^>]*checked', page)
+    assert "— default (on) —" in page  # detect_self_contradiction, not stored
 
 
 def test_saving_the_form_untouched_keeps_the_settings_as_they_were(admin_client):
@@ -67,9 +68,9 @@ def test_saving_the_form_untouched_keeps_the_settings_as_they_were(admin_client)
 def test_changed_fields_are_stored_with_their_types(admin_client):
     config = AnalyzerConfig.objects.create(analyzer_id="redflag", settings={})
     data = form_data(admin_client.get(change_url(config)).content.decode())
-    data.update({"setting__require_json": "on", "setting__required_fields": "move\nnext.peg\n",
-                 "setting__max_tokens": "", "threshold": "0.45"})
-    data.pop("setting__track_collisions")  # unchecked
+    data.update({"setting__require_json": "true", "setting__required_fields": "move\nnext.peg\n",
+                 "setting__max_tokens": "", "threshold": "0.45", "setting__track_collisions": "false",
+                 "setting__detect_self_contradiction": "true"})  # the default: not stored
     r = admin_client.post(change_url(config), data)
     assert r.status_code == 302, r.content.decode()[:3000]
     config.refresh_from_db()
@@ -121,3 +122,24 @@ def test_a_custom_judge_has_the_threshold_field(admin_client):
     config = AnalyzerConfig.objects.create(analyzer_id="politeness", settings={})
     page = admin_client.get(change_url(config)).content.decode()
     assert 'name="threshold"' in page
+
+
+def test_a_custom_judge_form_has_one_field_per_mapping_key(admin_client):
+    judge = CustomJudge.objects.create(
+        analyzer_id="politeness", name="Politeness", prompt_template="Rate $response",
+        mapping={"score_field": "risk", "score_scale": 10},
+    )
+    url = f"/admin/analyzers/customjudge/{judge.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert re.search(r'name="setting__score_field"[^>]*value="risk"', page)
+    assert re.search(r'name="setting__evidence_field"[^>]*value="evidence"', page)
+    data = form_data(page)
+    data["setting__score_scale"] = "5"
+    r = admin_client.post(url, data)
+    assert r.status_code == 302, r.content.decode()[:3000]
+    judge.refresh_from_db()
+    assert judge.mapping == {"score_field": "risk", "score_scale": 5.0}
+    data["setting__score_scale"] = "0"  # gt=0
+    r = admin_client.post(url, data)
+    assert r.status_code == 200
+    assert "setting__score_scale" in r.context["adminform"].form.errors
