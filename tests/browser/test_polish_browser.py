@@ -8,6 +8,7 @@ import csv
 import io
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -156,7 +157,7 @@ def test_the_export_menu_downloads_the_filtered_audits(browser, server_url, logi
         page.locator("#export-csv").click()
     download = info.value
     assert download.suggested_filename == "audits.csv"
-    rows = list(csv.DictReader(io.StringIO(open(download.path(), encoding="utf-8").read())))
+    rows = list(csv.DictReader(io.StringIO(Path(download.path()).read_text(encoding="utf-8"))))
     assert [r["id"] for r in rows] == [str(flagged.pk)]
     expect(page.locator("nav a[href='/api/docs']")).to_be_visible()
 
