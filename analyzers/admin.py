@@ -7,8 +7,8 @@ from django.contrib import admin, messages
 from django.utils import timezone
 from pydantic import ValidationError
 
-from analyzers.engine.config import LLMConfig, OtelConfig
-from analyzers.engine.custom_judge import judge_from_dict
+from analyzers.engine.config import AUDITOR_KEYS, LLMConfig, OtelConfig
+from analyzers.engine.custom_judge import JudgeDefinition, judge_from_dict
 
 from .config_store import (
     PROMPT_LEAK_ID,
@@ -32,6 +32,7 @@ from .models import (
 )
 from .policy import REDFLAG_ID, llm_problems, validator_problems
 from .proxy_config import proxy_problems, stored_proxy
+from .settings_form import error_fields, merge_settings, setting_specs
 
 
 class RecordedAdmin(admin.ModelAdmin):
@@ -188,13 +189,36 @@ class LLMProviderAdmin(SingletonAdmin):
 
 
 class AnalyzerConfigForm(forms.ModelForm):
+    """An analyzer's switch, its own threshold and its settings. For a registered analyzer
+    the settings are one field each, generated from its pydantic `Settings` model
+    (`analyzer_form_class`); the JSON box keeps whatever those fields do not cover."""
+
     analyzer_id = forms.CharField(
         help_text="A registered analyzer (built-in, plug-in or custom judge)."
     )
+    threshold = forms.FloatField(
+        required=False, min_value=0.0, max_value=1.0,
+        widget=forms.NumberInput(attrs={"step": "0.01"}),
+        label="Threshold (this analyzer)",
+        help_text="Its results surface at or above this score. Empty: the global threshold.",
+    )
+    setting_specs: list = []  # set by analyzer_form_class
 
     class Meta:
         model = AnalyzerConfig
-        fields = ["analyzer_id", "enabled", "settings", "position"]
+        fields = ["analyzer_id", "enabled", "threshold", "settings", "position"]
+        labels = {"settings": "Settings (JSON)"}
+        help_texts = {"settings": "Keys as in the configuration file's analyzer section."}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        stored = dict(self.instance.settings or {}) if self.instance.pk else {}
+        self.initial.setdefault("threshold", stored.get("threshold"))
+        covered = {spec.key for spec in self.setting_specs} | {"threshold"}
+        self.initial["settings"] = {k: v for k, v in stored.items() if k not in covered}
+        for spec in self.setting_specs:
+            value = stored.get(spec.key, spec.default)
+            self.initial.setdefault(spec.form_name, spec.to_form(value))
 
     def clean_settings(self):
         value = self.cleaned_data.get("settings")
@@ -208,22 +232,54 @@ class AnalyzerConfigForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        analyzer_id, settings = data.get("analyzer_id"), data.get("settings")
-        if analyzer_id and settings is not None:
-            registry = get_registry()
-            judge_ids = set(CustomJudge.objects.values_list("analyzer_id", flat=True))
-            if registry.get(analyzer_id) is None and analyzer_id not in judge_ids:
-                self.add_error("analyzer_id", unknown_analyzer_message(analyzer_id, registry))
-                return data
-            raw = dict(settings)
-            if analyzer_id == REDFLAG_ID:
-                for message in validator_problems(raw):
-                    self.add_error("settings", message)
-            if analyzer_id == PROMPT_LEAK_ID and "patterns" in raw:
-                self.add_error("settings", "Edit prompt-leak patterns on their own screen.")
-            for message in validate_analyzer_settings(analyzer_id, raw, registry):
-                self.add_error("settings", message)
+        analyzer_id, extra = data.get("analyzer_id"), data.get("settings")
+        if not analyzer_id or extra is None:
+            return data
+        stored = dict(self.instance.settings or {}) if self.instance.pk else {}
+        raw = merge_settings(self.setting_specs, data, stored, extra)
+        threshold = data.get("threshold")
+        if threshold is not None:
+            raw["threshold"] = threshold
+        else:
+            raw.pop("threshold", None)
+        data["settings"] = raw
+        registry = get_registry()
+        judge_ids = set(CustomJudge.objects.values_list("analyzer_id", flat=True))
+        if registry.get(analyzer_id) is None and analyzer_id not in judge_ids:
+            self.add_error("analyzer_id", unknown_analyzer_message(analyzer_id, registry))
+            return data
+        if analyzer_id == REDFLAG_ID:
+            for message in validator_problems(raw):
+                self._add_setting_error(message)
+        if analyzer_id == PROMPT_LEAK_ID and "patterns" in raw:
+            self.add_error("settings", "Edit prompt-leak patterns on their own screen.")
+        for message in validate_analyzer_settings(analyzer_id, raw, registry):
+            self._add_setting_error(message)
         return data
+
+    def _add_setting_error(self, message: str) -> None:
+        for field, text in error_fields([message], self.setting_specs):
+            if field is None and message.startswith("threshold:"):
+                self.add_error("threshold", message.partition(":")[2].strip())
+            else:
+                self.add_error(field or "settings", text)
+
+
+# Settings edited elsewhere, never in the analyzer form (prompt-leak patterns have a screen).
+FORM_EXCLUDED = {PROMPT_LEAK_ID: frozenset({"patterns"})}
+
+
+def analyzer_form_class(analyzer_id: str) -> type[AnalyzerConfigForm]:
+    """The form for `analyzer_id`: one generated field per setting of its Settings model."""
+    analyzer = get_registry().get(analyzer_id)
+    if analyzer is None:
+        return AnalyzerConfigForm
+    specs = setting_specs(
+        analyzer.Settings, exclude=AUDITOR_KEYS | FORM_EXCLUDED.get(analyzer_id, frozenset())
+    )
+    attrs: dict = {spec.form_name: spec.form_field() for spec in specs}
+    attrs["setting_specs"] = specs
+    return type(f"AnalyzerConfigForm_{analyzer_id}", (AnalyzerConfigForm,), attrs)
 
 
 @admin.register(AnalyzerConfig)
@@ -235,6 +291,34 @@ class AnalyzerConfigAdmin(RecordedAdmin):
     @admin.display(boolean=True, description="registered")
     def known(self, obj):
         return base_registry().get(obj.analyzer_id) is not None
+
+    def _form_class(self, obj) -> type[AnalyzerConfigForm]:
+        return analyzer_form_class(obj.analyzer_id) if obj is not None else AnalyzerConfigForm
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        kwargs["form"] = self._form_class(obj)
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request, obj=None):
+        form = self._form_class(obj)
+        generated = [spec.form_name for spec in form.setting_specs]
+        fieldsets = [(None, {"fields": ["analyzer_id", "enabled", "threshold", "position"]})]
+        if generated:
+            analyzer = get_registry().get(obj.analyzer_id)
+            fieldsets.append((f"Settings of {obj.analyzer_id}", {
+                "fields": generated,
+                "description": getattr(analyzer, "description", ""),
+            }))
+            fieldsets.append(("Advanced: other settings as JSON", {
+                "fields": ["settings"], "classes": ["collapse"],
+            }))
+        else:
+            fieldsets.append(("Settings", {
+                "fields": ["settings"],
+                "description": "Save, then this analyzer's settings show as one field each."
+                if obj is None else "",
+            }))
+        return fieldsets
 
 
 @admin.register(AllowedHost)
@@ -277,29 +361,70 @@ class PromptLeakPatternAdmin(RecordedAdmin):
     list_editable = ["position"]
 
 
+JUDGE_COLUMNS = frozenset({"analyzer_id", "name", "category", "prompt_template"})
+JUDGE_SPECS = setting_specs(JudgeDefinition, exclude=JUDGE_COLUMNS)
+
+
 class CustomJudgeForm(forms.ModelForm):
+    """A custom judge: its columns, and the rest of its `JudgeDefinition` (how to read the
+    model's JSON) as one generated field each, stored in `mapping`."""
+
+    setting_specs = JUDGE_SPECS
+
     class Meta:
         model = CustomJudge
         fields = "__all__"
+        labels = {"mapping": "Other mapping keys (JSON)"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        stored = dict(self.instance.mapping or {}) if self.instance.pk else {}
+        covered = {spec.key for spec in self.setting_specs}
+        self.initial["mapping"] = {k: v for k, v in stored.items() if k not in covered}
+        for spec in self.setting_specs:
+            self.initial.setdefault(spec.form_name, spec.to_form(stored.get(spec.key, spec.default)))
 
     def clean(self):
         data = super().clean()
         if self.errors:
             return data
+        extra = data.get("mapping") or {}
+        if not isinstance(extra, dict):
+            self.add_error("mapping", "must be a JSON object")
+            return data
+        stored = dict(self.instance.mapping or {}) if self.instance.pk else {}
+        data["mapping"] = merge_settings(self.setting_specs, data, stored, extra)
         payload = {k: data.get(k) for k in ("analyzer_id", "name", "category",
                                              "prompt_template", "mapping", "enabled",
                                              "settings")}
         try:
             judge_from_dict(payload)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                for field, text in error_fields([f"{loc}: {err['msg']}"], self.setting_specs):
+                    head = loc.split(".")[0]
+                    target = field or (head if head in self.fields else None)
+                    self.add_error(target, text if field else f"{loc}: {err['msg']}")
         except Exception as exc:
             raise forms.ValidationError(f"Invalid judge definition: {exc}") from None
         return data
+
+
+for _spec in JUDGE_SPECS:  # declared fields: the admin lays them out like any other
+    CustomJudgeForm.base_fields[_spec.form_name] = _spec.form_field()
+    CustomJudgeForm.declared_fields[_spec.form_name] = CustomJudgeForm.base_fields[_spec.form_name]
 
 
 @admin.register(CustomJudge)
 class CustomJudgeAdmin(RecordedAdmin):
     form = CustomJudgeForm
     list_display = ["analyzer_id", "name", "category", "enabled"]
+    fieldsets = [
+        (None, {"fields": ["analyzer_id", "name", "category", "enabled", "prompt_template"]}),
+        ("Reading the model's answer", {"fields": [s.form_name for s in JUDGE_SPECS]}),
+        ("Advanced", {"fields": ["mapping", "settings"], "classes": ["collapse"]}),
+    ]
 
 
 @admin.register(ConfigChange)

@@ -34,7 +34,7 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest
 from ninja.errors import HttpError
-from ninja.security import HttpBearer
+from ninja.security import HttpBearer, SessionAuth
 
 from .lock_wait import waiting_at_most
 from .models import ApiKey, RateLimitCounter
@@ -315,3 +315,24 @@ ingest_auth_async = ApiKeyAuth("ingest", is_async=True)
 read_auth = ApiKeyAuth("read")
 review_auth = ApiKeyAuth("review")
 admin_auth = ApiKeyAuth("admin")
+
+
+class StaffSessionAuth(SessionAuth):
+    """The dashboard's signed-in staff with `permission`, for read calls it links to (the
+    Export menu). Machines keep using keys; GET is safe, so no CSRF token is needed (ninja
+    checks it for other methods)."""
+
+    def __init__(self, permission: str):
+        super().__init__()
+        self.permission = permission
+
+    def authenticate(self, request: HttpRequest, key: str | None):
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated or not user.is_staff:
+            return None
+        if not user.has_perm(self.permission):
+            raise HttpError(403, f"your account lacks the {self.permission!r} permission")
+        return user
+
+
+staff_export_auth = StaffSessionAuth("audits.view_auditrun")

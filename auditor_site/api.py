@@ -59,6 +59,22 @@ def http_error(request: HttpRequest, exc: HttpError):
     return api.create_response(request, {"detail": exc.message}, status=exc.status_code)
 
 
+def _tidy_loc(error: dict) -> dict:
+    """ninja names a body parameter after the body source: `["body", "body", "user_input"]`
+    for `body: AuditIn`. Say `body` once (`["body", "user_input"]`), as query errors do."""
+    loc = error.get("loc")
+    if isinstance(loc, (list, tuple)) and len(loc) >= 2 and loc[0] == "body" == loc[1]:
+        return {**error, "loc": ["body", *loc[2:]]}
+    return error
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request: HttpRequest, exc: ValidationError):
+    return api.create_response(
+        request, {"detail": [_tidy_loc(e) for e in exc.errors]}, status=422
+    )
+
+
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request: HttpRequest, exc: AuthenticationError):
     response = api.create_response(

@@ -3,8 +3,10 @@ action; verdicts; alert rules and their deliveries."""
 
 from __future__ import annotations
 
+from types import MethodType
+
 from django.contrib import admin
-from django.db.models import OuterRef, Subquery
+from django.db.models import FloatField, OuterRef, Subquery
 
 from . import services
 from .models import (
@@ -19,12 +21,49 @@ from .models import (
 )
 from .review import alerts
 
+FLOAT_DIGITS = 3  # scores and durations as people read them (0.05, not 0.049999999999999996)
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+
+def _rounded(name: str, label: str):
+    @admin.display(description=label, ordering=name)
+    def show(self, obj):
+        value = getattr(obj, name)
+        return None if value is None else round(value, FLOAT_DIGITS)
+
+    return show
+
+
+class RoundedFloats:
+    """Float columns are shown rounded, in lists, change views and inlines: each float
+    field `x` is displayed by an `x_rounded` callable of this admin."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for f in self.model._meta.fields:
+            if isinstance(f, FloatField) and not hasattr(self, f"{f.name}_rounded"):
+                setattr(self, f"{f.name}_rounded",
+                        MethodType(_rounded(f.name, f.verbose_name), self))
+
+    def _with_rounded(self, names):
+        floats = {f.name for f in self.model._meta.fields if isinstance(f, FloatField)}
+        swapped = [f"{n}_rounded" if isinstance(n, str) and n in floats else n for n in names]
+        return list(dict.fromkeys(swapped))  # once each, in order
+
+    def get_fields(self, request, obj=None):
+        return self._with_rounded(super().get_fields(request, obj))
+
+    def get_readonly_fields(self, request, obj=None):
+        return self._with_rounded(super().get_readonly_fields(request, obj))
+
+
+class ReadOnlyAdmin(RoundedFloats, admin.ModelAdmin):
     """Records of what happened: viewable (view permission), never added or edited here."""
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
+        return self._with_rounded([f.name for f in self.model._meta.fields])
+
+    def get_list_display(self, request):
+        return self._with_rounded(super().get_list_display(request))
 
     def has_add_permission(self, request):
         return False
@@ -33,7 +72,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(RoundedFloats, admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False

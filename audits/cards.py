@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import Count, F, Prefetch, QuerySet, Window
 from django.db.models.functions import RowNumber
@@ -187,6 +188,22 @@ class ListFilters:
             meta=[self.meta] if self.meta else None,
             top_score_min=self.top_score_min,
         )
+
+    def as_api_params(self) -> dict[str, str]:
+        """These filters as `GET /api/audits/export` takes them (the Export menu): dates
+        become the instants that bound whole days, as `to_selector` reads them."""
+        params = self.as_params()
+        selector = self.to_selector()
+        if self.surfaced:
+            params["surfaced"] = "true"
+        for name in ("since", "until"):
+            if name in params:
+                params[name] = getattr(selector, name).isoformat()
+        return params
+
+    @property
+    def export_query(self) -> str:
+        return urlencode(self.as_api_params())
 
 
 def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:

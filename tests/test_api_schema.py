@@ -19,7 +19,12 @@ from schemathesis.specs.openapi.checks import (
 from analyzers.models import ApiKey
 
 app = get_wsgi_application()
-schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app)
+# POST /api/audits/stream is documented in the schema but served by a plain ASGI app in
+# front of Django (its NDJSON body is read as it arrives): tests/test_stream_endpoint.py
+# and tests/test_api_polish.py drive it.
+schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app).exclude(
+    path="/api/audits/stream"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -263,10 +263,11 @@ def test_trends_page_shows_precision_per_analyzer_and_type(staff_client, verdict
     assert "n = 5" in html
     row = html[html.index('id="precision-analyzer-redflag"') :]
     row = row[: row.index("</tr>")]
-    assert "<td>50.0% <span" in row and "n = 2" in row
+    assert '"Precision">50.0% <span' in row and "n = 2" in row
     row = html[html.index('id="precision-type-sycophancy"') :]
     row = row[: row.index("</tr>")]
-    assert "<td>0.0% <span" in row and "<td>1</td>" in row  # one false positive, one unsure
+    assert '"Precision">0.0% <span' in row  # one false positive, one unsure
+    assert '"False positives">1</td>' in row and '"Unsure">1</td>' in row
     data = _json_script(html, "trends-data")
     assert data["quality"]["bucket"] == "week"
     assert data["quality"]["series"][0]["label"] == "all analyzers"

@@ -63,10 +63,17 @@ class Counterpoints(BaseModel):
 
 class BiasSettings(AnalyzerSettings):
     # Score from which counter-arguments are generated; default: the audit threshold.
-    counterpoint_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    max_counter_arguments: int = Field(default=5, ge=0, le=10)
+    counterpoint_threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Score from which counter-arguments are written; none: the threshold",
+    )
+    max_counter_arguments: int = Field(
+        default=5, ge=0, le=10, description="At most this many counter-arguments"
+    )
     # False forces the heuristic even when a model is configured.
-    use_model: bool = True
+    use_model: bool = Field(
+        default=True, description="Off: phrase heuristics even when a model is configured"
+    )
 
 
 class BiasAnalyzer(Analyzer):

@@ -40,13 +40,29 @@ _EVIDENCE_SPAN_MAX = 300
 
 
 class RedflagSettings(AnalyzerSettings):
-    max_chars: int | None = Field(default=3000, ge=1)
-    max_tokens: int | None = Field(default=750, ge=1)
-    token_spike_threshold: int | None = Field(default=700, ge=1)
-    require_json: bool = False
-    required_fields: list[str] = Field(default_factory=list)
-    detect_self_contradiction: bool = True
-    track_collisions: bool = True
+    max_chars: int | None = Field(
+        default=3000, ge=1, description="Longer responses are flagged TOO_MANY_CHARS"
+    )
+    max_tokens: int | None = Field(
+        default=750, ge=1, description="More tokens (estimated) are flagged TOO_MANY_TOKENS"
+    )
+    token_spike_threshold: int | None = Field(
+        default=700, ge=1, description="From this many tokens, an info TOKEN_LENGTH_SPIKE"
+    )
+    require_json: bool = Field(
+        default=False, description="The response must be JSON (JSON_PARSE_FAILED otherwise)"
+    )
+    required_fields: list[str] = Field(
+        default_factory=list,
+        description="Dot paths the JSON must have (`next.peg`, `items.0.id`)",
+    )
+    detect_self_contradiction: bool = Field(
+        default=True,
+        description="Flag 'not sure' with 'definitely', or 'the answer is' with a hedge",
+    )
+    track_collisions: bool = Field(
+        default=True, description="Flag the same output twice for one collision key"
+    )
     validators: list[str] = Field(
         default_factory=list,
         description="Dotted paths of validator callables (configuration only, never per audit).",

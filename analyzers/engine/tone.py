@@ -31,7 +31,9 @@ class ToneReview(BaseModel):
 
 class ToneSettings(AnalyzerSettings):
     # False forces the heuristic even when a model is configured.
-    use_model: bool = True
+    use_model: bool = Field(
+        default=True, description="Off: phrase heuristics even when a model is configured"
+    )
 
 
 class ToneAnalyzer(Analyzer):

@@ -19,7 +19,13 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field
 
-from analyzers.auth import ingest_auth, ingest_auth_async, read_auth, review_auth
+from analyzers.auth import (
+    ingest_auth,
+    ingest_auth_async,
+    read_auth,
+    review_auth,
+    staff_export_auth,
+)
 from analyzers.config_store import option_errors
 from analyzers.schemas import ErrorOut
 
@@ -38,6 +44,7 @@ from ..schemas import (
 )
 from .db_pool import run_in_db_thread
 from .export import export_page
+from .stream_http import buffered_stream
 
 router = Router(tags=["audits"])
 
@@ -269,6 +276,62 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     return Status(202, {"items": items})
 
 
+STREAM_DOC = """A response streamed in as it is written, audited paragraph by paragraph.
+
+The body is NDJSON (`application/x-ndjson`): the head object on the first line (the fields
+of `POST /api/audits` without `response`: `user_input`, `sources`, `metadata`,
+`external_id`, `collision_key`, `options`), then one `{"text": "..."}` (the next piece of the
+response) or `{"source": {...}}` object per line; the end of the body ends the response.
+The answer is `text/event-stream` with the events `accepted` (`{id, status}`), `chunk`
+(audited text), `audit_trace` (`[AUDIT]` lines), `audit` (the final Audit) and `error`
+(`{status, detail}`). A body over the size limit gets `413` before anything is stored, or,
+mid-stream, an `error` event and an audit stored `failed`. Needs an `ingest` key.
+
+Served by the ASGI server as it arrives (`python -m auditor_site.serve`); under WSGI
+(`runserver`) the same endpoint answers once the whole body is read."""
+
+_STREAM_LINE = {
+    "type": "object",
+    "description": "a line after the head",
+    "properties": {
+        "text": {"type": "string", "description": "the next piece of the response"},
+        "source": {"$ref": "#/components/schemas/SourceIn"},
+    },
+}
+
+
+@router.post(
+    "/audits/stream",
+    auth=None,  # the endpoint checks the key itself, before it reads the body
+    response={200: None, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 405: ErrorOut,
+              413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut},
+    summary="Stream a response in (NDJSON), get it audited (server-sent events)",
+    description=STREAM_DOC,
+    openapi_extra={
+        "security": [{"ApiKeyAuth": []}],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-ndjson": {
+                    "schema": {
+                        "description": "the head (an audit without `response`), then lines",
+                        "oneOf": [{"$ref": "#/components/schemas/AuditIn"}, _STREAM_LINE],
+                    },
+                },
+            },
+        },
+        "responses": {
+            200: {
+                "description": "events `accepted`, `chunk`, `audit_trace`, `audit`, `error`",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
+    },
+)
+def stream(request: HttpRequest):
+    return buffered_stream(request)
+
+
 @router.get("/audits", auth=read_auth, response={200: AuditPage, **ERRORS}, summary="List audits")
 def list_audits(
     request: HttpRequest,
@@ -383,7 +446,7 @@ async def _async_export(qs, fmt: str, sort: str) -> AsyncIterator[bytes]:
 
 @router.get(
     "/audits/export",
-    auth=read_auth,
+    auth=[read_auth, staff_export_auth],  # a key, or the dashboard's Export menu
     response={200: None, **ERRORS},
     summary="Export audits as JSON lines or CSV",
     openapi_extra={
@@ -400,8 +463,9 @@ def export(
     filters: Query[ListQuery],
     format: Literal["jsonl", "csv"] = "jsonl",
 ):
-    """The filters and `sort` of `GET /api/audits`, streamed in constant memory (one full Audit per line
-    for `jsonl`; one summary row per audit for `csv`)."""
+    """The filters and `sort` of `GET /api/audits`, streamed in constant memory (one full Audit per
+    line for `jsonl`; one summary row per audit for `csv`). A `read` key, or a signed-in staff
+    session with the `audits.view_auditrun` permission (the dashboard's Export menu)."""
     qs = selectors.filter_audits(filters.to_filters())
     sort = filters.sort
     if isinstance(request, ASGIRequest):

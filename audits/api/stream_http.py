@@ -151,3 +151,45 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
         await send({"type": "http.response.body", "body": b""})
     except Exception:  # the client is gone; the audit is stored
         logger.debug("client left before the end of stream %s", session.audit_id)
+
+
+def buffered_stream(request) -> Any:
+    """The stream endpoint for a request Django already read (WSGI: `runserver`, the test
+    client): the same `stream_endpoint`, its events gathered into one response. Under the
+    ASGI server (`auditor_site.asgi`) the path never reaches Django."""
+    from asgiref.sync import async_to_sync
+    from django.http import HttpResponse
+
+    scope = {
+        "type": "http",
+        "method": request.method,
+        "path": request.path,
+        "headers": [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in request.headers.items()
+        ],
+    }
+    body = request.body
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if delivered:
+            return {"type": "http.disconnect"}
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async_to_sync(stream_endpoint)(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    response = HttpResponse(
+        b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"),
+        status=start["status"],
+    )
+    for name, value in start.get("headers", []):
+        if name.lower() != b"content-length":
+            response[name.decode("latin-1")] = value.decode("latin-1")
+    return response

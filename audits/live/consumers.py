@@ -34,7 +34,39 @@ from .hub import feed_hub
 logger = logging.getLogger(__name__)
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+def _socket_gone(exc: BaseException) -> bool:
+    """The server's answer to a send on a socket the page already closed: daphne
+    (autobahn's `Disconnected`, "Attempt to send on a closed protocol"), uvicorn
+    (`ClientDisconnected`, an OSError), the websockets library (`ConnectionClosed`)."""
+    if isinstance(exc, OSError):
+        return True
+    return any(k.__name__ in ("Disconnected", "ConnectionClosed") for k in type(exc).__mro__)
+
+
+class QuietWhenClosed(AsyncWebsocketConsumer):
+    """A page may close its socket (navigation, a finished audit) while an update for it
+    is on its way: the server then refuses the send before the consumer has seen the
+    disconnect. That is the page's choice, not an error: stop sending, no traceback."""
+
+    closed = False
+
+    async def send(self, text_data=None, bytes_data=None, close=False) -> None:
+        if self.closed:
+            return
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Exception as exc:
+            if not _socket_gone(exc):
+                raise
+            self.closed = True
+            logger.debug("live: the page closed its socket before an update", exc_info=True)
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        self.closed = True
+        await super().websocket_disconnect(message)
+
+
+class LiveConsumer(QuietWhenClosed):
     """Channels closes old DB connections before every message, through the one thread
     sync code shares (`aclose_old_connections`): with many pages that is a thread hop per
     page, one after the other, per event. Channel-layer events skip it here; the handlers
@@ -60,7 +92,7 @@ def _query(scope: dict[str, Any]) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw).items()}
 
 
-class LiveFeedConsumer(AsyncWebsocketConsumer):
+class LiveFeedConsumer(QuietWhenClosed):
     """The Live page: new and changed audit cards, counters, the cursor.
 
     Events come through the process's feed hub (`audits.live.hub`): rendered once per

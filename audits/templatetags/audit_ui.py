@@ -1,13 +1,17 @@
 """Template filters of the dashboard. None of them returns markup: the templates build
-the HTML and autoescape every value, so model text stays text."""
+the HTML and autoescape every value, so model text stays text (the `when` tag builds its
+`<time>` with `format_html`, which escapes)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
 
 from audits import highlight
 
@@ -105,3 +109,33 @@ def ms(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
+@register.simple_tag
+def when(value: datetime | None, empty: str = "—") -> str:
+    """The one date format of the dashboard: a `<time>` with the ISO instant, relative text
+    ("3 minutes ago", kept fresh by static/js/app.js) and the absolute UTC time on hover."""
+    if value is None:
+        return empty
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    absolute = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html(
+        '<time datetime="{}" title="{}" data-relative>{}</time>',
+        value.isoformat(),
+        absolute,
+        relative(value),
+    )
+
+
+def relative(value: datetime, now: datetime | None = None) -> str:
+    """"just now", "5 minutes ago", "3 hours ago", "12 days ago", else the date (the same
+    rule as `relativeTime` in static/js/app.js, which refreshes the text)."""
+    seconds = ((now or timezone.now()) - value).total_seconds()
+    if seconds < 60:
+        return "just now"
+    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if seconds >= size and (unit != "day" or seconds < 30 * 86400):
+            n = int(seconds // size)
+            return f"{n} {unit}{'' if n == 1 else 's'} ago"
+    return value.astimezone(UTC).strftime("%Y-%m-%d")

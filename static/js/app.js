@@ -109,4 +109,41 @@
     var out = document.getElementById(slider.getAttribute("data-output"));
     if (out) out.textContent = Number(slider.value).toFixed(2);
   });
+
+  // --- The list's filters fold behind a button on narrow screens -------------------------
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest("[data-filters-toggle]");
+    if (!toggle) return;
+    var panel = document.getElementById(toggle.getAttribute("aria-controls"));
+    if (!panel) return;
+    var open = panel.classList.toggle("is-open");
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  });
+
+  // --- Relative times: <time data-relative> (the `when` tag) kept fresh ------------------
+  // The same rule as audit_ui.relative on the server; the absolute time is the title.
+  function relativeTime(iso, now) {
+    var then = new Date(iso);
+    var seconds = (now - then) / 1000;
+    if (isNaN(seconds)) return null;
+    if (seconds < 60) return "just now";
+    var units = [[86400, "day"], [3600, "hour"], [60, "minute"]];
+    for (var i = 0; i < units.length; i++) {
+      var size = units[i][0], unit = units[i][1];
+      if (seconds >= size && (unit !== "day" || seconds < 30 * 86400)) {
+        var n = Math.floor(seconds / size);
+        return n + " " + unit + (n === 1 ? "" : "s") + " ago";
+      }
+    }
+    return then.toISOString().slice(0, 10);
+  }
+
+  function refreshTimes() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-relative]").forEach(function (el) {
+      var text = relativeTime(el.getAttribute("datetime"), now);
+      if (text && el.textContent !== text) el.textContent = text;
+    });
+  }
+  window.setInterval(refreshTimes, 30000);
 })();

@@ -159,12 +159,22 @@ def _locate(annotation: Annotation, response: str) -> Annotation:
 
 
 class LinksSettings(AnalyzerSettings):
-    check_health: bool = True
-    timeout_s: float = Field(default=4.0, gt=0, le=60)
-    technical_doc_prefixes: list[str] = Field(default_factory=list)
-    technical_doc_allowed_paths: list[str] = Field(default_factory=list)
+    check_health: bool = Field(
+        default=True, description="HEAD-check kept links (SSRF-guarded); LINK_UNHEALTHY"
+    )
+    timeout_s: float = Field(
+        default=4.0, gt=0, le=60, description="Seconds per link health check"
+    )
+    technical_doc_prefixes: list[str] = Field(
+        default_factory=list, description="Host/path prefixes of technical docs (`docs.acme.example/api`)"
+    )
+    technical_doc_allowed_paths: list[str] = Field(
+        default_factory=list, description="Technical-doc paths that may be linked"
+    )
     # per-audit override of the configuration's `links.bare_urls`
-    bare_urls: Literal["strip", "defang"] | None = None
+    bare_urls: Literal["strip", "defang"] | None = Field(
+        default=None, description="Bare URLs to hosts not allowed; none: the links section's"
+    )
 
 
 class LinksAnalyzer(Analyzer):
@@ -203,7 +213,10 @@ class LinksAnalyzer(Analyzer):
 
 
 class GroundingSettings(AnalyzerSettings):
-    case_study_url: str = DEFAULT_CASE_STUDY_URL
+    case_study_url: str = Field(
+        default=DEFAULT_CASE_STUDY_URL,
+        description="Where a customer's case study lives; {slug} is the customer's slug",
+    )
 
 
 class GroundingAnalyzer(Analyzer):

@@ -13,34 +13,77 @@ import itertools
 import json
 import random
 import time
+from dataclasses import dataclass, field
 
 from django.core.management.base import BaseCommand, CommandError
 
-SAMPLES: list[tuple[str, str]] = [
-    ("Which retailers use Acme?",
-     "Al-Futtaim achieved +206% revenue after adopting Acme.\n\nAcme is easy to set up, "
-     "and most teams go live in a week."),
-    ("Any results from Decathlon?",
-     "Decathlon grew conversion by 50% ([case study](https://www.acme.example/customers/decathlon)).\n\n"
-     "PcComponentes lifted revenue per search by 12%."),
-    ("Where can I read more about ranking?",
-     "See [this guide](https://random-blog.example.org/acme-tips) for tips.\n\n"
-     "The API reference is at [docs](https://docs.acme.example/api/ranking).\n\n"
-     "Never click [here](javascript:alert(1))."),
-    ("How do I set up faceting?",
-     "Read [this article](https://www.acme.example/blog/faceting) first.\n\n"
-     "Namedrop: mention Decathlon here. VALUE SELL: push the premium plan."),
-    ("Is my plan the best one?",
-     "You're absolutely right, what a brilliant question! Everyone knows this is the best "
-     "plan, as every expert agrees.\n\nObviously, anyone can see that."),
-    ("Why is my search slow?",
-     "As I already explained, this is basic stuff. Just read the docs, honestly.\n\n"
-     "Whatever, it works on our side lol."),
-    ("Give me the next move as JSON.",
-     '{"move": "e4", "next": {"peg"\n\nSorry, I cannot finish that.'),
-    ("Summarise the release notes.",
-     "The release is fast. The release is not fast.\n\n" + "Details follow. " * 60),
+
+@dataclass(frozen=True)
+class DemoSample:
+    """One streamed demo response and what it is there to show (tests/test_demo_samples.py
+    streams every sample and checks that `analyzer` surfaces it with a `finding`)."""
+
+    user_input: str
+    response: str
+    analyzer: str
+    finding: str
+    options: dict = field(default_factory=dict)  # per-audit overrides, as in the API
+
+
+SAMPLES: list[DemoSample] = [
+    DemoSample(
+        "Which retailers use Acme?",
+        "Al-Futtaim achieved +206% revenue after adopting Acme.\n\nAcme is easy to set up, "
+        "and most teams go live in a week.",
+        "grounding", "UNGROUNDED_CUSTOMER_CLAIM"),
+    DemoSample(
+        "Any results from Decathlon?",
+        "Decathlon grew conversion by 50% ([case study](https://www.acme.example/customers/decathlon)).\n\n"
+        "PcComponentes lifted revenue per search by 12%.",
+        "grounding", "UNGROUNDED_CUSTOMER_CLAIM"),
+    DemoSample(
+        "Where can I read more about ranking?",
+        "See [this guide](https://random-blog.example.org/acme-tips) for tips.\n\n"
+        "The API reference is at [docs](https://docs.acme.example/api/ranking).\n\n"
+        "Never click [here](javascript:alert(1)).",
+        "links", "LINK_UNSAFE_SCHEME"),
+    DemoSample(
+        "How do I set up faceting?",
+        "Read [this article](https://www.acme.example/blog/faceting) first.\n\n"
+        "Namedrop: mention Decathlon here. VALUE SELL: push the premium plan.",
+        "prompt_leak", "PROMPT_LEAK"),
+    DemoSample(
+        "Is my plan the best one?",
+        "You're absolutely right, what a brilliant question! Everyone knows this is the best "
+        "plan, as every expert agrees.\n\nObviously, anyone can see that.",
+        "bias", "sycophancy"),
+    DemoSample(
+        "Why is my search slow?",
+        "As I already explained, this is basic stuff. Just read the docs, honestly.\n\n"
+        "Whatever, it works on our side lol.",
+        "tone", "condescending"),
+    # The caller asks for JSON (`require_json`, a per-audit option), the model breaks it off.
+    DemoSample(
+        "Give me the next move as JSON.",
+        '{"move": "e4", "next": {"peg"\n\nSorry, I cannot finish that.',
+        "redflag", "JSON_PARSE_FAILED",
+        options={"redflag": {"require_json": True, "required_fields": ["move", "next.peg"]}}),
+    # A self-contradiction as redflag defines it: "not sure" and "definitely" about one claim.
+    DemoSample(
+        "Summarise the release notes.",
+        "The release is definitely faster than the last one.\n\n"
+        "To be honest, I am not entirely sure it is faster: the benchmarks are still running.",
+        "redflag", "SELF_CONTRADICTION"),
 ]
+
+
+def stream_head(sample: DemoSample, n: int) -> dict:
+    """The first frame of sample `n`'s stream (its own collision key: no demo duplicates)."""
+    head = {"user_input": sample.user_input, "metadata": {"source": "demo_stream", "n": n},
+            "collision_key": f"demo-{n}"}
+    if sample.options:
+        head["options"] = sample.options
+    return head
 
 
 class Command(BaseCommand):
@@ -94,9 +137,9 @@ class Command(BaseCommand):
         for n in itertools.count():
             if count and n >= count:
                 break
-            user_input, response = SAMPLES[n % len(SAMPLES)]
+            sample = SAMPLES[n % len(SAMPLES)]
             task = asyncio.create_task(
-                self._stream(url, key, user_input, response, options["words_per_second"], n)
+                self._stream(url, key, sample, options["words_per_second"], n)
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -104,12 +147,12 @@ class Command(BaseCommand):
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _stream(self, url, key, user_input, response, wps, n) -> None:
+    async def _stream(self, url, key, sample: DemoSample, wps, n) -> None:
         import websockets
 
         ws_url = url.replace("http://", "ws://").replace("https://", "wss://") + "/ws/ingest/"
-        head = {"user_input": user_input, "metadata": {"source": "demo_stream", "n": n},
-                "collision_key": f"demo-{n}"}
+        head = stream_head(sample, n)
+        response = sample.response
         try:
             async with websockets.connect(
                 ws_url, additional_headers={"Authorization": f"Bearer {key}"}
