@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -207,7 +208,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.validate_task(task)
         task_result = TaskResult(
             task=task,
-            id=get_random_string(32),
+            id=secrets.token_hex(16),  # one urandom call (get_random_string: one per char)
             status=TaskResultStatus.READY,
             enqueued_at=timezone.now(),
             started_at=None,
