@@ -37,6 +37,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "apublish",
     "enqueue_audit",
+    "enqueue_audits",
     "execute_run",
     "execute_runs",
     "mark_failed",
@@ -213,7 +214,7 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             for run_id, large in queued:
                 enqueue_task(run_id, large=large)
         else:
-            transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
+            transaction.on_commit(lambda: enqueue_audits(queued))
     for run in runs:
         run.was_created = True
     return runs
@@ -270,6 +271,26 @@ def enqueue_audit(run_id: Any, *, large: bool = False) -> None:
         _audit_task(large).enqueue(str(run_id))
     except Exception:
         logger.exception("could not enqueue audit %s; it stays pending", run_id)
+
+
+def enqueue_audits(queued: list[tuple[Any, bool]]) -> None:
+    """`enqueue_audit` for several `(run_id, large)`: through the backend's `enqueue_many`
+    when it has one (the thread backend: one lock and a thread woken per idle thread,
+    not per audit); a failure leaves the runs pending for recovery."""
+    for large in (False, True):
+        ids = [str(run_id) for run_id, is_big in queued if is_big == large]
+        if not ids:
+            continue
+        task = _audit_task(large)
+        enqueue_many = getattr(task.get_backend(), "enqueue_many", None)
+        if enqueue_many is None:
+            for run_id in ids:
+                enqueue_audit(run_id, large=large)
+            continue
+        try:
+            enqueue_many(task, [(run_id,) for run_id in ids])
+        except Exception:
+            logger.exception("could not enqueue %d audits; they stay pending", len(ids))
 
 
 def rerun_audit(original: AuditRun, *, enqueue: bool = True) -> AuditRun:
