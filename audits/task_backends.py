@@ -8,7 +8,7 @@ seconds). `queued_args` tells the sweep which runs this queue already holds.
 
     TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
                          "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60,
-                                     "BATCH_SIZE": 8}}}
+                                     "BATCH_SIZE": 32}}}
 
 Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of huge
 responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
@@ -92,7 +92,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.max_workers = int(self.options.get("MAX_WORKERS", 2))
         self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
-        self.batch_size = int(self.options.get("BATCH_SIZE", 8))
+        self.batch_size = int(self.options.get("BATCH_SIZE", 32))
         self.worker_id = get_random_string(32)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
