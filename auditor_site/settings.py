@@ -213,6 +213,8 @@ if AUDITOR_TASK_BACKEND == "thread":
             "OPTIONS": {
                 "MAX_WORKERS": envint("AUDITOR_TASK_THREADS", 2),
                 "SWEEP_INTERVAL": AUDITOR_RECOVERY_INTERVAL,
+                # Audits claimed, analysed and stored together when the queue is deep.
+                "BATCH_SIZE": envint("AUDITOR_TASK_BATCH", 32),
             },
         }
     }

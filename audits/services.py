@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 
 from . import workers
+from .bulk import insert_rows
 from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "apublish",
     "enqueue_audit",
+    "enqueue_audits",
     "execute_run",
     "execute_runs",
     "mark_failed",
@@ -267,14 +269,21 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             threshold=config.threshold, config_snapshot=snapshot,
             incomplete=bool(item.get("incomplete", False)),
         ))
+    columns = [field.attname for field in AuditRun._meta.concrete_fields]
     with transaction.atomic():
-        AuditRun.objects.bulk_create(runs)
+        # Plain rows, one statement (audits.bulk): the ORM's bulk_create prepared each of
+        # the ~30 fields of each run one by one.
+        insert_rows(AuditRun, columns,
+                    [tuple(getattr(run, name) for name in columns) for run in runs])
+        for run in runs:
+            run._state.adding = False
+            run._state.db = router.db_for_write(AuditRun)
         queued = [(run.pk, is_large(run.response)) for run in runs]
         if runs and _queue_shares_transaction(runs[0]._state.db):
             for run_id, large in queued:
                 enqueue_task(run_id, large=large)
         else:
-            transaction.on_commit(lambda: [_after_submit(*item) for item in queued])
+            transaction.on_commit(lambda: enqueue_audits(queued))
     for run in runs:
         run.was_created = True
     return runs
@@ -331,6 +340,26 @@ def enqueue_audit(run_id: Any, *, large: bool = False) -> None:
         _audit_task(large).enqueue(str(run_id))
     except Exception:
         logger.exception("could not enqueue audit %s; it stays pending", run_id)
+
+
+def enqueue_audits(queued: list[tuple[Any, bool]]) -> None:
+    """`enqueue_audit` for several `(run_id, large)`: through the backend's `enqueue_many`
+    when it has one (the thread backend: one lock and a thread woken per idle thread,
+    not per audit); a failure leaves the runs pending for recovery."""
+    for large in (False, True):
+        ids = [str(run_id) for run_id, is_big in queued if is_big == large]
+        if not ids:
+            continue
+        task = _audit_task(large)
+        enqueue_many = getattr(task.get_backend(), "enqueue_many", None)
+        if enqueue_many is None:
+            for run_id in ids:
+                enqueue_audit(run_id, large=large)
+            continue
+        try:
+            enqueue_many(task, [(run_id,) for run_id in ids])
+        except Exception:
+            logger.exception("could not enqueue %d audits; they stay pending", len(ids))
 
 
 def rerun_audit(original: AuditRun, *, enqueue: bool = True) -> AuditRun:
@@ -606,75 +635,59 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
 
 
 def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False) -> None:
-    """`store_report` for several runs: one transaction, one insert per table.
+    """`store_report` for several runs: one transaction, one statement per table (rows
+    as plain tuples through `audits.bulk.insert_rows`, no model instance per row).
 
     Surfacing follows the thresholds current now (audits.surfacing), which may be newer
     than the configuration snapshot the engine ran with."""
+    if not pairs:
+        return
     from .surfacing import after_store, apply_current, current_policy
 
     policy = current_policy()
     surfaced = {run.pk: apply_current(run, report.results, policy) for run, report in pairs}
-    with transaction.atomic():
+    runs = [run for run, _ in pairs]
+    using = runs[0]._state.db or router.db_for_write(AuditRun)
+    with transaction.atomic(using=using):
         if not fresh:
             # A retried run starts from a clean slate.
-            runs = [run for run, _ in pairs]
-            AnalyzerRunRecord.objects.filter(audit__in=runs).delete()
-            TraceLine.objects.filter(audit__in=runs).delete()
-            LinkCheck.objects.filter(audit__in=runs).delete()
-        records = AnalyzerRunRecord.objects.bulk_create(
+            AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
+            TraceLine.objects.using(using).filter(audit__in=runs).delete()
+            LinkCheck.objects.using(using).filter(audit__in=runs).delete()
+        insert_rows(
+            AnalyzerRunRecord, RESULT_COLUMNS,
             [
-                AnalyzerRunRecord(
-                    audit=run,
-                    position=i,
-                    analyzer_id=r.analyzer_id,
-                    category=r.category,
-                    status=r.status,
-                    error=r.error,
-                    duration_ms=r.duration_ms,
-                    score=r.score,
-                    should_surface=r.should_surface,
-                    surfaced=surfaced[run.pk][i],
-                    supplementary=r.supplementary,
-                )
+                (run.pk, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
+                 r.score, r.should_surface, surfaced[run.pk][i], r.supplementary,
+                 run.created_at)
                 for run, report in pairs
                 for i, r in enumerate(report.results)
-            ]
+            ],
+            using=using,
         )
-        if any(rec.pk is None for rec in records):  # backends without RETURNING
-            records = list(
-                AnalyzerRunRecord.objects.filter(audit__in=[run for run, _ in pairs])
-            )
-            by_key = {(rec.audit_id, rec.position): rec for rec in records}
-            records = [by_key[(run.pk, i)] for run, report in pairs
-                       for i in range(len(report.results))]
+        result_ids = {
+            (audit_id, position): pk
+            for pk, audit_id, position in AnalyzerRunRecord.objects.using(using)
+            .filter(audit__in=runs).values_list("pk", "audit_id", "position")
+        }
         annotations, trace, links = [], [], []
-        remaining = iter(records)
         for run, report in pairs:
-            for r in report.results:
-                record = next(remaining)
+            for i, r in enumerate(report.results):
+                result_id = result_ids[(run.pk, i)]
                 annotations.extend(
-                    Annotation(
-                        audit=run,
-                        result=record,
-                        position=j,
-                        analyzer_id=r.analyzer_id,
-                        type=a.type,
-                        label=a.label,
-                        severity=a.severity,
-                        description=a.description,
-                        evidence=a.evidence,
-                        start=a.start,
-                        end=a.end,
-                    )
+                    (run.pk, result_id, j, r.analyzer_id, a.type, a.label, a.severity,
+                     a.description, a.evidence, a.start, a.end, run.created_at)
                     for j, a in enumerate(r.annotations)
                 )
-            trace.extend(TraceLine(audit=run, position=i, text=t)
-                         for i, t in enumerate(report.trace))
-            links.extend(LinkCheck(audit=run, position=i, **link.model_dump())
-                         for i, link in enumerate(report.links))
-        Annotation.objects.bulk_create(annotations)
-        TraceLine.objects.bulk_create(trace)
-        LinkCheck.objects.bulk_create(links)
+            trace.extend((run.pk, i, t) for i, t in enumerate(report.trace))
+            links.extend(
+                (run.pk, i, link.url, link.label, link.decision, link.reason,
+                 link.http_status, link.healthy)
+                for i, link in enumerate(report.links)
+            )
+        insert_rows(Annotation, ANNOTATION_COLUMNS, annotations, using=using)
+        insert_rows(TraceLine, ("audit_id", "position", "text"), trace, using=using)
+        insert_rows(LinkCheck, LINK_COLUMNS, links, using=using)
         now = timezone.now()
         for run, report in pairs:
             run.cleaned_response = report.cleaned_response
@@ -683,14 +696,48 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
             run.status = AuditRun.Status.COMPLETE
             run.finished_at = now
             run.error = ""
-            run.save(
-                update_fields=[
-                    "cleaned_response", "threshold", "overall_score", "has_card",
-                    "top_score", "top_analyzer", "surfacing_policy", "status", "finished_at",
-                    "error", "started_at",  # the start again (heartbeats refreshed it while running)
-                ]
-            )
+        _update_finished(runs, using)
     after_store(policy)
+
+
+RESULT_COLUMNS = (
+    "audit_id", "position", "analyzer_id", "category", "status", "error", "duration_ms",
+    "score", "should_surface", "surfaced", "supplementary", "audit_created_at",
+)
+ANNOTATION_COLUMNS = (
+    "audit_id", "result_id", "position", "analyzer_id", "type", "label", "severity",
+    "description", "evidence", "start", "end", "audit_created_at",
+)
+LINK_COLUMNS = (
+    "audit_id", "position", "url", "label", "decision", "reason", "http_status", "healthy",
+)
+_FINISHED_FIELDS = (
+    "cleaned_response", "threshold", "overall_score", "has_card", "top_score", "top_analyzer",
+    "surfacing_policy", "status", "finished_at", "error",
+    "started_at",  # the start again (heartbeats refreshed it while running)
+)
+
+
+def _update_finished(runs: list[AuditRun], using: str) -> None:
+    """Write the finished runs' fields: one UPDATE statement run for every run."""
+    from django.db import connections
+
+    connection = connections[using]
+    fields = [AuditRun._meta.get_field(name) for name in _FINISHED_FIELDS]
+    quote = connection.ops.quote_name
+    sql = (
+        f"UPDATE {quote(AuditRun._meta.db_table)} SET "
+        + ", ".join(f"{quote(f.column)} = %s" for f in fields)
+        + f" WHERE {quote(AuditRun._meta.pk.column)} = %s"
+    )
+    pk = AuditRun._meta.pk
+    rows = [
+        [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
+        + [pk.get_db_prep_save(run.pk, connection)]
+        for run in runs
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def mark_failed(run_id: Any, error: str) -> None:

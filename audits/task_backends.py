@@ -8,7 +8,7 @@ seconds). `queued_args` tells the sweep which runs this queue already holds.
 
     TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
                          "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60,
-                                     "BATCH_SIZE": 8}}}
+                                     "BATCH_SIZE": 32}}}
 
 Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of huge
 responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,7 +61,11 @@ class _Pool:
             max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large"
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
-        self.pending: deque[TaskResult] = deque()  # queued, in order; one executor job each
+        self.pending: deque[TaskResult] = deque()  # queued, in order
+        # `_run_next` jobs submitted and not finished (at most one per thread): each takes
+        # tasks from `pending` until it is empty, so enqueueing wakes a thread only when
+        # one is idle (not one executor job and one thread wake-up per task).
+        self.jobs = 0
         self.lock = threading.Lock()
         # (task path, args) of every task queued or running here, counted.
         self.queued: Counter[tuple[str, str]] = Counter()
@@ -87,7 +92,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.max_workers = int(self.options.get("MAX_WORKERS", 2))
         self.sweep_interval = float(self.options.get("SWEEP_INTERVAL", 60))
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
-        self.batch_size = int(self.options.get("BATCH_SIZE", 8))
+        self.batch_size = int(self.options.get("BATCH_SIZE", 32))
         self.worker_id = get_random_string(32)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
@@ -95,24 +100,44 @@ class ThreadPoolBackend(BaseTaskBackend):
     # --- running ---
 
     def _run_next(self) -> None:
-        """One executor job: the next queued task, or a batch of them when the queue is deep."""
+        """One executor job: the queued tasks, one by one or in batches when the queue is
+        deep, until none is left."""
+        pool = self._pool
+        finished = False
+        try:
+            while True:
+                with pool.lock:
+                    if not pool.pending:
+                        pool.jobs -= 1
+                        finished = True
+                        return
+                    batch = [pool.pending.popleft()]
+                    first = batch[0]
+                    batch_call = getattr(first.task.func, "batch", None)
+                    if batch_call is not None and not first.kwargs:
+                        size = min(self.batch_size, 1 + len(pool.pending) // self.max_workers)
+                        while (len(batch) < size and pool.pending
+                               and pool.pending[0].task.module_path == first.task.module_path
+                               and not pool.pending[0].kwargs):
+                            batch.append(pool.pending.popleft())
+                if len(batch) == 1:
+                    self._run(first)
+                else:
+                    self._run_batch(batch, batch_call)
+        finally:
+            if not finished:  # an error escaped: this job ends, another takes over
+                with pool.lock:
+                    pool.jobs -= 1
+                self._wake()
+
+    def _wake(self) -> None:
+        """Submit a `_run_next` job when tasks wait and a thread has none."""
         pool = self._pool
         with pool.lock:
-            if not pool.pending:
-                return  # an earlier job took it in its batch
-            batch = [pool.pending.popleft()]
-            first = batch[0]
-            batch_call = getattr(first.task.func, "batch", None)
-            if batch_call is not None and not first.kwargs:
-                size = min(self.batch_size, 1 + len(pool.pending) // self.max_workers)
-                while (len(batch) < size and pool.pending
-                       and pool.pending[0].task.module_path == first.task.module_path
-                       and not pool.pending[0].kwargs):
-                    batch.append(pool.pending.popleft())
-        if len(batch) == 1:
-            self._run(first)
-        else:
-            self._run_batch(batch, batch_call)
+            if not pool.pending or pool.jobs >= self.max_workers:
+                return
+            pool.jobs += 1
+        pool.executor.submit(self._run_next)
 
     def _run_batch(self, batch: list[TaskResult], batch_call) -> None:
         """Like `_run` for several calls of one task, through the task's `batch` callable."""
@@ -204,10 +229,37 @@ class ThreadPoolBackend(BaseTaskBackend):
         return [json.loads(args) for args in keys]
 
     def enqueue(self, task, args, kwargs):
+        return self.enqueue_many(task, [args], kwargs)[0]
+
+    def enqueue_many(self, task, args_list: list, kwargs: dict | None = None) -> list[TaskResult]:
+        """`enqueue` for several calls of one task (a batch of audits): one lock, and at
+        most one thread woken per idle thread."""
         self.validate_task(task)
-        task_result = TaskResult(
+        results = [self._new_result(task, args, kwargs or {}) for args in args_list]
+        pool = self._pool
+        with pool.lock:
+            for task_result in results:
+                pool.results[task_result.id] = task_result
+                pool.queued[self._queued_key(task_result)] += 1
+            while len(pool.results) > self.max_results:
+                pool.results.popitem(last=False)
+        for task_result in results:
+            task_enqueued.send(type(self), task_result=task_result)
+        self._start_sweeper()
+        if task.queue_name == LARGE_QUEUE:
+            for task_result in results:
+                pool.large.submit(self._run, task_result)  # its own lane, one call at a time
+            return results
+        with pool.lock:
+            pool.pending.extend(results)
+        for _ in range(min(len(results), self.max_workers)):
+            self._wake()
+        return results
+
+    def _new_result(self, task, args, kwargs) -> TaskResult:
+        return TaskResult(
             task=task,
-            id=get_random_string(32),
+            id=secrets.token_hex(16),  # one urandom call (get_random_string: one per char)
             status=TaskResultStatus.READY,
             enqueued_at=timezone.now(),
             started_at=None,
@@ -219,21 +271,6 @@ class ThreadPoolBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        pool = self._pool
-        with pool.lock:
-            pool.results[task_result.id] = task_result
-            while len(pool.results) > self.max_results:
-                pool.results.popitem(last=False)
-            pool.queued[self._queued_key(task_result)] += 1
-        task_enqueued.send(type(self), task_result=task_result)
-        self._start_sweeper()
-        if task.queue_name == LARGE_QUEUE:
-            pool.large.submit(self._run, task_result)  # its own lane, one call at a time
-            return task_result
-        with pool.lock:
-            pool.pending.append(task_result)
-        pool.executor.submit(self._run_next)
-        return task_result
 
     def get_result(self, result_id):
         with self._pool.lock:

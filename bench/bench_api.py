@@ -363,7 +363,9 @@ def end_to_end(key: str, args) -> dict:
                 f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
             workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
             print(f"  [{tree}] {label:34s} accepted {r['accepted_per_s']:6.0f}/s  "
-                  f"analysed+stored {rate:6.0f}/s{verdict}")
+                  f"analysed+stored {rate:6.0f}/s{verdict}"
+                  + (f"  ({r['retried_503']} requests retried after a 503)"
+                     if r.get("retried_503") else ""))
             cpu_verdict = "" if tree == "before" else (
                 f" (target <= {CPU_RATIO_TARGET}x: "
                 f"{'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")

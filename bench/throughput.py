@@ -23,8 +23,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from raw_http import read_accepted  # bench/ is the script's first path entry
-
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 PARAGRAPH = (
@@ -95,20 +93,44 @@ def _requests(key: str, n: int, batch: int) -> list[bytes]:
     return out
 
 
-async def _post_all(port: int, requests: list[bytes], clients: int) -> None:
-    """Keep-alive HTTP/1.1 connections, each one request in flight (a minimal client)."""
+async def _answer(reader: asyncio.StreamReader) -> tuple[bytes, bytes, bytes]:
+    """One answer off a keep-alive connection: (status code, head, body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return head[9:12], head, await reader.readexactly(length)
+
+
+async def _post_all(port: int, requests: list[bytes], clients: int) -> int:
+    """Keep-alive HTTP/1.1 connections, each one request in flight (a minimal client).
+
+    A 503 (the database stayed locked longer than a request may wait) is what a client
+    retries: the same request again after a short pause, counted. Returns the retries."""
     queue = list(reversed(requests))
+    retries = 0
 
     async def client() -> None:
+        nonlocal retries
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             while queue:
-                writer.write(queue.pop())
-                await read_accepted(reader)
+                request = queue.pop()
+                while True:
+                    writer.write(request)
+                    status, head, body = await _answer(reader)
+                    if status == b"202":
+                        break
+                    if status != b"503":
+                        raise SystemExit(f"unexpected answer: {head!r} {body[:300]!r}")
+                    retries += 1
+                    await asyncio.sleep(0.2)
         finally:
             writer.close()
 
     await asyncio.gather(*(client() for _ in range(clients)))
+    return retries
 
 
 def _count(db: Path, where: str) -> int:
@@ -143,7 +165,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
         before = _count(db, "1")
         cpu0 = sum(cpu_seconds(p.pid) for p in procs)
         t0 = time.perf_counter()
-        asyncio.run(_post_all(port, requests, clients))
+        retries = asyncio.run(_post_all(port, requests, clients))
         accepted_s = time.perf_counter() - t0
         deadline = time.monotonic() + timeout
         done = 0
@@ -172,7 +194,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
         with contextlib.suppress(sqlite3.OperationalError):
             conn.execute("DELETE FROM django_tasks_db_dbtaskresult")
     return {"backend": backend, "n": n, "batch": batch, "clients": clients,
-            "workers": workers, "stored": stored, "analysed": done, "complete": complete,
+            "workers": workers, "retried_503": retries, "stored": stored, "analysed": done, "complete": complete,
             "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
             "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
             "peak_rss_mb": {"server": rss[0], "workers": rss[1:]}}

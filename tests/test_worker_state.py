@@ -116,6 +116,7 @@ def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monke
         return original(run_ids)
 
     monkeypatch.setattr(services, "execute_runs", recording)
+    monkeypatch.setattr(thread_tasks, "batch_size", 8)  # 20 queued: full batches of 8
     gate = threading.Event()
     blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
                 for _ in range(thread_tasks.max_workers)]

@@ -28,7 +28,7 @@ logger = logging.getLogger("django_tasks_db")
 
 
 class BatchingWorker(stock.Worker):
-    claim_size = 8
+    claim_size = 32
 
     def _ready(self):
         tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name)

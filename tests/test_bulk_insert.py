@@ -1,0 +1,57 @@
+"""audits.bulk.insert_rows: plain tuples in, the same rows as the ORM would store."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from audits.bulk import insert_rows
+from audits.models import AnalyzerRunRecord, AuditRun, LinkCheck, TraceLine
+
+pytestmark = pytest.mark.django_db
+
+
+def test_rows_are_stored_with_json_uuids_dates_and_the_defaults_of_columns_left_out():
+    created = timezone.now() - timedelta(days=3)
+    run_id = uuid.uuid4()
+    columns = ["id", "request_hash", "user_input", "response", "sources", "metadata",
+               "config_snapshot", "created_at"]
+    insert_rows(AuditRun, columns, [
+        (run_id, "h" * 64, "question", "answer", [{"title": "t", "url": None}],
+         {"nested": {"n": 1.5}, "list": [1, "two"]}, {"threshold": 0.4}, created),
+    ])
+    run = AuditRun.objects.get(pk=run_id)
+    assert run.sources == [{"title": "t", "url": None}]
+    assert run.metadata == {"nested": {"n": 1.5}, "list": [1, "two"]}
+    assert run.config_snapshot == {"threshold": 0.4}
+    assert run.created_at == created
+    # Left out: the field defaults.
+    assert (run.status, run.options, run.threshold, run.has_card, run.attempts) == (
+        "pending", {}, 0.3, False, 0)
+
+    insert_rows(AnalyzerRunRecord, ["audit_id", "position", "analyzer_id", "supplementary",
+                                    "audit_created_at", "surfaced"],
+                [(run_id, i, f"a{i}", {"i": i}, created, i == 1) for i in range(3)])
+    records = list(run.results.order_by("position"))
+    assert [(r.analyzer_id, r.supplementary, r.surfaced) for r in records] == [
+        ("a0", {"i": 0}, False), ("a1", {"i": 1}, True), ("a2", {"i": 2}, False)]
+    assert {r.audit_created_at for r in records} == {created}
+    assert len({r.pk for r in records}) == 3  # the database numbered them
+
+
+def test_one_statement_for_every_row(django_assert_num_queries):
+    run = AuditRun.objects.create(user_input="q", response="r")
+    with django_assert_num_queries(1):
+        assert insert_rows(TraceLine, ["audit_id", "position", "text"],
+                           [(run.pk, i, f"[AUDIT] {i}") for i in range(250)]) == 250
+    assert list(run.trace_lines.values_list("text", flat=True))[:2] == ["[AUDIT] 0", "[AUDIT] 1"]
+    assert insert_rows(LinkCheck, ["audit_id", "url"], []) == 0
+
+
+def test_a_primary_key_without_a_database_default_must_be_given():
+    with pytest.raises(ValueError, match="primary key"):
+        insert_rows(AuditRun, ["user_input"], [("q",)])
+    assert not AuditRun.objects.exists()
