@@ -4,7 +4,6 @@ trace when the two arrive in different export requests, in either order; bulk st
 from __future__ import annotations
 
 import re
-
 from datetime import timedelta
 
 import pytest
