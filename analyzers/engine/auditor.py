@@ -16,6 +16,7 @@ from .config import AuditorConfig
 from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
+from .trusted import analyzer_run
 
 logger = logging.getLogger(__name__)
 
@@ -172,12 +173,10 @@ class Auditor:
         duration_ms = (time.perf_counter() - started) * 1000
         if result is not None:
             # `result` was validated when it was built: copy its fields, don't re-validate.
-            run = AnalyzerRun.model_construct(
-                **dict(result),
-                status="ok",
-                error=None,
-                duration_ms=duration_ms,
-                surfaced=is_surfaced(
+            run = analyzer_run(
+                result,
+                duration_ms,
+                is_surfaced(
                     result.score, result.should_surface, context.config.threshold_for(analyzer.id)
                 ),
             )
