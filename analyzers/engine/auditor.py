@@ -93,6 +93,9 @@ class Auditor:
         else:
             runs = await _gather_eagerly([run_one(a) for a in analyzers])
 
+        # The memo's entries may point back at the context (a shared pipeline run does):
+        # emptied now, the audit leaves no reference cycle for the garbage collector.
+        context.memo.clear()
         trace, links = cap_report_parts(context.trace, context.links, self.config.limits)
         report = AuditReport(
             threshold=self.config.threshold,

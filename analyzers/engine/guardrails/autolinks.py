@@ -250,6 +250,11 @@ def _destinations(core: str, allowed: tuple[str, ...]):
 
 _UNSEEN = object()
 
+# Runs up to this long have their destinations kept across audits (a bounded LRU: the
+# same URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
+CACHED_RUN_MAX = 512
+_cached_destinations = lru_cache(maxsize=8192)(_destinations)
+
 
 def find_bare_urls(
     text: str, allowed: tuple[str, ...], skip, memo: dict | None = None
@@ -288,7 +293,9 @@ def find_bare_urls(
         if s >= e:
             continue
         core = text[s:e]
-        if memo is None:
+        if len(core) <= CACHED_RUN_MAX:
+            dests = _cached_destinations(core, allowed)
+        elif memo is None:
             dests = _destinations(core, allowed)
         else:
             dests = memo.get(core, _UNSEEN)
@@ -334,7 +341,11 @@ def url_like(text: str) -> bool:
     """Whether a renderer could find any URL in `text` (a link label, say)."""
     if marker_search(text) is None:
         return False
-    return any(_destinations(text[s:e], ()) != [] for s, e in _runs(text))
+    return any(
+        (_cached_destinations if e - s <= CACHED_RUN_MAX else _destinations)(text[s:e], ())
+        != []
+        for s, e in _runs(text)
+    )
 
 
 _RUN = re.compile(r"[^\s<>]+")
