@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzers.engine.config import AuditorConfig
-from analyzers.engine.guardrails import markup
+from analyzers.engine.guardrails import links, markup
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 
@@ -21,6 +21,9 @@ PIECES = [
     "<script>", "</script>", "<div>", "<img src=x onerror=alert(1)>", '<a href="x">',
     '<a href="https://evil.example/">', "<b>", "</b>", "<i x=1>", "<!-- c -->", "<b ", "<",
     "`", "`<div>`", " ", "\n", "x", "<style>", "</style>", "https://evil.example/p",
+    "<https://evil.example/a>", "<https://acme.example/a>", "[y](https://evil.example/a)",
+    "![i](https://evil.example/i.png)", "[y](javascript:alert(1))", "\t", "according to ",
+    "[src](https://evil.example/s)", "<mailto:x@evil.example>", "(", ")", "[", "]",
 ]
 
 
@@ -28,16 +31,16 @@ def spans(result):
     return sorted((a.type, a.severity, a.start, a.end) for _, a in result.annotations)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(PIECES), st.integers(1, 4)), max_size=12))
 def test_runs_clean_exactly_as_tag_by_tag_judging(parts):
     text = "".join(piece * times for piece, times in parts)
     merged = audit_text(text, SETTINGS)
-    markup.MERGE_RUNS = False
+    markup.MERGE_RUNS = links.MERGE_RUNS = False
     try:
         single = audit_text(text, SETTINGS)
     finally:
-        markup.MERGE_RUNS = True
+        markup.MERGE_RUNS = links.MERGE_RUNS = True
     assert merged.cleaned_response == single.cleaned_response
     # every finding of the run-merged audit covers exactly the findings it stands for
     for _, a in merged.annotations:
@@ -68,6 +71,15 @@ def test_a_run_of_anchors_to_a_host_not_allowed_is_judged_once_and_recorded_once
     assert "evil" not in result.cleaned_response
     # not adjacent: one finding per tag, as before
     assert len(audit_text(text, SETTINGS).annotations) == 6
+
+
+def test_a_run_of_one_stripped_autolink_is_one_finding():
+    text = "<https://evil.example/a> " * 400 + "end"
+    result = audit_text(text, SETTINGS)
+    assert result.cleaned_response.strip() == "end"
+    found = [a for _, a in result.annotations if a.type == "LINK_HOST_NOT_ALLOWED"]
+    assert len(found) == 1 and "(400 in a row)" in found[0].description
+    assert text[found[0].start:found[0].end] == found[0].evidence
 
 
 @pytest.mark.parametrize(
