@@ -48,6 +48,7 @@ _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.
 # is one of these (a "." only before a letter or after a "w")
 _PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
+_SPACE = re.compile(r"\s")
 # matched from where the scan stands to a marker: ends where the marker's run starts
 _RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
 _TRAILING = ".,:;!?*_~'\")]}"
@@ -215,9 +216,8 @@ def _destinations(core: str, allowed: tuple[str, ...]):
         if token.lower() == "www.":
             w = _WWW.search(core, max(0, k - 64), k + 4)
             start = w.start() if w is not None else k
-            end = start
-            while end < n and not core[end].isspace():
-                end += 1
+            space = _SPACE.search(core, start)  # (`str.isspace` is what `\s` matches)
+            end = space.start() if space else n
             url = "http://" + core[start:end]
             host, ok = _judge(url, allowed)
             found.append((core[start:end], host, LINK, ok, False, end))
@@ -238,8 +238,8 @@ def _destinations(core: str, allowed: tuple[str, ...]):
             kind = DOMAIN
             if end < n and core[end] in ":/?#":
                 kind = LINK
-                while end < n and not core[end].isspace():
-                    end += 1
+                space = _SPACE.search(core, end)
+                end = space.start() if space else n
             host, ok = _judge("http://" + core[f.start():end], allowed)
             found.append((core[f.start():end], host, kind, ok, False, end))
             pos = f.end()  # the path may hold other destinations
