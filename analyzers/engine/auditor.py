@@ -17,6 +17,7 @@ from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
 from .surfacing import decide_surfaced, is_surfaced
+from .trusted import analyzer_run
 
 __all__ = ["Auditor", "check_overrides", "emit", "is_surfaced", "overall_score"]
 
@@ -95,6 +96,9 @@ class Auditor:
         else:
             runs = await _gather_eagerly([run_one(a) for a in analyzers])
 
+        # The memo's entries may point back at the context (a shared pipeline run does):
+        # emptied now, the audit leaves no reference cycle for the garbage collector.
+        context.memo.clear()
         trace, links = cap_report_parts(context.trace, context.links, self.config.limits)
         report = AuditReport(
             threshold=self.config.threshold,
@@ -175,12 +179,10 @@ class Auditor:
         duration_ms = (time.perf_counter() - started) * 1000
         if result is not None:
             # `result` was validated when it was built: copy its fields, don't re-validate.
-            run = AnalyzerRun.model_construct(
-                **dict(result),
-                status="ok",
-                error=None,
-                duration_ms=duration_ms,
-                surfaced=decide_surfaced(
+            run = analyzer_run(
+                result,
+                duration_ms,
+                decide_surfaced(
                     status="ok",
                     score=result.score,
                     should_surface=result.should_surface,

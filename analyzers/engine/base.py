@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from .collisions import CollisionStore, InMemoryCollisionStore
 from .config import AuditorConfig
 from .contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
+from .trusted import analyzer_result
 
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -91,11 +92,6 @@ class Analyzer:
         should_surface: bool = False,
         supplementary: dict[str, Any] | None = None,
     ) -> AnalyzerResult:
-        return AnalyzerResult(
-            analyzer_id=self.id,
-            category=self.category,
-            score=score,
-            should_surface=should_surface,
-            annotations=annotations or [],
-            supplementary=supplementary or {},
+        return analyzer_result(
+            self.id, self.category, score, should_surface, annotations, supplementary
         )

@@ -104,6 +104,17 @@ _last_probe: Probe | None = None
 
 def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
     """False only when a pattern with these clauses cannot match the probed text."""
+    if probe._tokens is not None or probe._lookups >= Probe.SEARCHES_BEFORE_SET:
+        # the token set is (to be) built: each clause is one set test and a few searches
+        tokens, folded = probe.tokens, probe.folded
+        for clause in clauses:
+            split = _SPLIT.get(clause)
+            if split is None:
+                split = _SPLIT[clause] = _split(clause)
+            token_words, substrings = split
+            if tokens.isdisjoint(token_words) and not any(w in folded for w in substrings):
+                return False
+        return True
     for clause in clauses:
         for is_token, word in clause:
             if probe.has_token(word) if is_token else word in probe.folded:  # type: ignore[arg-type,operator]
@@ -111,6 +122,16 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
         else:
             return False
     return True
+
+
+_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...]]] = {}
+
+
+def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...]]:
+    """A clause as (its token words, its substrings)."""
+    tokens = frozenset(w for is_token, w in clause if is_token)
+    substrings = tuple(w for is_token, w in clause if not is_token)
+    return tokens, substrings  # type: ignore[return-value]
 
 
 # -- reading the clauses out of a pattern -------------------------------------------------

@@ -94,8 +94,10 @@ def normalise_for_hash(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def content_digest(text: str) -> str:
-    return hashlib.blake2b(normalise_for_hash(text).encode(), digest_size=16).hexdigest()
+def content_digest(text: str, words: list[str] | None = None) -> str:
+    """`words`: `text.split()`, when the caller has it already (one split, not two)."""
+    normal = normalise_for_hash(text) if words is None else " ".join(words).casefold()
+    return hashlib.blake2b(normal.encode(), digest_size=16).hexdigest()
 
 
 _NO_JSON = object()
@@ -216,7 +218,8 @@ class RedflagAnalyzer(Analyzer):
         self, audit: AuditInput, settings: RedflagSettings, context: AuditContext
     ) -> AnalyzerResult:
         text = audit.response
-        tokens = count_tokens(text)
+        words = text.split()  # whitespace-split tokens (`count_tokens`), hashed below too
+        tokens = len(words)
         is_spike = (
             settings.token_spike_threshold is not None and tokens > settings.token_spike_threshold
         )
@@ -297,8 +300,8 @@ class RedflagAnalyzer(Analyzer):
 
         if (
             settings.track_collisions
-            and text.strip()
-            and await seen_before(context, content_digest(text))
+            and words
+            and await seen_before(context, content_digest(text, words))
         ):
             flags.append(
                 Annotation(

@@ -48,6 +48,7 @@ _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.
 # is one of these (a "." only before a letter or after a "w")
 _PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
+_SPACE = re.compile(r"\s")
 # matched from where the scan stands to a marker: ends where the marker's run starts
 _RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
 _TRAILING = ".,:;!?*_~'\")]}"
@@ -215,9 +216,8 @@ def _destinations(core: str, allowed: tuple[str, ...]):
         if token.lower() == "www.":
             w = _WWW.search(core, max(0, k - 64), k + 4)
             start = w.start() if w is not None else k
-            end = start
-            while end < n and not core[end].isspace():
-                end += 1
+            space = _SPACE.search(core, start)  # (`str.isspace` is what `\s` matches)
+            end = space.start() if space else n
             url = "http://" + core[start:end]
             host, ok = _judge(url, allowed)
             found.append((core[start:end], host, LINK, ok, False, end))
@@ -238,8 +238,8 @@ def _destinations(core: str, allowed: tuple[str, ...]):
             kind = DOMAIN
             if end < n and core[end] in ":/?#":
                 kind = LINK
-                while end < n and not core[end].isspace():
-                    end += 1
+                space = _SPACE.search(core, end)
+                end = space.start() if space else n
             host, ok = _judge("http://" + core[f.start():end], allowed)
             found.append((core[f.start():end], host, kind, ok, False, end))
             pos = f.end()  # the path may hold other destinations
@@ -249,6 +249,11 @@ def _destinations(core: str, allowed: tuple[str, ...]):
 
 
 _UNSEEN = object()
+
+# Runs up to this long have their destinations kept across audits (a bounded LRU: the
+# same URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
+CACHED_RUN_MAX = 512
+_cached_destinations = lru_cache(maxsize=8192)(_destinations)
 
 
 def find_bare_urls(
@@ -288,7 +293,9 @@ def find_bare_urls(
         if s >= e:
             continue
         core = text[s:e]
-        if memo is None:
+        if len(core) <= CACHED_RUN_MAX:
+            dests = _cached_destinations(core, allowed)
+        elif memo is None:
             dests = _destinations(core, allowed)
         else:
             dests = memo.get(core, _UNSEEN)
@@ -334,7 +341,11 @@ def url_like(text: str) -> bool:
     """Whether a renderer could find any URL in `text` (a link label, say)."""
     if marker_search(text) is None:
         return False
-    return any(_destinations(text[s:e], ()) != [] for s, e in _runs(text))
+    return any(
+        (_cached_destinations if e - s <= CACHED_RUN_MAX else _destinations)(text[s:e], ())
+        != []
+        for s, e in _runs(text)
+    )
 
 
 _RUN = re.compile(r"[^\s<>]+")

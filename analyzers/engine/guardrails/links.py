@@ -235,14 +235,36 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     trace = ctx.out.trace
     out_links = ctx.out.links
     last_end = -1
+    run: _StripRun | None = None  # the same link stripped again and again, blanks between
     for link in links:
         if link.start < last_end:
             continue
+        gap_start = last_end
         last_end = link.end
         code_, severity, why, url = decisions.get(link.dest) or decide(link.dest, settings)
         if code_ is not None:
+            if (
+                run is not None
+                and MERGE_RUNS
+                and run.end == gap_start
+                and link.dest == run.dest
+                and link.kind == run.kind
+                and link.label == run.label
+                and not text[gap_start:link.start].strip(" \t")
+            ):
+                run.extend(link.end)
+                label = kept_label(link)
+                removed.append((len(edits), label))
+                edits.append((link.start, link.end, label))
+                continue
+            if run is not None:
+                run.close(ctx)
+            recorded = len(ctx.out.annotations)
             _strip(ctx, link, url, code_, severity, why, edits, removed)
+            run = _StripRun(link, ctx.out.annotations[recorded][1])
             continue
+        if run is not None:
+            run = run.close(ctx)
         label = link.label
         new_label = None
         inline = link.kind == "inline" or link.kind == "image"
@@ -283,6 +305,8 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
         else:
             trace.append("[AUDIT] KEEP | " + one_line(url))
             out_links.append(link_record(url, label, "keep"))
+    if run is not None:
+        run.close(ctx)
     if not edits:
         return []
     positions = ctx.doc.apply(edits)
@@ -290,6 +314,37 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
         neutralise_links(ctx)
         return []  # the positions are stale now: leave dangling attributions be
     return [(positions[i], label) for i, label in removed]
+
+
+MERGE_RUNS = True  # (tests compare with False: the same cleaned text, finding by finding)
+
+
+class _StripRun:
+    """A stripped link and the identical ones right after it (blanks between): each is
+    removed, one finding spans them all (100,000 of one autolink make one record)."""
+
+    __slots__ = ("dest", "kind", "label", "start", "end", "finding", "count")
+
+    def __init__(self, link: MdLink, finding) -> None:
+        self.dest, self.kind, self.label = link.dest, link.kind, link.label
+        self.start, self.end = link.start, link.end
+        self.finding = finding
+        self.count = 1
+
+    def extend(self, end: int) -> None:
+        self.end = end
+        self.count += 1
+
+    def close(self, ctx: Ctx) -> None:
+        if self.count > 1:
+            s, e = ctx.doc.orig_span(self.start, self.end)
+            fields = self.finding.__dict__  # plain values, as validation sets them
+            fields["start"], fields["end"] = s, e
+            fields["evidence"] = ctx.original[s - ctx.base:e - ctx.base]
+            fields["description"] = (
+                fields["description"].rstrip(".") + f" ({self.count} in a row)."
+            )
+        return None
 
 
 def _strip(

@@ -202,6 +202,7 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
     deactivated_below = 0
     next_closer: _NextCloser | None = None
     containing = code.containing if code else None
+    last_paren = text.rfind(")")  # a destination ends with ")": none can start past it
     i = 0
     while i < n:
         m = _SPECIAL.search(text, i)
@@ -243,7 +244,7 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
             if idx < deactivated_below and not image:
                 i += 1
                 continue
-            if i + 1 < n and text[i + 1] == "(":
+            if i + 1 < n and text[i + 1] == "(" and i + 2 <= last_paren:
                 if next_closer is None:
                     next_closer = _NextCloser(text)
                 parsed = parse_destination(text, i + 2, next_closer)

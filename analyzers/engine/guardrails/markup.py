@@ -157,12 +157,24 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
     removed = False
     pos = 0
     gt = -1  # the first ">" at or after the current candidate, or n when none
+    run: _Run | None = None  # identical tags removed back to back: one edit, one record
+    annotations = ctx.out.annotations
     while pos < n:
         m = _CANDIDATE.search(text, pos)
         if m is None:
             break
         i = m.start()
         span = containing(i) if containing is not None else None
+        if run is not None:
+            if span is None and MERGE_RUNS and i == run.end and text.startswith(run.region, i):
+                # the same tag again, right after the last: the same verdict (its facts
+                # and URL decisions are memoised, and no closing tag follows the first)
+                run.end = i + len(run.region)
+                run.count += 1
+                edits[-1] = (edits[-1][0], run.end, "")
+                pos = run.end
+                continue
+            run = run.close(ctx)
         if span is not None:
             pos = span[1]
             continue
@@ -175,11 +187,17 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             if gt < 0:
                 gt = n
         if gt >= n:
-            edits.append((i, i + 1, "&lt;"))
-            pos = i + 1
-            continue
+            # no ">" from here on: nothing left can close as a tag, comment or autolink,
+            # so every candidate left outside protected code is text (one scan, no checks)
+            removed = True
+            for later in _CANDIDATE.finditer(text, i):
+                j = later.start()
+                if containing is None or containing(j) is None:
+                    edits.append((j, j + 1, "&lt;"))
+            break
         end = gt + 1
         region = text[i:end]
+        recorded = len(annotations)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
             while end < n and text[end] in " \t":  # no indent left to make a code block
@@ -189,12 +207,44 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if replacement != region:
             edits.append((i, end, replacement))
             removed = removed or not replacement or replacement == "&lt;"
+            if not replacement and end == gt + 1 and len(annotations) > recorded:
+                run = _Run(region, i, end, annotations[recorded:])
         pos = end
+    if run is not None:
+        run.close(ctx)
     if edits:
         ctx.doc.apply(edits)
     else:
         ctx.settled["markup"] = text  # a round over it changes nothing
     return removed
+
+
+MERGE_RUNS = True  # (tests compare with False: the same cleaned text, finding by finding)
+
+
+class _Run:
+    """A tag removed, with the records it made; identical tags right after it join it, so
+    100,000 `<script>` in a row make one edit and one finding that spans them all."""
+
+    __slots__ = ("region", "start", "end", "records", "count")
+
+    def __init__(self, region: str, start: int, end: int, records: list) -> None:
+        self.region, self.start, self.end = region, start, end
+        self.records = [a for _, a in records]
+        self.count = 1
+
+    def close(self, ctx: Ctx) -> None:
+        """Stretch the first tag's findings over the whole run."""
+        if self.count > 1:
+            s, e = ctx.doc.orig_span(self.start, self.end)
+            evidence = ctx.original[s - ctx.base:e - ctx.base]
+            for annotation in self.records:
+                fields = annotation.__dict__  # set as validation would: plain values
+                fields["start"], fields["end"], fields["evidence"] = s, e, evidence
+                fields["description"] = (
+                    fields["description"].rstrip(".") + f" ({self.count} in a row)."
+                )
+        return None
 
 
 @lru_cache(maxsize=4096)

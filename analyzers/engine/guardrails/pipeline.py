@@ -13,8 +13,7 @@ URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attribute
 
 from __future__ import annotations
 
-import gc
-
+from .collector import collector_paused
 from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
 from .grounding import audit_grounding
 from .links import (
@@ -59,13 +58,10 @@ LARGE_PARAGRAPH = 1 << 16
 def audit_paragraph(
     text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
 ) -> ParagraphResult:
-    if len(text) < LARGE_PARAGRAPH or not gc.isenabled():
+    if len(text) < LARGE_PARAGRAPH:
         return _audit_paragraph(text, base, settings, sources)
-    gc.disable()  # only pauses the cycle collector; reference counting frees as usual
-    try:
+    with collector_paused():  # scoped, and safe with concurrent threads (see collector)
         return _audit_paragraph(text, base, settings, sources)
-    finally:
-        gc.enable()
 
 
 def _audit_paragraph(

@@ -114,19 +114,21 @@ class Doc:
         positions = []
         cursor = 0
         length = 0
+        out_append, piece_append, position_append = out.append, pieces.append, positions.append
         for start, end, replacement in edits:
             if start > cursor:
-                out.append(text[cursor:start])
-                pieces.append((length, length + start - cursor, o + cursor, o + start, True))
-                length += start - cursor
-            positions.append(length)
+                out_append(text[cursor:start])
+                new_length = length + start - cursor
+                piece_append((length, new_length, o + cursor, o + start, True))
+                length = new_length
+            position_append(length)
             if replacement:
-                out.append(replacement)
-                pieces.append(
-                    (length, length + len(replacement), o + start,
-                     o + (end if end > start else start), False)
+                out_append(replacement)
+                new_length = length + len(replacement)
+                piece_append(
+                    (length, new_length, o + start, o + (end if end > start else start), False)
                 )
-                length += len(replacement)
+                length = new_length
             if end > cursor:
                 cursor = end
         if n > cursor:
