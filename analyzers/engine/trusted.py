@@ -26,6 +26,7 @@ _RESULT_FIELDS = (
     "analyzer_id", "category", "score", "should_surface", "annotations", "supplementary",
 )
 _RUN_FIELDS = (*_RESULT_FIELDS, "status", "error", "duration_ms", "surfaced")
+_RESULT_SET = frozenset(_RESULT_FIELDS)
 _RUN_SET = frozenset(_RUN_FIELDS)
 
 try:
@@ -43,10 +44,12 @@ except (KeyError, AttributeError):  # pragma: no cover - another pydantic: by na
         _set(obj, "__pydantic_private__", value)
 
 
-def _trusted(cls: type, values: dict[str, Any], fields_set: set[str]) -> Any:
+def trusted_instance(cls: type, values: dict[str, Any], fields_set: frozenset[str]) -> Any:
+    """The instance `cls.model_construct(**values)` makes, `values` in declaration order
+    and already of their declared types, without pydantic's per-field loop."""
     obj = _new(cls)
     _set(obj, "__dict__", values)
-    _set_fields_set(obj, fields_set)
+    _set_fields_set(obj, set(fields_set))
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
@@ -106,12 +109,12 @@ def analyzer_result(
         supplementary = dict(supplementary)
     else:
         supplementary = {}
-    return _trusted(
+    return trusted_instance(
         AnalyzerResult,
         {"analyzer_id": analyzer_id, "category": category, "score": score,
          "should_surface": should_surface, "annotations": annotations,
          "supplementary": supplementary},
-        {"analyzer_id", "category", "score", "should_surface", "annotations", "supplementary"},
+        _RESULT_SET,
     )
 
 
@@ -132,7 +135,7 @@ def analyzer_run(result: AnalyzerResult, duration_ms: float, surfaced: bool) -> 
     values["error"] = None
     values["duration_ms"] = duration_ms
     values["surfaced"] = surfaced
-    return _trusted(AnalyzerRun, values, set(_RUN_SET))
+    return trusted_instance(AnalyzerRun, values, _RUN_SET)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -13,43 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from ..contract import Annotation, LinkRecord
-
-_new = object.__new__
-_set = object.__setattr__
+from ..trusted import trusted_instance as _trusted
 
 _ANNOTATION_FIELDS = ("type", "label", "severity", "description", "evidence", "start", "end")
 _LINK_FIELDS = ("url", "label", "decision", "reason", "http_status", "healthy")
 _ANNOTATION_SET = frozenset(_ANNOTATION_FIELDS)
 _LINK_SET = frozenset(("url", "label", "decision"))
 _STRIP_SET = frozenset(("url", "label", "decision", "reason"))
-
-
-# the slot setters themselves (a little cheaper than `object.__setattr__` by name)
-try:
-    _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-    _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-    _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-except (KeyError, AttributeError):  # pragma: no cover - another pydantic: by name
-    def _set_fields_set(obj: Any, value: Any) -> None:
-        _set(obj, "__pydantic_fields_set__", value)
-
-    def _set_extra(obj: Any, value: Any) -> None:
-        _set(obj, "__pydantic_extra__", value)
-
-    def _set_private(obj: Any, value: Any) -> None:
-        _set(obj, "__pydantic_private__", value)
-
-
-def _trusted(cls: type, values: dict[str, Any], fields_set: frozenset[str]) -> Any:
-    obj = _new(cls)
-    _set(obj, "__dict__", values)
-    _set_fields_set(obj, set(fields_set))
-    _set_extra(obj, None)
-    _set_private(obj, None)
-    return obj
 
 
 def annotation(
