@@ -138,7 +138,8 @@ def analyzer_run(result: AnalyzerResult, duration_ms: float, surfaced: bool) -> 
     return trusted_instance(AnalyzerRun, values, _RUN_SET)
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_instance(a: Any, b: Any) -> bool:
+    """Whether two models are the same instance in every part pydantic keeps."""
     return (
         type(a) is type(b)
         and list(a.__dict__.items()) == list(b.__dict__.items())
@@ -159,9 +160,9 @@ def _check() -> bool:
         return (
             tuple(AnalyzerResult.model_fields) == _RESULT_FIELDS
             and tuple(AnalyzerRun.model_fields) == _RUN_FIELDS
-            and _same(fast, slow)
-            and _same(analyzer_result(*empty), _validated_result(*empty))
-            and _same(analyzer_run(fast, 1.5, True), _constructed_run(slow, 1.5, True))
+            and same_instance(fast, slow)
+            and same_instance(analyzer_result(*empty), _validated_result(*empty))
+            and same_instance(analyzer_run(fast, 1.5, True), _constructed_run(slow, 1.5, True))
         )
     except Exception:  # any change in pydantic's internals: validate instead
         return False

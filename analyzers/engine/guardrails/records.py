@@ -11,9 +11,8 @@ and falls back to it if the models ever change shape.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..contract import Annotation, LinkRecord
+from ..trusted import same_instance
 from ..trusted import trusted_instance as _trusted
 
 _ANNOTATION_FIELDS = ("type", "label", "severity", "description", "evidence", "start", "end")
@@ -67,17 +66,6 @@ def _validated_link_record(
     return LinkRecord(url=url, label=label, decision=decision, reason=reason)
 
 
-def _same(a: Any, b: Any) -> bool:
-    return (
-        type(a) is type(b)
-        and list(a.__dict__.items()) == list(b.__dict__.items())
-        and a.model_fields_set == b.model_fields_set
-        and a.__pydantic_extra__ == b.__pydantic_extra__
-        and a.__pydantic_private__ == b.__pydantic_private__
-        and a.model_dump() == b.model_dump()
-    )
-
-
 def _check() -> bool:
     """Whether the builders still make what validation makes."""
     try:
@@ -91,7 +79,7 @@ def _check() -> bool:
         return (
             tuple(Annotation.model_fields) == _ANNOTATION_FIELDS
             and tuple(LinkRecord.model_fields) == _LINK_FIELDS
-            and all(_same(fast(*args), slow(*args)) for fast, slow, args in samples)
+            and all(same_instance(fast(*args), slow(*args)) for fast, slow, args in samples)
         )
     except Exception:  # any change in pydantic's internals: validate instead
         return False
