@@ -9,17 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import (
-    Case,
-    Count,
-    F,
-    FloatField,
-    Max,
-    Q,
-    Value,
-    When,
-)
 from django.utils import timezone
+
+from analyzers.engine.surfacing import Thresholds
 
 from ..models import AnalyzerRunRecord, AuditRun
 
@@ -146,25 +138,6 @@ class TuningPreview:
         return self.surfacing - self.surfacing_now
 
 
-def _peak_expression() -> Case:
-    """A result's surfacing score: 1 when forced (should_surface), else its score."""
-    return Case(
-        When(should_surface=True, then=Value(1.0)),
-        default=F("score"),
-        output_field=FloatField(),
-    )
-
-
-def _saved_surfacing(saved: dict[str, float], default: float) -> Q:
-    """A result surfaces at the saved thresholds: its analyzer's own, else the global one."""
-    condition = Q(should_surface=True) | (
-        Q(score__gte=default) & ~Q(analyzer_id__in=list(saved))
-    )
-    for analyzer_id, value in saved.items():
-        condition |= Q(analyzer_id=analyzer_id, score__gte=value)
-    return condition
-
-
 def tuning_preview(
     *,
     threshold: float,
@@ -177,68 +150,69 @@ def tuning_preview(
 ) -> TuningPreview:
     """Which of the last `window` completed audits would surface at `threshold`.
 
-    An audit surfaces when one of its successful results reaches its threshold or is
-    forced (CONTRACT.md section 1). The slider governs the global threshold (the results
-    of analyzers without `own_thresholds`) or, with `analyzer`, that analyzer's own; every
-    other result surfaces as it does now, at its saved threshold. Five queries, whatever
-    the window.
+    An audit surfaces when one of its successful results surfaces by the engine's one rule
+    (`analyzers.engine.surfacing`, CONTRACT.md section 1). The slider governs the global
+    threshold (the results of analyzers without `own_thresholds`) or, with `analyzer`, that
+    analyzer's own; every other result surfaces as it does now, at its saved threshold.
+    Three queries, whatever the window (a window's results are a few thousand small rows).
     """
     own = dict(own_thresholds or {})
+    if analyzer:
+        default = current if global_threshold is None else global_threshold
+        at_slider = Thresholds(default=default, own={**own, analyzer: threshold})
+        at_current = Thresholds(default=default, own={**own, analyzer: current})
+    else:
+        at_slider = Thresholds(default=threshold, own=own)
+        at_current = Thresholds(default=current, own=own)
+
+    def governed(analyzer_id: str) -> bool:
+        return analyzer_id == analyzer if analyzer else analyzer_id not in own
+
     recent_ids = list(
         AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
         .order_by("-created_at", "-id")
         .values_list("id", flat=True)[:window]
     )
-    ok_results = AnalyzerRunRecord.objects.filter(
+    results = AnalyzerRunRecord.objects.filter(
         audit_id__in=recent_ids, status=AnalyzerRunRecord.Status.OK
-    )
-    if analyzer:
-        governed = Q(analyzer_id=analyzer)
-        saved = {a: t for a, t in own.items() if a != analyzer}
-        default = current if global_threshold is None else global_threshold
-    else:
-        governed = ~Q(analyzer_id__in=list(own))
-        saved, default = own, current
-    peaks: dict[Any, float] = dict(
-        ok_results.filter(governed)
-        .values("audit_id")
-        .annotate(peak=Max(_peak_expression()))
-        .values_list("audit_id", "peak")
-    )
-    # Audits a result outside the slider's reach surfaces anyway.
-    fixed = set(
-        ok_results.exclude(governed)
-        .filter(_saved_surfacing(saved, default))
-        .values_list("audit_id", flat=True)
-        .distinct()
-    )
-    surfacing = [pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= threshold]
-    surfacing_set = set(surfacing)
-    now_set = {pk for pk in recent_ids if pk in fixed or peaks.get(pk, -1.0) >= current}
+    ).values_list("audit_id", "analyzer_id", "score", "should_surface")
 
-    per_analyzer = list(
-        ok_results.values("analyzer_id")
-        .annotate(
-            total=Count("id"),
-            at_threshold=Count("id", filter=Q(score__gte=threshold) | Q(should_surface=True)),
-            at_current=Count("id", filter=Q(score__gte=current) | Q(should_surface=True)),
-            at_saved=Count("id", filter=_saved_surfacing(saved, default)),
+    surfacing_set: set[Any] = set()
+    now_set: set[Any] = set()
+    peaks: dict[Any, float] = {}
+    per_analyzer: dict[str, dict[str, Any]] = {}
+    for audit_id, analyzer_id, score, forced in results.iterator(chunk_size=2000):
+        shown_now = at_current.surfaced(
+            analyzer_id=analyzer_id, status="ok", score=score, should_surface=forced
         )
-        .order_by("analyzer_id")
-    )
-    for row in per_analyzer:
-        name = row["analyzer_id"]
-        row["governed"] = name == analyzer if analyzer else name not in own
-        if not row["governed"]:
-            # Outside the slider's reach: it surfaces at its saved threshold either way.
-            row["at_threshold"] = row["at_current"] = row["at_saved"]
-            row["saved_threshold"] = own.get(name, default)
+        shown_then = at_slider.surfaced(
+            analyzer_id=analyzer_id, status="ok", score=score, should_surface=forced
+        )
+        if shown_now:
+            now_set.add(audit_id)
+        if shown_then:
+            surfacing_set.add(audit_id)
+        row = per_analyzer.get(analyzer_id)
+        if row is None:
+            row = per_analyzer[analyzer_id] = {
+                "analyzer_id": analyzer_id, "total": 0, "at_threshold": 0, "at_current": 0,
+                "governed": governed(analyzer_id),
+                "saved_threshold": at_current.for_analyzer(analyzer_id),
+            }
+        row["total"] += 1
+        row["at_threshold"] += shown_then
+        row["at_current"] += shown_now
+        if row["governed"]:
+            peak = 1.0 if forced else score
+            if peak > peaks.get(audit_id, -1.0):
+                peaks[audit_id] = peak
+    for row in per_analyzer.values():
         row["delta"] = row["at_threshold"] - row["at_current"]
+    surfacing = [pk for pk in recent_ids if pk in surfacing_set]
 
     histogram = [0] * HISTOGRAM_BINS
     for peak in peaks.values():
-        if peak is not None:
-            histogram[min(HISTOGRAM_BINS - 1, max(0, int(peak * HISTOGRAM_BINS)))] += 1
+        histogram[min(HISTOGRAM_BINS - 1, max(0, int(peak * HISTOGRAM_BINS)))] += 1
 
     shown_ids = surfacing[:examples]
     shown = AuditRun.objects.only(
@@ -262,6 +236,6 @@ def tuning_preview(
         newly=len(surfacing_set - now_set),
         dropped=len(now_set - surfacing_set),
         examples=example_runs,
-        per_analyzer=per_analyzer,
+        per_analyzer=[per_analyzer[name] for name in sorted(per_analyzer)],
         histogram=histogram,
     )
