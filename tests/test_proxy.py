@@ -230,6 +230,20 @@ def test_an_upstream_timeout_is_a_504(server, upstream, key):
     assert caught.value.response.headers["x-auditor-audit-id"]
 
 
+def test_an_upstream_that_stops_mid_stream_ends_with_a_timeout_frame(server, upstream, key):
+    configure(upstream, timeout_s=0.5)
+    upstream.enqueue(Completion(content=ANSWER, pause_after=3, pause=3))
+    with httpx.stream("POST", f"{server}/v1/chat/completions",
+                      headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "m", "messages": MESSAGES, "stream": True},
+                      timeout=10) as response:
+        assert response.status_code == 200  # the stream had started
+        frames = [line for line in response.iter_lines() if line.startswith("data: ")]
+    error = json.loads(frames[-1].removeprefix("data: "))["error"]
+    assert error["code"] == "upstream_timeout"
+    assert error["message"] == "the upstream stopped sending"
+
+
 def test_a_client_that_disconnects_cancels_upstream_and_the_audit_is_incomplete(server, upstream, key):
     upstream.enqueue(Completion(content=ANSWER, pause_after=20, pause=20))
     with httpx.stream("POST", f"{server}/v1/chat/completions",

@@ -31,7 +31,14 @@ from analyzers.config_store import load_proxy_config
 from ...schemas import AuditIn
 from ...stream_session import StreamError, StreamSession, authenticate, bearer_token
 from .relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
-from .upstream import ProxyFailure, Upstream, error_body, read_capped, upstream_error
+from .upstream import (
+    ProxyFailure,
+    Upstream,
+    error_body,
+    read_capped,
+    upstream_error,
+    upstream_errors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -278,21 +285,17 @@ class ChatCall:
     async def answer_stream(self) -> None:
         response = await self._open("text/event-stream")
         try:
-            await self.send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), self.id_header,
-            ]})
-            self.started = True
-            if self.mode == "observe":
-                await self._observe(response)
-            else:
-                await self._clean(response)
-        except httpx.TimeoutException:
-            raise ProxyFailure(504, "the upstream stopped sending", type_="upstream_timeout",
-                               code="upstream_timeout") from None
-        except httpx.HTTPError as exc:
-            raise ProxyFailure(502, f"the upstream stream broke off: {exc.__class__.__name__}",
-                               type_="upstream_error") from None
+            with upstream_errors("the upstream stopped sending", "the upstream stream broke off"):
+                await self.send({"type": "http.response.start", "status": 200, "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
+                    self.id_header,
+                ]})
+                self.started = True
+                if self.mode == "observe":
+                    await self._observe(response)
+                else:
+                    await self._clean(response)
         finally:
             await response.aclose()
         await self.send({"type": "http.response.body", "body": b""})

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -47,6 +49,19 @@ class ProxyFailure(Exception):
         self.body = body if body is not None else error_body(message, type_, code)
         self.headers = headers or []
         super().__init__(message)
+
+
+@contextmanager
+def upstream_errors(timed_out: str, broke: str, broke_code: str | None = None) -> Iterator[None]:
+    """httpx's errors as the proxy's answers: a timeout is a 504, any other a 502."""
+    try:
+        yield
+    except httpx.TimeoutException:
+        raise ProxyFailure(504, timed_out, type_="upstream_timeout",
+                           code="upstream_timeout") from None
+    except httpx.HTTPError as exc:
+        raise ProxyFailure(502, f"{broke}: {exc.__class__.__name__}",
+                           type_="upstream_error", code=broke_code) from None
 
 
 def error_body(message: str, type_: str = "auditor_proxy_error", code: str | None = None) -> bytes:
@@ -101,31 +116,21 @@ class Upstream:
         client = _client()
         request = client.build_request(method, url, content=body, headers=headers,
                                        extensions={**extensions, "timeout": self.timeout.as_dict()})
-        try:
+        with upstream_errors(f"the upstream did not answer within {self.config.timeout_s:g} s",
+                             "the upstream cannot be reached", "upstream_unreachable"):
             return await client.send(request, stream=True)
-        except httpx.TimeoutException:
-            raise ProxyFailure(504, f"the upstream did not answer within {self.config.timeout_s:g} s",
-                               type_="upstream_timeout", code="upstream_timeout") from None
-        except httpx.HTTPError as exc:
-            raise ProxyFailure(502, f"the upstream cannot be reached: {exc.__class__.__name__}",
-                               type_="upstream_error", code="upstream_unreachable") from None
 
 
 async def read_capped(response: httpx.Response, cap: int) -> bytes:
     """The whole body, at most `cap` bytes (ProxyFailure 502 beyond)."""
     parts, size = [], 0
     try:
-        async for chunk in response.aiter_raw():
-            size += len(chunk)
-            if size > cap:
-                raise ProxyFailure(502, f"the upstream answer is over {cap} bytes")
-            parts.append(chunk)
-    except httpx.TimeoutException:
-        raise ProxyFailure(504, "the upstream stopped answering", type_="upstream_timeout",
-                           code="upstream_timeout") from None
-    except httpx.HTTPError as exc:
-        raise ProxyFailure(502, f"the upstream answer broke off: {exc.__class__.__name__}",
-                           type_="upstream_error") from None
+        with upstream_errors("the upstream stopped answering", "the upstream answer broke off"):
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > cap:
+                    raise ProxyFailure(502, f"the upstream answer is over {cap} bytes")
+                parts.append(chunk)
     finally:
         await response.aclose()
     return b"".join(parts)
