@@ -306,6 +306,18 @@ def test_an_empty_queue_is_all_caught_up(alice):
     assert "Every surfaced audit has a verdict" in html
 
 
+def test_highest_score_first_means_the_headline_score_not_the_mean(alice):
+    one_bad = make_audit(results=[result("tone", 0.9, [annotation("condescending", "warning")]),
+                                  result("redflag", 0.0), result("links", 0.0)])  # mean 0.3
+    evenly = make_audit(results=[result("tone", 0.6, [annotation("condescending", "warning")]),
+                                 result("redflag", 0.6)])  # mean 0.6
+    assert one_bad.overall_score < evenly.overall_score
+    assert [a.pk for a in review_queue.candidates(alice, "score")] == [one_bad.pk, evenly.pk]
+    html = client_for(alice).get(reverse("audits:queue") + "?order=score").content.decode()
+    assert f"queue-audit-{one_bad.pk}" in html
+    assert '<span class="score-value">0.90</span>' in html
+
+
 def test_changing_the_order_hands_back_the_held_audit(alice):
     old_low = surfaced(0.4, hours_ago=30)
     new_high = surfaced(0.95, hours_ago=1)

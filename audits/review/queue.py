@@ -25,7 +25,8 @@ from ..models import AuditRun, Review
 CLAIM_TTL = timedelta(minutes=10)
 ORDERS = {
     "oldest": ("created_at", "id"),
-    "score": ("-overall_score", "created_at", "id"),
+    # The headline score (audits.scoring): the highest result score, what decides surfacing.
+    "score": ("-top_score", "created_at", "id"),
 }
 DEFAULT_ORDER = "oldest"
 # Candidates fetched per round; a round is only repeated when others won all of them.

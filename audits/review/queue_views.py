@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from .. import scoring
 from ..highlight import highlight_segments
 from ..models import AuditRun, Review
 from ..permissions import staff_required
@@ -50,8 +51,10 @@ def _audit_context(run: AuditRun) -> dict[str, Any]:
     results = [r for r in run.results.all() if r.surfaced]
     results.sort(key=lambda r: -r.score)
     annotations = [(f"ann-{a.pk}", a) for r in results for a in r.annotations.all()]
+    severities = {a.severity for _, a in annotations}
     return {
         "audit": run,
+        "headline": scoring.headline(run, results, severities),
         "surfaced_results": results,
         "highlights": highlight_segments(run.response, annotations),
     }
