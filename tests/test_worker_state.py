@@ -139,10 +139,10 @@ def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
     original = services._audit
 
-    def flaky(run):
+    def flaky(run, *rest):
         if run.pk == runs[1].pk:
             raise RuntimeError("engine exploded")
-        return original(run)
+        return original(run, *rest)
 
     monkeypatch.setattr(services, "_audit", flaky)
     outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
