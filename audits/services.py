@@ -501,6 +501,12 @@ def collision_family(run: AuditRun) -> str:
 def _audit(run: AuditRun, collisions: CollisionBatch | None = None) -> AuditReport:
     """The engine's report on `run`, on this worker thread's engine loop (its duplicate
     checks answered by `collisions` when given)."""
+    return workers.run_engine(_engine_call(run, collisions))
+
+
+def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
+    """A function returning the engine's coroutine auditing `run` (built in this thread:
+    the auditor, the input and the collision family)."""
     auditor = _auditor_for(run)
     family = collision_family(run)
     audit = AuditInput(
@@ -520,7 +526,7 @@ def _audit(run: AuditRun, collisions: CollisionBatch | None = None) -> AuditRepo
         )
         return coro if collisions is None else collisions.run(run.pk, coro)
 
-    return workers.run_engine(make)
+    return make
 
 
 def _collision_batch(runs: list[AuditRun]) -> CollisionBatch | None:
@@ -551,19 +557,40 @@ def _analyse(
     runs: list[AuditRun], outcome: dict[str, str], collisions: CollisionBatch | None,
     *, announce: bool = True,
 ) -> list[tuple[AuditRun, AuditReport]]:
-    """The engine's reports on `runs`; a run whose analysis raises is marked failed."""
-    done: list[tuple[AuditRun, AuditReport]] = []
+    """The engine's reports on `runs`, one after another in one trip to this thread's
+    engine loop (a trip per audit cost more than the duplicate checks it saved: each hands
+    the GIL to the loop's thread and back). A run whose analysis raises is marked failed."""
+    calls = []
     for run in runs:
-        audit_id = str(run.pk)
         if announce:
-            publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
+            publish({"type": "audit_started", "audit_id": str(run.pk), "attempt": run.attempts})
         try:
-            done.append((run, _audit(run, collisions)))
+            calls.append((run, _engine_call(run, collisions)))
         except Exception as exc:
-            logger.exception("audit %s failed", audit_id)
-            mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
-            outcome[audit_id] = AuditRun.Status.FAILED
+            _analysis_failed(run, exc, outcome)
+
+    async def each() -> list[Any]:
+        results: list[Any] = []
+        for _, make in calls:
+            try:
+                results.append(await make())
+            except Exception as exc:  # this audit fails alone
+                results.append(exc)
+        return results
+
+    done: list[tuple[AuditRun, AuditReport]] = []
+    for (run, _), result in zip(calls, workers.run_engine(each) if calls else [], strict=True):
+        if isinstance(result, Exception):
+            _analysis_failed(run, result, outcome)
+        else:
+            done.append((run, result))
     return done
+
+
+def _analysis_failed(run: AuditRun, exc: Exception, outcome: dict[str, str]) -> None:
+    logger.error("audit %s failed", run.pk, exc_info=exc)
+    mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+    outcome[str(run.pk)] = AuditRun.Status.FAILED
 
 
 def _analyse_and_store(

@@ -137,14 +137,14 @@ def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monke
 @pytest.mark.django_db(transaction=True)
 def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
-    original = services._audit
+    original = services._engine_call
 
     def flaky(run, *rest):
         if run.pk == runs[1].pk:
             raise RuntimeError("engine exploded")
         return original(run, *rest)
 
-    monkeypatch.setattr(services, "_audit", flaky)
+    monkeypatch.setattr(services, "_engine_call", flaky)
     outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
     assert services.execute_runs([runs[0].pk, runs[2].pk]) == {
@@ -152,6 +152,26 @@ def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     run = AuditRun.objects.get(pk=runs[1].pk)
     assert run.status == "failed" and "engine exploded" in run.error
 
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_audit_raising_inside_the_engine_fails_alone_in_its_batch(monkeypatch):
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    original = services._engine_call
+
+    def flaky(run, *rest):
+        if run.pk != runs[1].pk:
+            return original(run, *rest)
+
+        async def explode():
+            raise RuntimeError("engine exploded mid-audit")
+
+        return explode
+
+    monkeypatch.setattr(services, "_engine_call", flaky)
+    outcome = services.execute_runs([r.pk for r in runs])
+    assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
+    assert "mid-audit" in AuditRun.objects.get(pk=runs[1].pk).error
 
 @pytest.fixture
 def database_tasks(settings):
