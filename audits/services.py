@@ -469,7 +469,7 @@ def _auditor_for(run: AuditRun):
     snapshot = dict(run.config_snapshot or {})
     snapshot.pop("custom_judges", None)
     key = (
-        json.dumps(snapshot, sort_keys=True, default=str),
+        workers.snapshot_text(snapshot),
         config_version(),
         id(current_registry()),
         settings.AUDITOR_ALLOW_PRIVATE_NETWORKS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -225,3 +226,12 @@ def test_rows_written_before_the_first_attempt_are_replaced_not_duplicated():
     TraceLine.objects.create(audit=batch[1], position=0, text="[AUDIT] streamed")
     assert set(services.execute_runs([r.pk for r in batch]).values()) == {"complete"}
     assert not TraceLine.objects.filter(text="[AUDIT] streamed").exists()
+
+
+def test_the_snapshot_key_is_remembered_and_follows_the_snapshot():
+    first = {"threshold": 0.3, "analyzers": {"tone": {"enabled": True}}}
+    text = workers.snapshot_text(first)
+    assert text == json.dumps(first, sort_keys=True)
+    assert workers.snapshot_text(dict(first)) is text  # an equal snapshot: no encoding
+    changed = {**first, "threshold": 0.5}
+    assert workers.snapshot_text(changed) == json.dumps(changed, sort_keys=True)
