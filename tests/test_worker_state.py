@@ -174,6 +174,7 @@ def test_an_audit_raising_inside_the_engine_fails_alone_in_its_batch(monkeypatch
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
     assert "mid-audit" in AuditRun.objects.get(pk=runs[1].pk).error
 
+
 @pytest.fixture
 def database_tasks(settings):
     from django.tasks import task_backends  # noqa: F401
@@ -205,11 +206,21 @@ def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, s
     assert DBTaskResult.objects.filter(status="READY").count() == 11
     own_settings = connection.settings_dict
     try:
-        call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "--claim", "4")
+        with CaptureQueriesContext(connection) as ctx:
+            call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload",
+                         "--claim", "4")
     finally:
         connection.settings_dict = own_settings  # the worker made this thread's persistent
     assert batches == [4, 4, 3]
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
+    # Claimed and marked successful with one UPDATE each per batch, not one per row.
+    updates = [q for q in ctx.captured_queries
+               if q["sql"].startswith('UPDATE "django_tasks_database_dbtaskresult"')]
+    assert len(updates) == 6, [q["sql"][:80] for q in ctx.captured_queries]
+    for row in DBTaskResult.objects.all():
+        assert row.return_value == "complete" and len(row.worker_ids) == 1
+        assert row.started_at is not None and row.finished_at >= row.started_at
+        assert row.exception_class_path == "" and row.traceback == ""
     assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
                .values_list("status", flat=True)) == {"complete"}
 
