@@ -158,7 +158,7 @@ def submit_audit(
     )
     try:
         with transaction.atomic():
-            run.save(force_insert=True)
+            _insert_runs([run])
             if enqueue:
                 run_id, large = run.pk, is_large(response)
                 if _queue_shares_transaction(run._state.db):
@@ -271,15 +271,8 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             threshold=config.threshold, config_snapshot=snapshot,
             incomplete=bool(item.get("incomplete", False)),
         ))
-    columns = [field.attname for field in AuditRun._meta.concrete_fields]
     with transaction.atomic():
-        # Plain rows, one statement (audits.bulk): the ORM's bulk_create prepared each of
-        # the ~30 fields of each run one by one.
-        insert_rows(AuditRun, columns,
-                    [tuple(getattr(run, name) for name in columns) for run in runs])
-        for run in runs:
-            run._state.adding = False
-            run._state.db = router.db_for_write(AuditRun)
+        _insert_runs(runs)
         queued = [(run.pk, is_large(run.response)) for run in runs]
         if runs and _queue_shares_transaction(runs[0]._state.db):
             for run_id, large in queued:
@@ -289,6 +282,18 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
     for run in runs:
         run.was_created = True
     return runs
+
+
+def _insert_runs(runs: list[AuditRun]) -> None:
+    """INSERT new runs as plain rows, one statement (audits.bulk): `save()` and the ORM's
+    bulk_create prepared each of the ~30 fields of each run one by one. No signals are
+    sent (nothing listens to an AuditRun's save)."""
+    columns = [field.attname for field in AuditRun._meta.concrete_fields]
+    insert_rows(AuditRun, columns,
+                [tuple(getattr(run, name) for name in columns) for run in runs])
+    for run in runs:
+        run._state.adding = False
+        run._state.db = router.db_for_write(AuditRun)
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:
