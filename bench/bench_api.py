@@ -419,7 +419,8 @@ def live_probe(key: str, args, engine_ms: float) -> dict:
           f"p95 {pct(probe['card_ms'], 95):.0f} ms (target p95 < 150 ms: "
           f"{'ok' if pct(probe['card_ms'], 95) < 150 else 'MISSED'}); complete card p50 "
           f"{pct(probe['complete_ms'], 50):.0f} ms, p95 {pct(probe['complete_ms'], 95):.0f} ms "
-          f"({len(probe['card_ms'])} audits)")
+          f"({len(probe['card_ms'])} audits; {probe.get('missed', 0)} cards never came "
+          "within 60 s)")
     if r["complete"] != r["stored"] or r["stored"] != args.e2e:
         raise SystemExit(f"audits lost in the live probe: {r['stored']} stored, "
                          f"{r['complete']} complete of {args.e2e}")

@@ -142,7 +142,8 @@ def _count(db: Path, where: str) -> int:
 async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: dict) -> None:
     """While the load runs, one probe at a time: the dashboard list page (GET /, a staff
     session) and a card: one audit posted alone, until its card fragment reaches a
-    WebSocket watcher of the live feed (/ws/audits/) and until its complete card does."""
+    WebSocket watcher of the live feed (/ws/audits/) and until its complete card does
+    (`missed`: cards that never came within 60 s)."""
     import httpx
     import websockets
 
@@ -170,8 +171,13 @@ async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: d
             audit_id = r.json()["id"]
             ids.append(audit_id)
             first = None
+            waited = time.monotonic() + 60
             while True:
-                message = await asyncio.wait_for(ws.recv(), timeout=300)
+                try:
+                    message = await asyncio.wait_for(ws.recv(), waited - time.monotonic())
+                except TimeoutError:  # its fragments never came (a full channel drops them)
+                    out["missed"] = out.get("missed", 0) + 1
+                    break
                 if f"audit-card-{audit_id}" not in message:
                     continue
                 now = (time.perf_counter() - t0) * 1000
