@@ -339,4 +339,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    # django.tasks logs every task's start and end at INFO: a LogRecord per audit, built
+    # even when no handler prints it (Django's own "django" logger is at INFO).
+    "loggers": {"django.tasks": {"level": os.environ.get("AUDITOR_TASK_LOG_LEVEL", "WARNING")}},
 }

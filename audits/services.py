@@ -24,9 +24,11 @@ from django.utils import timezone
 
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
+from analyzers.engine.redflag import content_digest
 
 from . import workers
 from .bulk import insert_rows
+from .collisions import CollisionBatch
 from .events import apublish, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
@@ -156,7 +158,7 @@ def submit_audit(
     )
     try:
         with transaction.atomic():
-            run.save(force_insert=True)
+            _insert_runs([run])
             if enqueue:
                 run_id, large = run.pk, is_large(response)
                 if _queue_shares_transaction(run._state.db):
@@ -269,15 +271,8 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             threshold=config.threshold, config_snapshot=snapshot,
             incomplete=bool(item.get("incomplete", False)),
         ))
-    columns = [field.attname for field in AuditRun._meta.concrete_fields]
     with transaction.atomic():
-        # Plain rows, one statement (audits.bulk): the ORM's bulk_create prepared each of
-        # the ~30 fields of each run one by one.
-        insert_rows(AuditRun, columns,
-                    [tuple(getattr(run, name) for name in columns) for run in runs])
-        for run in runs:
-            run._state.adding = False
-            run._state.db = router.db_for_write(AuditRun)
+        _insert_runs(runs)
         queued = [(run.pk, is_large(run.response)) for run in runs]
         if runs and _queue_shares_transaction(runs[0]._state.db):
             for run_id, large in queued:
@@ -287,6 +282,18 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
     for run in runs:
         run.was_created = True
     return runs
+
+
+def _insert_runs(runs: list[AuditRun]) -> None:
+    """INSERT new runs as plain rows, one statement (audits.bulk): `save()` and the ORM's
+    bulk_create prepared each of the ~30 fields of each run one by one. No signals are
+    sent (nothing listens to an AuditRun's save)."""
+    columns = [field.attname for field in AuditRun._meta.concrete_fields]
+    insert_rows(AuditRun, columns,
+                [tuple(getattr(run, name) for name in columns) for run in runs])
+    for run in runs:
+        run._state.adding = False
+        run._state.db = router.db_for_write(AuditRun)
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:
@@ -467,7 +474,7 @@ def _auditor_for(run: AuditRun):
     snapshot = dict(run.config_snapshot or {})
     snapshot.pop("custom_judges", None)
     key = (
-        json.dumps(snapshot, sort_keys=True, default=str),
+        workers.snapshot_text(snapshot),
         config_version(),
         id(current_registry()),
         settings.AUDITOR_ALLOW_PRIVATE_NETWORKS,
@@ -496,8 +503,15 @@ def collision_family(run: AuditRun) -> str:
     return str(root)
 
 
-def _audit(run: AuditRun) -> AuditReport:
-    """The engine's report on `run`, on this worker thread's engine loop."""
+def _audit(run: AuditRun, collisions: CollisionBatch | None = None) -> AuditReport:
+    """The engine's report on `run`, on this worker thread's engine loop (its duplicate
+    checks answered by `collisions` when given)."""
+    return workers.run_engine(_engine_call(run, collisions))
+
+
+def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
+    """A function returning the engine's coroutine auditing `run` (built in this thread:
+    the auditor, the input and the collision family)."""
     auditor = _auditor_for(run)
     family = collision_family(run)
     audit = AuditInput(
@@ -506,30 +520,116 @@ def _audit(run: AuditRun) -> AuditReport:
         sources=run.sources,
         metadata=run.metadata,
     )
-    return workers.run_engine(
-        lambda: auditor.audit(
+
+    def make():
+        coro = auditor.audit(
             audit,
             options=run.options or None,
             collision_key=run.collision_key,
             collision_family=family,
             progress=_progress_callback(str(run.pk)),
         )
+        return coro if collisions is None else collisions.run(run.pk, coro)
+
+    return make
+
+
+def _collision_batch(runs: list[AuditRun]) -> CollisionBatch | None:
+    """The runs' duplicate-output questions, read in one query (audits.collisions): the
+    red-flag analyzer asks about the digest of the response in the collision scope (the
+    collision key, else the input); a question asked otherwise goes to the database."""
+    if not runs or not CollisionBatch.supported():
+        return None
+    return CollisionBatch(
+        (run.user_input if run.collision_key is None else run.collision_key,
+         content_digest(run.response, run.response.split()))
+        for run in runs
     )
 
 
 def _execute_claimed(run_id: Any) -> str:
     run = AuditRun.objects.get(pk=run_id)
-    audit_id = str(run.pk)
-    publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
-    try:
-        report = _audit(run)
-        store_report(run, report, fresh=_nothing_stored([run]))
-    except Exception as exc:
-        logger.exception("audit %s failed", audit_id)
-        mark_failed(run_id, f"{type(exc).__name__}: {exc}")
+    done = _analyse_and_store([run], {})
+    if not done:
         return AuditRun.Status.FAILED
-    _finished(run, report)
+    run, report = done[0]
+    if run.status == AuditRun.Status.COMPLETE:
+        _finished(run, report)
     return run.status
+
+
+def _analyse(
+    runs: list[AuditRun], outcome: dict[str, str], collisions: CollisionBatch | None,
+    *, announce: bool = True,
+) -> list[tuple[AuditRun, AuditReport]]:
+    """The engine's reports on `runs`, one after another in one trip to this thread's
+    engine loop (a trip per audit cost more than the duplicate checks it saved: each hands
+    the GIL to the loop's thread and back). A run whose analysis raises is marked failed."""
+    calls = []
+    for run in runs:
+        if announce:
+            publish({"type": "audit_started", "audit_id": str(run.pk), "attempt": run.attempts})
+        try:
+            calls.append((run, _engine_call(run, collisions)))
+        except Exception as exc:
+            _analysis_failed(run, exc, outcome)
+
+    async def each() -> list[Any]:
+        results: list[Any] = []
+        for _, make in calls:
+            try:
+                results.append(await make())
+            except Exception as exc:  # this audit fails alone
+                results.append(exc)
+        return results
+
+    done: list[tuple[AuditRun, AuditReport]] = []
+    for (run, _), result in zip(calls, workers.run_engine(each) if calls else [], strict=True):
+        if isinstance(result, Exception):
+            _analysis_failed(run, result, outcome)
+        else:
+            done.append((run, result))
+    return done
+
+
+def _analysis_failed(run: AuditRun, exc: Exception, outcome: dict[str, str]) -> None:
+    logger.error("audit %s failed", run.pk, exc_info=exc)
+    mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+    outcome[str(run.pk)] = AuditRun.Status.FAILED
+
+
+def _analyse_and_store(
+    runs: list[AuditRun], outcome: dict[str, str]
+) -> list[tuple[AuditRun, AuditReport]]:
+    """Analyse `runs` with their duplicate checks batched and store the reports in one
+    transaction. When that transaction fails (a bad report, or CollisionRace: another
+    process recorded a digest meanwhile), nothing of it is kept: the runs are analysed
+    again asking one question at a time, and stored together or, failing that, alone."""
+    collisions = _collision_batch(runs)
+    done = _analyse(runs, outcome, collisions)
+    if collisions is not None:
+        try:
+            store_reports(done, fresh=_nothing_stored([run for run, _ in done]),
+                          collisions=collisions)
+            return done
+        except Exception:
+            logger.warning("storing %d reports with their batched duplicate checks failed; "
+                           "analysing them again", len(done), exc_info=True)
+            done = _analyse([run for run, _ in done], outcome, None, announce=False)
+    try:
+        store_reports(done, fresh=_nothing_stored([run for run, _ in done]))
+    except Exception:
+        # One bad report must not fail the others: store them one by one.
+        logger.warning("storing %d reports at once failed; one by one", len(done),
+                       exc_info=True)
+        for run, report in done:
+            try:
+                store_report(run, report, fresh=_nothing_stored([run]))
+            except Exception as exc:
+                logger.exception("audit %s failed", run.pk)
+                mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
+                run.status = AuditRun.Status.FAILED
+    return done
 
 
 def _finished(run: AuditRun, report: AuditReport) -> None:
@@ -595,29 +695,7 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
         for run_id in claimed:
             stack.enter_context(running_run(run_id))
         runs = list(AuditRun.objects.filter(pk__in=claimed))
-        done: list[tuple[AuditRun, AuditReport]] = []
-        for run in runs:
-            audit_id = str(run.pk)
-            publish({"type": "audit_started", "audit_id": audit_id, "attempt": run.attempts})
-            try:
-                done.append((run, _audit(run)))
-            except Exception as exc:
-                logger.exception("audit %s failed", audit_id)
-                mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
-                outcome[audit_id] = AuditRun.Status.FAILED
-        try:
-            store_reports(done, fresh=_nothing_stored([run for run, _ in done]))
-        except Exception:
-            # One bad report must not fail the others: store them one by one.
-            logger.warning("storing %d reports at once failed; one by one", len(done),
-                           exc_info=True)
-            for run, report in done:
-                try:
-                    store_report(run, report, fresh=_nothing_stored([run]))
-                except Exception as exc:
-                    logger.exception("audit %s failed", run.pk)
-                    mark_failed(run.pk, f"{type(exc).__name__}: {exc}")
-                    run.status = AuditRun.Status.FAILED
+        done = _analyse_and_store(runs, outcome)
     for run, report in done:
         outcome[str(run.pk)] = run.status
         if run.status == AuditRun.Status.COMPLETE:
@@ -634,9 +712,14 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
     return run
 
 
-def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False) -> None:
+def store_reports(
+    pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False,
+    collisions: CollisionBatch | None = None,
+) -> None:
     """`store_report` for several runs: one transaction, one statement per table (rows
-    as plain tuples through `audits.bulk.insert_rows`, no model instance per row).
+    as plain tuples through `audits.bulk.insert_rows`, no model instance per row), and
+    the digests their duplicate checks recorded (`collisions`, which may raise
+    CollisionRace: then nothing is stored).
 
     Surfacing follows the thresholds current now (audits.surfacing), which may be newer
     than the configuration snapshot the engine ran with."""
@@ -649,6 +732,8 @@ def store_reports(pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = Fa
     runs = [run for run, _ in pairs]
     using = runs[0]._state.db or router.db_for_write(AuditRun)
     with transaction.atomic(using=using):
+        if collisions is not None:
+            collisions.flush()
         if not fresh:
             # A retried run starts from a clean slate.
             AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()

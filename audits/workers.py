@@ -16,6 +16,7 @@ Built per audit, the plumbing cost far more than the analysis; per worker thread
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -82,3 +83,15 @@ def cached_auditor(key: tuple, build: Callable[[], Any]) -> Any:
             cache.pop(next(iter(cache)))
         auditor = cache[key] = build()
     return auditor
+
+
+def snapshot_text(snapshot: dict) -> str:
+    """`snapshot` as canonical JSON (a cache key), remembered for this thread's last one:
+    the runs of a batch share their configuration snapshot, and comparing two is much
+    cheaper than encoding one."""
+    last = getattr(_local, "snapshot", None)
+    if last is not None and last[0] == snapshot:
+        return last[1]
+    text = json.dumps(snapshot, sort_keys=True, default=str)
+    _local.snapshot = (snapshot, text)
+    return text

@@ -375,6 +375,8 @@ def end_to_end(key: str, args) -> dict:
             if r["complete"] != r["stored"] or r["stored"] != n:
                 failures.append(f"{tree} {label}: {r['stored']} stored, "
                                 f"{r['complete']} complete of {n} accepted")
+    if args.live_probe:
+        results["live probe"] = live_probe(key, args, engine_ms)
     if args.phoenix:
         print("  Phoenix side by side: not run (no network for its install here; skipped)")
     else:
@@ -382,6 +384,47 @@ def end_to_end(key: str, args) -> dict:
     if failures:
         raise SystemExit("audits lost: " + "; ".join(failures))
     return results
+
+
+def live_probe(key: str, args, engine_ms: float) -> dict:
+    """The thread backend's batch scenario again, with a staff user watching: the list
+    page's latency and a lone audit's card latency while the load runs (throughput._probe)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from throughput import run_scenario
+
+    user = get_user_model().objects.filter(username="bench-staff").first()
+    if user is None:
+        user = get_user_model().objects.create_superuser("bench-staff", password=uuid.uuid4().hex)
+    client = Client()
+    client.force_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    r = run_scenario(root=BASE_DIR, db=DB_PATH, key=key, backend="thread", n=args.e2e,
+                     batch=100, clients=1, probe_cookie=cookie,
+                     env_extra={"SECRET_KEY": settings.SECRET_KEY})  # the session's key
+    probe = r["probe"]
+
+    def pct(values: list[float], p: float) -> float:
+        values = sorted(values)
+        return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
+
+    print(f"  [live probe] thread batches with a watcher: accepted {r['accepted_per_s']:.0f}/s  "
+          f"analysed+stored {r['analysed_per_s']:.0f}/s  server CPU {r['cpu_ms_per_audit']:.2f} "
+          f"ms/audit = {r['cpu_ms_per_audit'] / engine_ms:.1f}x engine")
+    print(f"  [live probe] list page during the load: p50 {pct(probe['list_ms'], 50):.0f} ms, "
+          f"p95 {pct(probe['list_ms'], 95):.0f} ms ({len(probe['list_ms'])} requests; "
+          f"target p50 < 60 ms: {'ok' if pct(probe['list_ms'], 50) < 60 else 'MISSED'})")
+    print(f"  [live probe] a lone audit's card at a watcher: p50 {pct(probe['card_ms'], 50):.0f} ms, "
+          f"p95 {pct(probe['card_ms'], 95):.0f} ms (target p95 < 150 ms: "
+          f"{'ok' if pct(probe['card_ms'], 95) < 150 else 'MISSED'}); complete card p50 "
+          f"{pct(probe['complete_ms'], 50):.0f} ms, p95 {pct(probe['complete_ms'], 95):.0f} ms "
+          f"({len(probe['card_ms'])} audits; {probe.get('missed', 0)} cards never came "
+          "within 60 s)")
+    if r["complete"] != r["stored"] or r["stored"] != args.e2e:
+        raise SystemExit(f"audits lost in the live probe: {r['stored']} stored, "
+                         f"{r['complete']} complete of {args.e2e}")
+    return r
 
 
 def main() -> None:
@@ -393,6 +436,9 @@ def main() -> None:
     parser.add_argument("--before-e2e", type=int, default=1000)
     parser.add_argument("--e2e-only", action="store_true")
     parser.add_argument("--phoenix", action="store_true", help="the optional Phoenix step")
+    parser.add_argument("--live-probe", action="store_true",
+                        help="also the batch scenario with a watcher: list page and card "
+                             "latency while the load runs")
     args = parser.parse_args()
     try:
         call_command("migrate", verbosity=0)

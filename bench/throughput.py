@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -138,10 +139,70 @@ def _count(db: Path, where: str) -> int:
         return conn.execute(f"SELECT count(*) FROM audits_auditrun WHERE {where}").fetchone()[0]
 
 
+async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: dict) -> None:
+    """While the load runs, one probe at a time: the dashboard list page (GET /, a staff
+    session) and a card: one audit posted alone, until its card fragment reaches a
+    WebSocket watcher of the live feed (/ws/audits/) and until its complete card does
+    (`missed`: cards that never came within 60 s)."""
+    import httpx
+    import websockets
+
+    host = f"127.0.0.1:{port}"
+    lists, cards, complete, ids = out["list_ms"], out["card_ms"], out["complete_ms"], out["ids"]
+    ws = await websockets.connect(f"ws://{host}/ws/audits/", origin=f"http://{host}",
+                                  additional_headers={"Cookie": cookie}, max_queue=None)
+    async def list_pages(http) -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            r = await http.get(f"http://{host}/", headers={"Cookie": cookie})
+            if r.status_code == 200:
+                lists.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(0.2)
+
+    async def lone_cards(http) -> None:
+        n = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            r = await http.post(f"http://{host}/api/audits", json=audit_body(10**6 + n),
+                                headers={"Authorization": f"Bearer {key}"})
+            n += 1
+            if r.status_code != 202:
+                continue
+            audit_id = r.json()["id"]
+            ids.append(audit_id)
+            first = None
+            waited = time.monotonic() + 60
+            while True:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), waited - time.monotonic())
+                except TimeoutError:  # its fragments never came (a full channel drops them)
+                    out["missed"] = out.get("missed", 0) + 1
+                    break
+                if f"audit-card-{audit_id}" not in message:
+                    continue
+                now = (time.perf_counter() - t0) * 1000
+                if first is None:
+                    first = now
+                    cards.append(now)
+                if 'data-status="complete"' in message:
+                    complete.append(now)
+                    break
+            await asyncio.sleep(0.2)
+
+    try:
+        async with httpx.AsyncClient(timeout=120) as http:
+            await asyncio.gather(list_pages(http), lone_cards(http))
+    finally:
+        await ws.close()
+
+
 def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch: int,
                  clients: int, workers: int = 0, env_extra: dict | None = None,
-                 timeout: float = 900) -> dict:
-    """Post `n` audits to a fresh server of `root`; figures of accepting and analysing them."""
+                 timeout: float = 900, probe_cookie: str | None = None) -> dict:
+    """Post `n` audits to a fresh server of `root`; figures of accepting and analysing them.
+
+    `probe_cookie` (a staff session cookie): also probe the list page and the live card
+    latency while the load runs (`_probe`); its audits are not counted in the rates."""
     port = free_port()
     env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2,
            "DATABASE_URL": f"sqlite:///{db}", "AUDITOR_TASK_BACKEND": backend,
@@ -163,18 +224,33 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
         wait_for_server(f"http://127.0.0.1:{port}", procs[0])
         requests = _requests(key, n, batch)
         before = _count(db, "1")
+        probe = {"list_ms": [], "card_ms": [], "complete_ms": [], "ids": []}
+        stop_probe = threading.Event()
+        prober = None
+        if probe_cookie:
+            if batch > 1:  # warm the list page and the feed first (templates, code)
+                asyncio.run(_post_all(port, _requests(key, 1, 1), 1))
+                before += 1
+            prober = threading.Thread(target=lambda: asyncio.run(
+                _probe(port, probe_cookie, key, stop_probe, probe)), daemon=True)
         cpu0 = sum(cpu_seconds(p.pid) for p in procs)
         t0 = time.perf_counter()
+        if prober:
+            prober.start()
         retries = asyncio.run(_post_all(port, requests, clients))
         accepted_s = time.perf_counter() - t0
         deadline = time.monotonic() + timeout
         done = 0
         while time.monotonic() < deadline:
-            done = _count(db, "status IN ('complete', 'failed')") - before
+            done = _count(db, "status IN ('complete', 'failed')") - before - len(probe["ids"])
             if done >= n:
                 break
             time.sleep(0.05)
         analysed_s = time.perf_counter() - t0
+        stop_probe.set()
+        if prober:
+            prober.join(320)
+            done = _count(db, "status IN ('complete', 'failed')") - before - len(probe["ids"])
         cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
         rss = [peak_rss_mb(p.pid) for p in procs]
     finally:
@@ -185,8 +261,8 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
-    stored = _count(db, "1") - before
-    complete = _count(db, "status = 'complete'") - before
+    stored = _count(db, "1") - before - len(probe["ids"])
+    complete = _count(db, "status = 'complete'") - before - len(probe["ids"])
     with sqlite3.connect(db, timeout=30) as conn:
         for table in ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
                       "audits_linkcheck", "audits_auditrun"):
@@ -197,7 +273,8 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
             "workers": workers, "retried_503": retries, "stored": stored, "analysed": done, "complete": complete,
             "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
             "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
-            "peak_rss_mb": {"server": rss[0], "workers": rss[1:]}}
+            "peak_rss_mb": {"server": rss[0], "workers": rss[1:]},
+            **({"probe": probe} if probe_cookie else {})}
 
 
 def engine_cpu_ms(n: int = 500) -> float:

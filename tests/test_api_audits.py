@@ -356,3 +356,34 @@ def test_a_batch_stores_its_plain_audits_in_one_insert_and_analyses_each(
     runs = {str(run.pk): run for run in AuditRun.objects.filter(pk__in=ids)}
     assert [runs[i].user_input for i in ids] == [b["user_input"] for b in bodies]
     assert {run.status for run in runs.values()} == {"complete"}
+
+
+def test_a_batch_stores_its_external_id_audits_together_with_the_same_idempotency(
+    api_client, ingest_key, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    api_client.post("/api/audits", {**BODY, "external_id": "known"}, key=ingest_key)
+    bodies = [{**BODY, "user_input": f"question {i}", "external_id": f"new-{i}"}
+              for i in range(5)]
+    bodies += [{**BODY, "external_id": "known"},  # stored before: the same audit
+               {**BODY, "user_input": "question 0", "external_id": "new-0"},  # a repeat
+               {**BODY, "user_input": "changed", "external_id": "new-1"}]  # another body
+    with CaptureQueriesContext(connection) as ctx, \
+            django_capture_on_commit_callbacks(execute=True):
+        r = api_client.post("/api/audits/batch", {"audits": bodies}, key=ingest_key)
+    assert r.status_code == 202, r.content
+    items = r.json()["items"]
+    inserts = [q for q in ctx.captured_queries
+               if q["sql"].split(": ", 1)[-1].startswith('INSERT INTO "audits_auditrun"')]
+    assert len(inserts) == 1 and inserts[0]["sql"].startswith("5 times: ")
+    assert [item["created"] for item in items] == [True] * 5 + [False, False, False]
+    known = AuditRun.objects.get(external_id="known")
+    assert items[5]["id"] == str(known.pk)
+    assert items[6]["id"] == items[0]["id"]
+    assert items[7]["id"] is None and "already used" in items[7]["error"]
+    assert AuditRun.objects.count() == 6
+    again = api_client.post("/api/audits/batch", {"audits": bodies[:5]}, key=ingest_key)
+    assert [item["id"] for item in again.json()["items"]] == [i["id"] for i in items[:5]]
+    assert not any(item["created"] for item in again.json()["items"])

@@ -124,3 +124,77 @@ def test_concurrent_audits_of_one_output_leave_exactly_one_first():
     for t in threads:
         t.join()
     assert sorted(outcomes) == [False] + [True] * 5
+
+
+@pytest.mark.django_db
+def test_a_batch_follows_the_rule_and_records_with_one_insert(django_assert_max_num_queries):
+    from audits.collisions import CollisionBatch
+    from audits.models import CollisionDigest
+
+    DatabaseCollisionStore().seen_before_sync("scope", "f", "C")  # recorded before the batch
+    asked = [("d", "A"), ("d", "A"), ("d", "B"), ("d", "A"), ("d", None), ("e", None),
+             ("e", None), ("f", "C"), ("f", "D"), ("f", "C")]
+    memory = InMemoryCollisionStore()
+    asyncio.run(memory.seen_before("scope", "f", "C"))
+    expected = [asyncio.run(memory.seen_before("scope", d, f)) for d, f in asked]
+    with django_assert_max_num_queries(3):  # one read, one insert, one update
+        batch = CollisionBatch([("scope", "d"), ("scope", "e"), ("scope", "f")])
+        answers = [batch.answer("run", "scope", d, f) for d, f in asked]
+        batch.flush()
+    assert answers == expected
+    assert batch.answer("run", "scope", "unexpected", "A") is None  # asks the database
+    rows = {row.digest: (row.first_family, row.shared) for row in CollisionDigest.objects.all()}
+    # "e" asked twice without a family: shared, as the one-by-one store records it.
+    assert rows == {"d": ("A", True), "e": ("", True), "f": ("C", True)}
+    # The one-by-one store goes on from what the batch wrote.
+    assert DatabaseCollisionStore().seen_before_sync("scope", "e", "X") is True
+    assert DatabaseCollisionStore().seen_before_sync("scope", "g", "X") is False
+
+
+@pytest.mark.django_db
+def test_a_batch_of_one_output_flags_all_but_the_first_without_asking_one_by_one(monkeypatch):
+    runs = [services.submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    asked = []
+    one_by_one = DatabaseCollisionStore.seen_before_sync
+    monkeypatch.setattr(DatabaseCollisionStore, "seen_before_sync",
+                        lambda self, *a, **k: asked.append(a) or one_by_one(self, *a, **k))
+    outcome = services.execute_runs([run.pk for run in runs])
+    assert set(outcome.values()) == {"complete"}
+    assert asked == []
+    flagged = [collided(AuditRun.objects.get(pk=run.pk)) for run in runs]
+    assert sorted(flagged) == [False, True, True]
+    # A re-run of the first one (in a batch again) is no duplicate of itself, but the
+    # output is shared now: the same rule as one by one.
+    first = next(run for run, hit in zip(runs, flagged, strict=True) if not hit)
+    rerun = services.rerun_audit(first, enqueue=False)
+    services.execute_runs([rerun.pk, services.submit_audit(**INPUT, enqueue=False).pk])
+    assert collided(AuditRun.objects.get(pk=rerun.pk))
+
+
+@pytest.mark.django_db
+def test_a_digest_recorded_meanwhile_by_another_process_sends_the_batch_round_again(
+    monkeypatch,
+):
+    from audits.collisions import CollisionBatch, scope_hash
+    from audits.models import CollisionDigest
+
+    runs = [services.submit_audit(**INPUT, enqueue=False) for _ in range(2)]
+    read = CollisionBatch.__init__
+    raced = []
+
+    def racing_read(self, *args, **kwargs):
+        read(self, *args, **kwargs)
+        if not raced:  # another process records the output first, after the batch's read
+            raced.append(True)
+            for (scope_h, digest), row in self.state.items():
+                assert row is None
+                CollisionDigest.objects.create(scope_hash=scope_h, digest=digest,
+                                               first_family="elsewhere")
+
+    monkeypatch.setattr(CollisionBatch, "__init__", racing_read)
+    outcome = services.execute_runs([run.pk for run in runs])
+    assert raced and set(outcome.values()) == {"complete"}
+    # Analysed again one question at a time: both are duplicates of the other process's.
+    assert all(collided(AuditRun.objects.get(pk=run.pk)) for run in runs)
+    row = CollisionDigest.objects.get(scope_hash=scope_hash(INPUT["user_input"]))
+    assert (row.first_family, row.shared) == ("elsewhere", True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -137,20 +138,41 @@ def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monke
 @pytest.mark.django_db(transaction=True)
 def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
-    original = services._audit
+    original = services._engine_call
 
-    def flaky(run):
+    def flaky(run, *rest):
         if run.pk == runs[1].pk:
             raise RuntimeError("engine exploded")
-        return original(run)
+        return original(run, *rest)
 
-    monkeypatch.setattr(services, "_audit", flaky)
+    monkeypatch.setattr(services, "_engine_call", flaky)
     outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
     assert services.execute_runs([runs[0].pk, runs[2].pk]) == {
         str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
     run = AuditRun.objects.get(pk=runs[1].pk)
     assert run.status == "failed" and "engine exploded" in run.error
+
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_audit_raising_inside_the_engine_fails_alone_in_its_batch(monkeypatch):
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    original = services._engine_call
+
+    def flaky(run, *rest):
+        if run.pk != runs[1].pk:
+            return original(run, *rest)
+
+        async def explode():
+            raise RuntimeError("engine exploded mid-audit")
+
+        return explode
+
+    monkeypatch.setattr(services, "_engine_call", flaky)
+    outcome = services.execute_runs([r.pk for r in runs])
+    assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
+    assert "mid-audit" in AuditRun.objects.get(pk=runs[1].pk).error
 
 
 @pytest.fixture
@@ -184,11 +206,21 @@ def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, s
     assert DBTaskResult.objects.filter(status="READY").count() == 11
     own_settings = connection.settings_dict
     try:
-        call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload", "--claim", "4")
+        with CaptureQueriesContext(connection) as ctx:
+            call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload",
+                         "--claim", "4")
     finally:
         connection.settings_dict = own_settings  # the worker made this thread's persistent
     assert batches == [4, 4, 3]
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
+    # Claimed and marked successful with one UPDATE each per batch, not one per row.
+    updates = [q for q in ctx.captured_queries
+               if q["sql"].startswith('UPDATE "django_tasks_database_dbtaskresult"')]
+    assert len(updates) == 6, [q["sql"][:80] for q in ctx.captured_queries]
+    for row in DBTaskResult.objects.all():
+        assert row.return_value == "complete" and len(row.worker_ids) == 1
+        assert row.started_at is not None and row.finished_at >= row.started_at
+        assert row.exception_class_path == "" and row.traceback == ""
     assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
                .values_list("status", flat=True)) == {"complete"}
 
@@ -205,3 +237,12 @@ def test_rows_written_before_the_first_attempt_are_replaced_not_duplicated():
     TraceLine.objects.create(audit=batch[1], position=0, text="[AUDIT] streamed")
     assert set(services.execute_runs([r.pk for r in batch]).values()) == {"complete"}
     assert not TraceLine.objects.filter(text="[AUDIT] streamed").exists()
+
+
+def test_the_snapshot_key_is_remembered_and_follows_the_snapshot():
+    first = {"threshold": 0.3, "analyzers": {"tone": {"enabled": True}}}
+    text = workers.snapshot_text(first)
+    assert text == json.dumps(first, sort_keys=True)
+    assert workers.snapshot_text(dict(first)) is text  # an equal snapshot: no encoding
+    changed = {**first, "threshold": 0.5}
+    assert workers.snapshot_text(changed) == json.dumps(changed, sort_keys=True)

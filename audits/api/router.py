@@ -237,43 +237,46 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     """Like `POST /api/audits` (without `wait`) for many audits in one request. Items are
     independent: each answer says whether it was `created` (false: the stored audit of a
     repeated `external_id`) or why it was refused (`error`, e.g. an external_id conflict).
-    Audits without `external_id` are stored together, in one transaction."""
+    Audits without `external_id` are stored together, in one transaction; those with one
+    through `services.submit_audits_once` (one lookup, the new ones stored together)."""
     items: list[dict | None] = [None] * len(body.audits)
     plain = []  # (index, item) of audits without external_id: stored together
+    keyed = []  # (index, item) of audits with one: checked and stored together
     for i, item in enumerate(body.audits):
-        if item.external_id is None:
-            try:
-                _validate_options(item.options)
-            except HttpError as exc:
-                items[i] = {"id": None, "status": None, "created": False,
-                            "error": json.dumps(exc.message)}
-                continue
-            plain.append((i, item))
-            continue
         try:
-            run = _store(request, item)
-        except services.ExternalIdConflict:
-            items[i] = {"id": None, "status": None, "created": False,
-                        "error": f"external_id {item.external_id!r} was already used with "
-                                 "a different body"}
-            continue
+            _validate_options(item.options)
         except HttpError as exc:
             items[i] = {"id": None, "status": None, "created": False,
                         "error": json.dumps(exc.message)}
             continue
-        items[i] = {"id": str(run.pk), "status": run.status, "created": run.was_created,
-                    "error": None}
+        (plain if item.external_id is None else keyed).append((i, item))
+    if keyed:
+        results = services.submit_audits_once(
+            [{**_item_fields(item), "external_id": item.external_id} for _, item in keyed],
+            api_key=request.auth,
+        )
+        for (i, item), run in zip(keyed, results, strict=True):
+            if isinstance(run, services.ExternalIdConflict):
+                items[i] = {"id": None, "status": None, "created": False,
+                            "error": f"external_id {item.external_id!r} was already used "
+                                     "with a different body"}
+            else:
+                items[i] = {"id": str(run.pk), "status": run.status,
+                            "created": run.was_created, "error": None}
     if plain:
         runs = services.submit_audits(
-            [{"user_input": item.user_input, "response": item.response,
-              "sources": [s.model_dump() for s in item.sources], "metadata": item.metadata,
-              "collision_key": item.collision_key, "options": item.options}
-             for _, item in plain],
-            api_key=request.auth,
+            [_item_fields(item) for _, item in plain], api_key=request.auth,
         )
         for (i, _), run in zip(plain, runs, strict=True):
             items[i] = {"id": str(run.pk), "status": run.status, "created": True, "error": None}
     return Status(202, {"items": items})
+
+
+def _item_fields(item: AuditIn) -> dict:
+    """The stored fields of one submitted audit (the body of `services.submit_audits`)."""
+    return {"user_input": item.user_input, "response": item.response,
+            "sources": [s.model_dump() for s in item.sources], "metadata": item.metadata,
+            "collision_key": item.collision_key, "options": item.options}
 
 
 STREAM_DOC = """A response streamed in as it is written, audited paragraph by paragraph.

@@ -5,21 +5,28 @@ At start and every `AUDITOR_RECOVERY_INTERVAL` s the worker takes over the task 
 audit runs of dead workers and re-queues pending runs that no queue holds; while it runs a
 task its heartbeat keeps the rows fresh (see audits.recovery). Its database connection
 stays open between tasks (AUDITOR_TASK_CONN_MAX_AGE). It claims up to `--claim` ready rows
-in one transaction; consecutive calls of a task with a `batch` attribute
-(`audits.tasks.run_audit`) run as one batch (`services.execute_runs`: one transaction
-stores their reports). Same options as the stock command otherwise.
+in one transaction (one UPDATE, not a `save()` per row); consecutive calls of a task with
+a `batch` attribute (`audits.tasks.run_audit`) run as one batch (`services.execute_runs`:
+one transaction stores their reports) and their rows are marked successful together (one
+UPDATE per distinct return value, in one transaction: the stock worker's `set_successful`
+is a write transaction per row). Same options as the stock command otherwise.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections import defaultdict
+from typing import Any
 
-from django.db import OperationalError, close_old_connections
+from django.db import OperationalError, close_old_connections, transaction
+from django.tasks.base import TaskResultStatus
 from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
 from django_tasks_db.management.commands import db_worker as stock
 from django_tasks_db.models import DBTaskResult
-from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
+from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception, retry
 
 from audits import recovery
 from audits.workers import keep_connections
@@ -44,13 +51,58 @@ class BatchingWorker(stock.Worker):
         try:
             with exclusive_transaction(tasks.db):
                 rows = list(tasks.select_for_update(skip_locked=True)[: self.claim_size])
-                for row in rows:
-                    row.claim(self.worker_id)
+                self._mark_claimed(rows)
         except OperationalError as exc:
             if is_locked_database_exception(exc):
                 return None
             raise
         return rows
+
+    def _mark_claimed(self, rows: list[DBTaskResult]) -> None:
+        """What `DBTaskResult.claim` writes, for all rows: one UPDATE per distinct list of
+        worker ids (one for fresh rows)."""
+        now = timezone.now()
+        groups: dict[str, list[DBTaskResult]] = defaultdict(list)
+        for row in rows:
+            row.status = TaskResultStatus.RUNNING
+            row.started_at = now
+            row.worker_ids = [*row.worker_ids, self.worker_id]
+            groups[json.dumps(row.worker_ids)].append(row)
+        for same in groups.values():
+            DBTaskResult.objects.filter(pk__in=[row.pk for row in same]).update(
+                status=TaskResultStatus.RUNNING, started_at=now, worker_ids=same[0].worker_ids)
+
+    def _mark_successful(self, group: list[DBTaskResult], values: list[Any]) -> None:
+        """What `set_successful` writes, for the rows of a batch in one transaction (one
+        UPDATE per distinct return value); row by row when that fails."""
+        now = timezone.now()
+        groups: dict[str, list[DBTaskResult]] = defaultdict(list)
+        for row, value in zip(group, values, strict=True):
+            row.status = TaskResultStatus.SUCCESSFUL
+            row.finished_at = now
+            row.return_value = value
+            row.exception_class_path = row.traceback = ""
+            groups[json.dumps(value, sort_keys=True, default=str)].append(row)
+
+        @retry()
+        def write() -> None:
+            with transaction.atomic(using=group[0]._state.db):
+                for same in groups.values():
+                    DBTaskResult.objects.filter(pk__in=[row.pk for row in same]).update(
+                        status=TaskResultStatus.SUCCESSFUL, finished_at=now,
+                        return_value=same[0].return_value, exception_class_path="",
+                        traceback="")
+
+        try:
+            write()
+        except Exception:
+            logger.exception("marking %d tasks successful at once failed; one by one",
+                             len(group))
+            for row, value in zip(group, values, strict=True):
+                try:
+                    row.set_successful(value)
+                except BaseException as exc:
+                    row.set_failed(exc)
 
     def run(self) -> None:
         logger.info("Starting worker worker_id=%s queues=%s (batches of up to %d)",
@@ -114,8 +166,7 @@ class BatchingWorker(stock.Worker):
                 for row in group:
                     row.set_failed(exc)
             else:
-                for row, value in zip(group, values, strict=True):
-                    row.set_successful(value)
+                self._mark_successful(group, values)
             for row in group:
                 task_finished.send(sender=backend_type, task_result=row.task_result)
         finally:
