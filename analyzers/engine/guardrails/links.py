@@ -609,6 +609,8 @@ def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> 
             windows.append((a, b))
     edits: list[tuple[int, int, str]] = []
     for a, b in windows:
+        if b - a < 3:  # no candidate is shorter than `a.b` (an edit between blanks: 0)
+            continue
         for bare in find_bare_urls(text[a:b], settings.allowed_hosts, None, ctx.bare_memo):
             if bare.allowed:
                 continue
