@@ -101,8 +101,15 @@ def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Matc
         at = s + 1
 
 
+# the "." of `_PRE_MARKER` alone: `re` scans for one literal much faster than for an
+# alternation (`//|@` costs ~10 ns a character, a "." and its check ~3)
+_DOT_MARKER = re.compile(r"\.(?:[^\W\d_]|(?<=[wW]\.))")
+
+
 def may_hold_url(text: str) -> bool:
     """False when `text` has none of the markers every candidate holds (cheap)."""
+    if "//" not in text and "@" not in text and _DOT_MARKER.search(text) is None:
+        return False  # (no `_PRE_MARKER` match, so no marker)
     return marker_search(text) is not None
 
 
