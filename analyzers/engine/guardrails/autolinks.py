@@ -300,11 +300,12 @@ def find_bare_urls(
     # Plain text (no code, no link): the runs that are one simple URL (most, in a text
     # with many) are found in one regex pass, the text between them is scanned.
     pos = 0
+    append = out.append
     for start, end, scheme, authority in _simple_runs(text):
         if start > pos and not text[pos:start].isspace():
             _scan_bare_urls(text, pos, start, allowed, None, memo, out)
         host, ok = _judge_authority("h" + scheme if scheme else "http://", authority, allowed)
-        out.append(BareURL(start, end, text[start:end], host, LINK, ok))
+        append(BareURL(start, end, text[start:end], host, LINK, ok))
         pos = end
     if pos < len(text):
         _scan_bare_urls(text, pos, len(text), allowed, None, memo, out)
@@ -331,7 +332,8 @@ def _simple_runs(text: str):
     if first is not None:
         yield 0, first.end(), first.group(1), first.group(2)
     for m in _SIMPLE_RUN.finditer(text):
-        yield m.start() + 1, m.end(), m.group(1), m.group(2)
+        scheme, authority = m.groups()
+        yield m.start() + 1, m.end(), scheme, authority
 
 
 # texts shorter than this are scanned run by run only (one pass is enough for them)
