@@ -56,9 +56,8 @@ responses = st.lists(st.tuples(pieces(), SEPARATORS), min_size=1, max_size=6).ma
 )
 
 
-# Derandomised so the suite is stable; drop `derandomize` to explore new examples. A known
-# gap they find: a tag removed at the start of an empty list item ("- <img ...>" followed by
-# an indented line) changes where a renderer pairs backticks after it.
+# Derandomised so the suite is stable; drop `derandomize` to explore new examples (the
+# `@example`s below are what such runs found, each a link or handler that rendered).
 
 
 def assert_safe(text: str, settings_: GuardrailSettings) -> None:
@@ -82,6 +81,15 @@ def assert_safe(text: str, settings_: GuardrailSettings) -> None:
               "www.xn--80ak6aa92e.com/?u=evil.com>go</button></form>\n<video poster=https:\\\\evil"
               ".com#frag src=https:\\\\evil.com#frag></video> <img srcset='https:\\\\evil.com#frag"
               " 2x, https:\\\\evil.com#frag 1x'> ![here](//ａｃｍｅ.example/)`")
+# a fence inside a list item ends with the item (the tag removed left "- " behind)
+@example(text="- <img src=x>\n  ```\n[z](https://evil.example/)`")
+# an HTML block inside a list item ends with the item: no code span across its end
+@example(text="* <b onclick=x>\n    `x\n[z](https://evil.example/)`")
+# a list item's later paragraph is indented to its content: a definition, not code
+@example(text="- <b>x</b>\n\n<img src=x>\n    [ref]: hxxps://evil.com/a\n\n[][ref]")
+# linkify reads a scheme URL on through a backtick, which then opens no code span
+@example(text="here\\`HTTPS://api.docs.acme.example/p.png`\t<i onclick=x>y</i>\n    See "
+              "https://evil.com..`")
 def test_the_cleaned_text_renders_only_allowed_links_and_no_script(text):
     assert_safe(text, STRIP)
 
