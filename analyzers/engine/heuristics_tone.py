@@ -6,6 +6,8 @@ import re
 
 from .heuristics import Finding, Rule, find, rule
 
+_SHOUTING_SHAPE = re.compile(rb"AAAA +A{4,} +AAAA")
+
 TONE_RULES: list[Rule] = [
     rule(
         "condescending",
@@ -84,7 +86,9 @@ TONE_RULES: list[Rule] = [
         "Shouting in capitals.",
         "info",
         flags=re.MULTILINE,
-        gate=lambda probe: b"AAAA" in probe.shape,
+        # three words of four or more capitals, apart by spaces or commas (both " " in
+        # the shape): one capitalised word ("SECRET" in a URL) no longer runs the regex
+        gate=lambda probe: _SHOUTING_SHAPE.search(probe.shape) is not None,
     ),
 ]
 

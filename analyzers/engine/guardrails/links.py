@@ -526,15 +526,19 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
             skip = SpanSet(merge_spans(code.spans, inline))
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
+    trace, out_links = ctx.out.trace, ctx.out.links
     for bare in find_bare_urls(text, settings.allowed_hosts, skip, ctx.bare_memo):
-        evidence = text[bare.start:bare.end]
         if bare.allowed:
-            if not record_kept or any(s <= bare.start < e for s, e in definitions):
+            if not record_kept or (
+                definitions and any(s <= bare.start < e for s, e in definitions)
+            ):
                 continue
-            ctx.out.trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+            trace.append("[AUDIT] KEEP | " + one_line(bare.url))
             if bare.kind != EMAIL:
                 # written plainly to an allowed host: its own text is the URL
-                ctx.out.links.append(link_record(_as_url(bare), evidence, "keep"))
+                out_links.append(
+                    link_record(_as_url(bare), text[bare.start:bare.end], "keep")
+                )
             continue
         edits.append(_bare_edit(ctx, text, bare))
     _apply_bare_edits(ctx, text, edits)
@@ -585,8 +589,17 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
     positions = ctx.doc.apply(edits)
     new = ctx.doc.text
     if _STRUCTURE.search(text) is None and _STRUCTURE.search(new) is None:
+        # a whole run removed from between two blanks joins nothing: no run to re-check
+        n = len(text)
         ctx.bare_edits = (
-            new, [(p, p + len(edit[2])) for p, edit in zip(positions, edits, strict=True)]
+            new,
+            [
+                (p, p + len(replacement))
+                for p, (start, end, replacement) in zip(positions, edits, strict=True)
+                if replacement
+                or not (start == 0 or text[start - 1].isspace())
+                or not (end == n or text[end].isspace())
+            ],
         )
 
 
@@ -609,6 +622,8 @@ def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> 
             windows.append((a, b))
     edits: list[tuple[int, int, str]] = []
     for a, b in windows:
+        if b - a < 3:  # no candidate is shorter than `a.b` (an edit between blanks: 0)
+            continue
         for bare in find_bare_urls(text[a:b], settings.allowed_hosts, None, ctx.bare_memo):
             if bare.allowed:
                 continue

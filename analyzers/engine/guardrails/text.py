@@ -183,8 +183,18 @@ class BlankRuns:
         return j
 
 
+# a line that may start a list item (an item's content is indented to its content column)
+_LIST_ITEM = re.compile(r"[ ]{0,3}(?:[-+*]|\d{1,9}[.)])(?=[ \t\r\n]|\Z)")
+
+
 def fenced_spans(text: str) -> list[tuple[int, int]]:
-    """Spans of fenced code blocks (``` or ~~~), an unclosed fence running to the end."""
+    """Spans of fenced code blocks (``` or ~~~), an unclosed fence running to the end.
+
+    An indented fence after a line that may start a list item may be inside that item,
+    and then ends where the item ends: at the first later line indented less than the
+    fence. It is trusted as code only up to there, and no fence after it at all (whether
+    that line closes it or opens another depends on a reading the text alone does not
+    settle)."""
     spans: list[tuple[int, int]] = []
     if "```" not in text and "~~~" not in text:
         return spans
@@ -192,19 +202,27 @@ def fenced_spans(text: str) -> list[tuple[int, int]]:
     open_at = -1
     marker = ""
     n = len(text)
+    in_item = False  # a line that may start a list item came before, outside fences
+    item_indent = 0  # the indent of the open fence when it may be inside a list item
     while pos < n:
         nl = text.find("\n", pos)
         line_end = n if nl < 0 else nl + 1
         stripped = text[pos:line_end].lstrip(" ")
-        indent = line_end - pos - len(text[pos:line_end].lstrip(" "))
+        indent = line_end - pos - len(stripped)
         if open_at < 0:
             if indent <= 3 and stripped[:3] in ("```", "~~~"):
                 ch = stripped[0]
                 run = len(stripped) - len(stripped.lstrip(ch))
                 if ch == "~" or "`" not in stripped[run:]:
                     open_at, marker = pos, ch * run
+                    item_indent = indent if in_item else 0
+            elif not in_item and _LIST_ITEM.match(text, pos) is not None:
+                in_item = True
         else:
             body = stripped.rstrip()
+            if item_indent and body and indent < item_indent:
+                spans.append((open_at, pos))  # the list item may end here, and the fence
+                return spans
             if indent <= 3 and body.startswith(marker) and not body.strip(marker[0]):
                 spans.append((open_at, line_end))
                 open_at = -1
@@ -279,6 +297,32 @@ _BLOCK_START = re.compile(
 
 
 _NOT_INDENTED = re.compile(r"(?<=\n)[ ]{0,3}[^ \t\r\n]")
+_LINE_BREAK = re.compile(r"\r\n|\r(?!\n)|\n")
+_BLANK_LINES = re.compile(r"(?:[ \t]*(?:\r\n|\r|\n))*")
+
+
+# a backtick right after a run of text holding a scheme's ":" (`https://x.example/p.png``)
+# (from the run's last ":", possessive: linear however many colons a run holds)
+_LINKIFIED_BACKTICK = re.compile(r":[^\s`:]*+`")
+
+
+def _before_linkified_backtick(
+    text: str, spans: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The spans before the first whose opening backticks a renderer's linkify may
+    swallow: markdown-it links `https://x.example/p.png`` through the backtick, which then
+    opens no code span, and every later backtick pairs differently. (Only scheme URLs:
+    its linkify rule starts at the ":"; `www.` and e-mail links come after code spans are
+    formed. Inside a code span nothing is linkified: closing backticks are safe.)"""
+    if ":" not in text:
+        return spans
+    swallowed = {m.end() - 1 for m in _LINKIFIED_BACKTICK.finditer(text)}
+    if not swallowed:
+        return spans
+    for i, (start, _) in enumerate(spans):
+        if start in swallowed:
+            return spans[:i]
+    return spans
 
 
 def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -290,11 +334,22 @@ def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[
     across every such line and pairing within the pieces between them, is trusted as code.
     """
     whole = code_span_spans(text, fences)
+    if whole:
+        whole = _before_linkified_backtick(text, whole)
     if not whole or ("\n" not in text and "\r" not in text):
         return whole
     cuts = [m.start() + 1 for m in _BLOCK_START.finditer(text)]
-    if text.startswith(("    ", "\t", " \t", "  \t", "   \t")):  # an indented code block
-        first = _NOT_INDENTED.search(text)
+    # After a line that may start a list item, any later line may end the item (a line
+    # indented less than its content ends it, unless the item's last block is a paragraph
+    # the line continues): no code span is trusted across one.
+    item = next((c for c in (0, *cuts) if _LIST_ITEM.match(text, c) is not None), None)
+    if item is not None:
+        cuts.extend(m.start() + 1 for m in _LINE_BREAK.finditer(text, item))
+        cuts = sorted(set(cuts))
+    # an indented code block, after any blank lines a removal left at the start
+    lead = _BLANK_LINES.match(text).end()
+    if text.startswith(("    ", "\t", " \t", "  \t", "   \t"), lead):
+        first = _NOT_INDENTED.search(text, lead)
         if first is not None:
             cuts = sorted({*cuts, first.start()})
     if not cuts:
