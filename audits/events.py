@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 # there until something else woke the server. Seen as card latencies of up to a second.
 _server_loop: asyncio.AbstractEventLoop | None = None
 PUBLISH_WAIT = 5.0  # seconds a worker thread waits for its event to be handed over
+DRAIN_YIELD_EVERY = 32  # events an outbox sends before it lets the loop run others
 
 ALL_AUDITS_GROUP = "audits"
 MESSAGE_TYPE = "audit.event"
@@ -96,6 +97,7 @@ class _Outbox:
 
     async def _drain(self) -> None:
         try:
+            sent = 0
             while self.pending:
                 event, groups = self.pending.popleft()
                 try:
@@ -103,6 +105,11 @@ class _Outbox:
                 except Exception:
                     logger.warning("could not publish %s event", event.get("type"),
                                    exc_info=True)
+                sent += 1
+                if sent % DRAIN_YIELD_EVERY == 0:
+                    # Let receivers empty their channels (the in-memory layer's are
+                    # bounded and drop what does not fit) before sending more.
+                    await asyncio.sleep(0)
         finally:
             self.draining = False
 

@@ -29,7 +29,7 @@ from analyzers.engine.redflag import content_digest
 from . import workers
 from .bulk import insert_rows
 from .collisions import CollisionBatch
-from .events import apublish, publish
+from .events import ALL_AUDITS_GROUP, apublish, has_watchers, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .queues import LARGE_QUEUE
@@ -161,6 +161,7 @@ def submit_audit(
             _insert_runs([run])
             if enqueue:
                 run_id, large = run.pk, is_large(response)
+                transaction.on_commit(lambda: announce([run_id]))
                 if _queue_shares_transaction(run._state.db):
                     # A database queue in the same database: the task row commits with
                     # the run (one write transaction, and never one without the other).
@@ -274,6 +275,7 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
     with transaction.atomic():
         _insert_runs(runs)
         queued = [(run.pk, is_large(run.response)) for run in runs]
+        transaction.on_commit(lambda: announce([run_id for run_id, _ in queued]))
         if runs and _queue_shares_transaction(runs[0]._state.db):
             for run_id, large in queued:
                 enqueue_task(run_id, large=large)
@@ -297,8 +299,17 @@ def _insert_runs(runs: list[AuditRun]) -> None:
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:
-    # No event here: the request path stays cheap; "audit_started" follows at once.
     enqueue_audit(run_id, large=large)
+
+
+def announce(run_ids: list[Any]) -> None:
+    """`audit_submitted` for new runs, so that their cards show at once even when the
+    queue is deep ("audit_started" may be seconds away). Nothing is sent when nobody
+    watches the feed (in-memory layer), and the live feed renders a burst in one round."""
+    if not has_watchers(ALL_AUDITS_GROUP):
+        return
+    for run_id in run_ids:
+        publish({"type": "audit_submitted", "audit_id": str(run_id), "status": "pending"})
 
 
 def is_large(response: str) -> bool:

@@ -105,6 +105,29 @@ async def test_a_submitted_audit_reaches_the_feed_as_an_escaped_card(staff_user)
     await communicator.disconnect()
 
 
+async def test_queued_audits_show_as_pending_cards_at_once(staff_user, settings):
+    """A deep queue may hold an audit for seconds before "audit_started": its card is
+    announced when it is stored (here nothing runs it: a database queue with no worker)."""
+    from tests.conftest import _reset_task_backends
+
+    queue = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = queue
+    _reset_task_backends(queue)
+    headers = await sync_to_async(session_headers)(staff_user)
+    page, connected = await connect("/ws/audits/", headers)
+    assert connected
+    one = await sync_to_async(services.submit_audit)(user_input="alone", response="Fine.")
+    batch = await sync_to_async(services.submit_audits)(
+        [{"user_input": f"batch {i}", "response": "Fine."} for i in range(3)]
+    )
+    html = await receive_until(page, f'id="audit-card-{batch[-1].pk}"')
+    html += await drain(page)
+    for run in [one, *batch]:
+        card = re.search(rf'<li id="audit-card-{run.pk}"[^>]*>', html)
+        assert card and 'data-status="pending"' in card.group(0)
+    await page.disconnect()
+
+
 async def test_the_feed_honours_its_filters(staff_user):
     headers = await sync_to_async(session_headers)(staff_user)
     communicator, connected = await connect("/ws/audits/?q=needle-xyz", headers)
@@ -128,9 +151,9 @@ async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filte
     rendered = []
     render = consumers.LiveFeedConsumer._render
 
-    async def counting(filters, audit_id):
-        rendered.append((filters.q, audit_id))
-        return await render(filters, audit_id)
+    async def counting(filters, audit_ids):
+        rendered.append((filters.q, tuple(audit_ids)))
+        return await render(filters, audit_ids)
 
     monkeypatch.setattr(consumers.LiveFeedConsumer, "_render", staticmethod(counting))
     headers = await sync_to_async(session_headers)(staff_user)
@@ -140,7 +163,7 @@ async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filte
     await apublish({"type": "audit_submitted", "audit_id": str(run.pk)})
     for page in [*pages, filtered]:
         await receive_until(page, f'id="audit-card-{run.pk}"')
-    assert sorted(rendered, key=str) == [("", str(run.pk)), ("needle", str(run.pk))]
+    assert sorted(rendered, key=str) == [("", (str(run.pk),)), ("needle", (str(run.pk),))]
     # Per-audit progress does not reach the feed at all.
     await apublish({"type": "trace_line", "audit_id": str(run.pk), "position": 0, "text": "x"})
     assert all([await page.receive_nothing(timeout=0.2) for page in pages])
@@ -149,6 +172,43 @@ async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filte
     for page in [*pages, filtered]:
         await page.disconnect()
     assert hub.task is None and not hub.watchers  # the last page gone: unsubscribed
+
+
+async def test_a_burst_of_events_is_rendered_in_few_rounds_and_none_is_dropped(
+    staff_user, monkeypatch
+):
+    """While one round renders, the hub keeps draining its channel (the in-memory layer
+    drops what does not fit in a channel's 100 messages) and renders what came meanwhile
+    in one round: the newest MAX_PENDING audits, each card once."""
+    from audits.live import consumers
+    from audits.live import hub as live_hub
+
+    rounds = []
+    render = consumers.LiveFeedConsumer._render
+
+    async def slow(filters, audit_ids):
+        rounds.append(list(audit_ids))
+        if len(rounds) == 1:
+            await asyncio.sleep(0.5)  # the burst arrives during the first round
+        return await render(filters, audit_ids)
+
+    monkeypatch.setattr(consumers.LiveFeedConsumer, "_render", staticmethod(slow))
+    headers = await sync_to_async(session_headers)(staff_user)
+    page, connected = await connect("/ws/audits/", headers)
+    assert connected
+    count = live_hub.MAX_PENDING + 50
+    runs = await sync_to_async(lambda: [make_run(user_input=f"q{i}") for i in range(count)])()
+    for run in runs:
+        await apublish({"type": "audit_submitted", "audit_id": str(run.pk)})
+        await asyncio.sleep(0)  # as the outbox lets the loop run between its sends
+    html = await receive_until(page, f'id="audit-card-{runs[-1].pk}"')
+    html += await drain(page)
+    assert len(rounds) <= 3
+    shown = set(re.findall(r'id="audit-card-([0-9a-f-]+)"', html))
+    newest = {str(run.pk) for run in runs[-live_hub.MAX_PENDING:]}
+    assert newest <= shown
+    assert str(runs[0].pk) in shown  # the first round's card
+    await page.disconnect()
 
 
 async def test_messages_for_an_audit_reach_its_group_only(staff_user):

@@ -138,15 +138,15 @@ class LiveFeedConsumer(QuietWhenClosed):
         cards = fragments.changed_since(self.filters, after)
         return fragments.feed_rows(cards) + fragments.feed_status(now)
 
-    async def render_event(self, audit_id: str) -> str:
-        """The fragment of an event about `audit_id` for pages with these filters."""
-        return await self._render(self.filters, audit_id)
+    async def render_events(self, audit_ids: list[str]) -> str:
+        """The fragment of news about `audit_ids` for pages with these filters."""
+        return await self._render(self.filters, audit_ids)
 
     @staticmethod
     @database_sync_to_async
-    def _render(filters, audit_id: str) -> str:
+    def _render(filters, audit_ids: list[str]) -> str:
         now = timezone.now()
-        cards = fragments.matching_cards(filters, [audit_id])
+        cards = fragments.matching_cards(filters, audit_ids)
         return fragments.feed_rows(cards) + fragments.feed_status(now)
 
 

@@ -70,7 +70,8 @@ def counters() -> dict[str, Any]:
 
 def matching_cards(filters: cards.ListFilters, ids: list[Any]) -> list[AuditRun]:
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
-    return [cards.prepare_card(run) for run in qs.filter(pk__in=ids)]
+    rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")  # newest on top
+    return [cards.prepare_card(run) for run in rows]
 
 
 def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]:

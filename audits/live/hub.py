@@ -18,20 +18,32 @@ from typing import Any, Protocol
 from channels.layers import get_channel_layer
 
 from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
+from .fragments import LIVE_ROWS
 
 logger = logging.getLogger(__name__)
+
+
+# Audits whose cards one render may hold: a page keeps LIVE_ROWS rows, so past twice that
+# the oldest news would only be trimmed off the page again.
+MAX_PENDING = 2 * LIVE_ROWS
 
 
 class Watcher(Protocol):
     filter_key: str
 
-    def render_event(self, audit_id: str) -> Awaitable[str]: ...
+    def render_events(self, audit_ids: list[str]) -> Awaitable[str]: ...
 
     async def send(self, text_data: str | None = None, bytes_data: bytes | None = None,
                    close: bool = False) -> None: ...
 
 
 class FeedHub:
+    """Receiving and rendering are two tasks: the receiver only notes which audits have
+    news (the channel is drained as fast as events come, so the layer's bounded channel
+    never fills and drops them), the renderer renders every audit noted since its last
+    round in one query and one fragment per set of filters. Under load the rounds grow;
+    when idle a round is one card, sent at once."""
+
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.loop = asyncio.get_running_loop()
@@ -39,6 +51,8 @@ class FeedHub:
         self.channel: str | None = None
         self.task: asyncio.Task | None = None
         self.lock = asyncio.Lock()
+        self.pending: dict[str, None] = {}  # audit ids with news, least recent first
+        self.news = asyncio.Event()
 
     async def join(self, watcher: Watcher) -> None:
         """Once this returns, every later event reaches `watcher`."""
@@ -60,27 +74,53 @@ class FeedHub:
             self.task = None
             await self.layer.group_discard(ALL_AUDITS_GROUP, self.channel)
             self.channel = None
+            self.pending.clear()
 
     async def _run(self) -> None:
         assert self.channel is not None
-        channel = self.channel
+        await asyncio.gather(self._receive(self.channel), self._render())
+
+    async def _receive(self, channel: str) -> None:
         while True:
             try:
                 message = await self.layer.receive(channel)
-                await self.deliver(message.get("event") or {})
+                self.note(message.get("event") or {})
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("live feed: could not deliver an event")
+                logger.exception("live feed: could not receive an event")
 
-    async def deliver(self, event: dict[str, Any]) -> None:
+    def note(self, event: dict[str, Any]) -> None:
+        """Remember that `event`'s audit has news for the next round."""
         if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
+            return
+        audit_id = str(event["audit_id"])
+        self.pending.pop(audit_id, None)
+        self.pending[audit_id] = None
+        while len(self.pending) > MAX_PENDING:
+            del self.pending[next(iter(self.pending))]
+        self.news.set()
+
+    async def _render(self) -> None:
+        while True:
+            await self.news.wait()
+            self.news.clear()
+            audit_ids, self.pending = list(self.pending), {}
+            try:
+                await self.deliver(audit_ids)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("live feed: could not deliver %d cards", len(audit_ids))
+
+    async def deliver(self, audit_ids: list[str]) -> None:
+        if not audit_ids:
             return
         by_filters: dict[str, list[Watcher]] = {}
         for watcher in list(self.watchers):
             by_filters.setdefault(watcher.filter_key, []).append(watcher)
         for watchers in by_filters.values():
-            html = await watchers[0].render_event(str(event["audit_id"]))
+            html = await watchers[0].render_events(audit_ids)
             for watcher in watchers:  # the same text for each: no per-page work
                 if html:
                     await _send(watcher, html)
