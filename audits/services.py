@@ -26,7 +26,7 @@ from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
-from . import workers
+from . import people_first, workers
 from .bulk import insert_rows
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, has_watchers, publish
@@ -588,6 +588,7 @@ def _analyse(
     async def each() -> list[Any]:
         results: list[Any] = []
         for _, make in calls:
+            await people_first.make_way()
             try:
                 results.append(await make())
             except Exception as exc:  # this audit fails alone

@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -392,7 +393,6 @@ def live_probe(key: str, args, engine_ms: float) -> dict:
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.test import Client
-    from throughput import run_scenario
 
     user = get_user_model().objects.filter(username="bench-staff").first()
     if user is None:
@@ -400,16 +400,41 @@ def live_probe(key: str, args, engine_ms: float) -> dict:
     client = Client()
     client.force_login(user)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    r = run_scenario(root=BASE_DIR, db=DB_PATH, key=key, backend="thread", n=args.e2e,
-                     batch=100, clients=1, probe_cookie=cookie,
-                     env_extra={"SECRET_KEY": settings.SECRET_KEY})  # the session's key
+    out = {"thread": _probe_scenario(key, args, engine_ms, cookie, "thread", 0, {})}
+    # A db_worker's events reach the server's watchers through Redis only.
+    redis = shutil.which("redis-server")
+    if redis is None:
+        print("  [live probe] database backend: skipped (no redis-server for the events)")
+        return out
+    port = free_port()
+    server = subprocess.Popen([redis, "--port", str(port), "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out["database"] = _probe_scenario(key, args, engine_ms, cookie, "database", 1,
+                                          {"REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+    finally:
+        server.terminate()
+        server.wait(10)
+    return out
+
+
+def _probe_scenario(key: str, args, engine_ms: float, cookie: str, backend: str,
+                    workers: int, env: dict) -> dict:
+    from django.conf import settings
+    from throughput import run_scenario
+
+    r = run_scenario(root=BASE_DIR, db=DB_PATH, key=key, backend=backend, n=args.e2e,
+                     batch=100, clients=1, probe_cookie=cookie, workers=workers,
+                     env_extra={"SECRET_KEY": settings.SECRET_KEY, **env})  # the session's key
     probe = r["probe"]
+    label = "thread batches" if backend == "thread" else f"database batches, {workers} db_worker"
 
     def pct(values: list[float], p: float) -> float:
         values = sorted(values)
         return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
 
-    print(f"  [live probe] thread batches with a watcher: accepted {r['accepted_per_s']:.0f}/s  "
+    print(f"  [live probe] {label} with a watcher: accepted {r['accepted_per_s']:.0f}/s  "
           f"analysed+stored {r['analysed_per_s']:.0f}/s  server CPU {r['cpu_ms_per_audit']:.2f} "
           f"ms/audit = {r['cpu_ms_per_audit'] / engine_ms:.1f}x engine")
     print(f"  [live probe] list page during the load: p50 {pct(probe['list_ms'], 50):.0f} ms, "
@@ -439,10 +464,17 @@ def main() -> None:
     parser.add_argument("--live-probe", action="store_true",
                         help="also the batch scenario with a watcher: list page and card "
                              "latency while the load runs")
+    parser.add_argument("--probe-only", action="store_true",
+                        help="only the live probe (and the engine-alone baseline)")
     args = parser.parse_args()
     try:
         call_command("migrate", verbosity=0)
         _, key = ApiKey.create_key("bench", scope="read", rate_limit_per_minute=10_000_000)
+        if args.probe_only:
+            from throughput import engine_cpu_ms
+
+            live_probe(key, args, engine_cpu_ms())
+            return
         e2e = end_to_end(key, args)
         if args.e2e_only:
             print(json.dumps({"end_to_end": e2e}, default=str))

@@ -26,6 +26,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from .. import people_first
 from ..events import MESSAGE_TYPE, audit_group, remember_server_loop
 from ..models import AuditRun
 from . import fragments
@@ -145,9 +146,10 @@ class LiveFeedConsumer(QuietWhenClosed):
     @staticmethod
     @database_sync_to_async
     def _render(filters, audit_ids: list[str]) -> str:
-        now = timezone.now()
-        cards = fragments.matching_cards(filters, audit_ids)
-        return fragments.feed_rows(cards) + fragments.feed_status(now)
+        with people_first.waiting():  # someone watches: the analysis makes way
+            now = timezone.now()
+            cards = fragments.matching_cards(filters, audit_ids)
+            return fragments.feed_rows(cards) + fragments.feed_status(now)
 
 
 class AuditConsumer(LiveConsumer):

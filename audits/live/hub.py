@@ -18,14 +18,8 @@ from typing import Any, Protocol
 from channels.layers import get_channel_layer
 
 from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
-from .fragments import LIVE_ROWS
 
 logger = logging.getLogger(__name__)
-
-
-# Audits whose cards one render may hold: a page keeps LIVE_ROWS rows, so past twice that
-# the oldest news would only be trimmed off the page again.
-MAX_PENDING = 2 * LIVE_ROWS
 
 
 class Watcher(Protocol):
@@ -51,7 +45,7 @@ class FeedHub:
         self.channel: str | None = None
         self.task: asyncio.Task | None = None
         self.lock = asyncio.Lock()
-        self.pending: dict[str, None] = {}  # audit ids with news, least recent first
+        self.pending: dict[str, None] = {}  # audit ids with news since the last round
         self.news = asyncio.Event()
 
     async def join(self, watcher: Watcher) -> None:
@@ -97,8 +91,6 @@ class FeedHub:
         audit_id = str(event["audit_id"])
         self.pending.pop(audit_id, None)
         self.pending[audit_id] = None
-        while len(self.pending) > MAX_PENDING:
-            del self.pending[next(iter(self.pending))]
         self.news.set()
 
     async def _render(self) -> None:
