@@ -27,7 +27,6 @@ import nh3
 from .context import Ctx
 from .links import decide
 from .markdown import _AUTOLINK, _EMAIL_AUTOLINK
-from .records import link_record
 from .text import SpanSet, one_line
 
 ALLOWED_TAGS = frozenset(
@@ -197,7 +196,7 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             break
         end = gt + 1
         region = text[i:end]
-        recorded = len(annotations)
+        recorded, made = len(annotations), _made(ctx)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
             while end < n and text[end] in " \t":  # no indent left to make a code block
@@ -207,7 +206,7 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if replacement != region:
             edits.append((i, end, replacement))
             removed = removed or not replacement or replacement == "&lt;"
-            if not replacement and end == gt + 1 and len(annotations) > recorded:
+            if not replacement and end == gt + 1 and _made(ctx) > made:
                 run = _Run(region, i, end, annotations[recorded:])
         pos = end
     if run is not None:
@@ -316,10 +315,21 @@ def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
     return m.end()
 
 
+def _made(ctx: Ctx) -> int:
+    """Findings made so far in this paragraph, built or (past the limits) only counted:
+    whether a tag made any must not depend on the limits."""
+    if ctx.caps is None:
+        return len(ctx.out.annotations)
+    return ctx.caps.made
+
+
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
     ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
                  description, start, end)
-    ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+    if ctx.has_trace_room():
+        ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+    else:
+        ctx.trace_cut += 1
 
 
 @lru_cache(maxsize=1024)
@@ -333,8 +343,11 @@ def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
     if code is None:
         return
     ctx.annotate("links", code, severity, why, start, end)
-    ctx.out.trace.append(_url_trace(code, canonical))
-    ctx.out.links.append(link_record(canonical, "", "strip", code))
+    if ctx.has_trace_room():
+        ctx.out.trace.append(_url_trace(code, canonical))
+    else:
+        ctx.trace_cut += 1
+    ctx.link(canonical, "", "strip", code)
 
 
 @lru_cache(maxsize=1024)
