@@ -197,3 +197,19 @@ def test_a_capped_stream_sends_what_an_uncapped_one_keeps(n, cuts, max_trace):
     assert capped_result.trace == batch.trace
     assert capped_result.annotations == batch.annotations
     assert capped_result.links == batch.links
+
+
+def test_remembered_allowed_tags_get_the_same_verdicts():
+    """Allowed tags that stay as they are are remembered (markup._VERBATIM): a warm
+    memo gives the cold result, findings included."""
+    from analyzers.engine.guardrails import markup
+
+    gs = settings_from_config(config())
+    text = ("<b>x</b> <<b>b>y</b> <b onclick=x>z</b> <abbr title='t'>a</abbr> <i>\n\n"
+            "`<b>` <b\n>w</b> </b x> <B>u</B> <b>") * 3
+    markup._VERBATIM.clear()
+    cold = audit_text(text, gs)
+    assert markup._VERBATIM  # the memo was used
+    warm = audit_text(text, gs)
+    assert warm.cleaned_response == cold.cleaned_response
+    assert warm.annotations == cold.annotations and warm.trace == cold.trace

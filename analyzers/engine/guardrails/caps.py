@@ -17,6 +17,9 @@ from ..limits import Limits, Omitted
 # An annotation's weight in an analyzer's score (see analyzers.weighted_score).
 SEVERITY_WEIGHT = {"info": 0.05, "warning": 0.3, "critical": 1.0}
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+# 1 - weight, as weighted_score computes it (the same floats, so the same products)
+_FACTOR = {severity: 1.0 - weight for severity, weight in SEVERITY_WEIGHT.items()}
+_OTHER_FACTOR = 1.0 - 0.3
 
 
 class RecordCaps:
@@ -45,8 +48,9 @@ class RecordCaps:
     def finding(self, analyzer_id: str, code: str, severity: str) -> bool:
         """Count a finding; whether it is to be built (one of the first of its type)."""
         self.made += 1
-        self.remaining[analyzer_id] = self.remaining.get(analyzer_id, 1.0) * (
-            1.0 - SEVERITY_WEIGHT.get(severity, 0.3)
+        remaining = self.remaining
+        remaining[analyzer_id] = remaining.get(analyzer_id, 1.0) * _FACTOR.get(
+            severity, _OTHER_FACTOR
         )
         key = (analyzer_id, code)
         seen = self.seen.get(key, 0)

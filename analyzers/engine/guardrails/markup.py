@@ -177,14 +177,16 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if span is not None:
             pos = span[1]
             continue
-        auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
-        if auto is not None:  # a markdown autolink: the link rules judge it
-            pos = auto.end()
-            continue
         if gt < i:
             gt = text.find(">", i)
             if gt < 0:
                 gt = n
+        # an autolink ends at the first ">" and holds a ":" or an "@" before it
+        if gt < n and (text.find(":", i, gt) >= 0 or text.find("@", i, gt) >= 0):
+            auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+            if auto is not None:  # a markdown autolink: the link rules judge it
+                pos = auto.end()
+                continue
         if gt >= n:
             # no ">" from here on: nothing left can close as a tag, comment or autolink,
             # so every candidate left outside protected code is text (one scan, no checks)
@@ -196,6 +198,9 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             break
         end = gt + 1
         region = text[i:end]
+        if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
+            pos = end
+            continue
         recorded, made = len(annotations), _made(ctx)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
@@ -271,10 +276,11 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     for url in urls:
         _judge_url(ctx, url, i, end)
     if name in ALLOWED_TAGS:
-        if closing:
-            return f"</{name}>", end
-        cleaned = clean_open_tag(region, name)
-        if has_attrs and cleaned != region:
+        cleaned = f"</{name}>" if closing else clean_open_tag(region, name)
+        if cleaned == region:
+            if not urls:
+                _remember_verbatim(region)
+        elif has_attrs and not closing:
             _annotate(ctx, executable,
                       f"Attributes of an HTML <{name}> tag were removed.", i, end)
         return cleaned, end
@@ -291,6 +297,18 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     _annotate(ctx, executable or name in EXECUTABLE_TAGS,
               f"Raw HTML {what} was removed.", i, stop)
     return "", stop
+
+
+# Allowed tags that are their own cleaned form and hold no URL (`<b>`, `</i>`): the same
+# verdict, no finding, wherever they are; remembered so that each costs a set lookup.
+_VERBATIM: set[str] = set()
+_VERBATIM_MAX = 4096
+
+
+def _remember_verbatim(region: str) -> None:
+    if len(_VERBATIM) >= _VERBATIM_MAX:
+        _VERBATIM.clear()
+    _VERBATIM.add(region)
 
 
 def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
