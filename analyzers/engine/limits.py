@@ -4,7 +4,9 @@ The auditor applies these to every analyzer's result, built-in or third-party, a
 analyzer ran (`cap_run`) and to the audit's trace and link table (`cap_report_parts`), so
 a huge response cannot turn into tens of thousands of stored rows or a 25 MB answer.
 What is left out is counted, never silently dropped: one summary finding per capped type
-says how many more there were, and a trace line says what was cut.
+says how many more there were, and a trace line says what was cut. An analyzer may cap
+as it goes instead (the guardrail pipeline does): it hands over the first records and, in
+`Omitted`, the counts of the rest, and the result is the same.
 
 The defaults come from the environment (`AUDITOR_MAX_ANNOTATIONS_PER_TYPE`,
 `AUDITOR_MAX_TRACE_LINES`, `AUDITOR_MAX_LINKS`, `AUDITOR_MAX_SUPPLEMENTARY_ITEMS`,
