@@ -99,7 +99,13 @@ class Auditor:
         # The memo's entries may point back at the context (a shared pipeline run does):
         # emptied now, the audit leaves no reference cycle for the garbage collector.
         context.memo.clear()
-        trace, links = cap_report_parts(context.trace, context.links, self.config.limits)
+        trace, links = cap_report_parts(
+            context.trace,
+            context.links,
+            self.config.limits,
+            context.omitted_trace,
+            context.omitted_links,
+        )
         report = AuditReport(
             threshold=self.config.threshold,
             overall_score=overall_score(runs),
@@ -189,7 +195,7 @@ class Auditor:
                     threshold=context.config.threshold_for(analyzer.id),
                 ),
             )
-            run = cap_run(run, self.config.limits)
+            run = cap_run(run, self.config.limits, context.omitted.get(analyzer.id))
         else:
             run = AnalyzerRun(
                 analyzer_id=analyzer.id,

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from .collisions import CollisionStore, InMemoryCollisionStore
 from .config import AuditorConfig
 from .contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
+from .limits import Omitted
 from .trusted import analyzer_result
 
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -60,6 +61,11 @@ class AuditContext:
     cleaned_response: str | None = None
     links: list[LinkRecord] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
+    # What analyzers left out already, capping as they went (see limits.Omitted): per
+    # analyzer id, and the trace lines and links past those in `trace` and `links`.
+    omitted: dict[str, Omitted] = field(default_factory=dict)
+    omitted_trace: int = 0
+    omitted_links: int = 0
     progress: ProgressCallback | None = None
     # The loop time by which the whole audit must be done (limits.audit_timeout_s).
     deadline: float | None = None

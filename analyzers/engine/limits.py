@@ -4,7 +4,9 @@ The auditor applies these to every analyzer's result, built-in or third-party, a
 analyzer ran (`cap_run`) and to the audit's trace and link table (`cap_report_parts`), so
 a huge response cannot turn into tens of thousands of stored rows or a 25 MB answer.
 What is left out is counted, never silently dropped: one summary finding per capped type
-says how many more there were, and a trace line says what was cut.
+says how many more there were, and a trace line says what was cut. An analyzer may cap
+as it goes instead (the guardrail pipeline does): it hands over the first records and, in
+`Omitted`, the counts of the rest, and the result is the same.
 
 The defaults come from the environment (`AUDITOR_MAX_ANNOTATIONS_PER_TYPE`,
 `AUDITOR_MAX_TRACE_LINES`, `AUDITOR_MAX_LINKS`, `AUDITOR_MAX_SUPPLEMENTARY_ITEMS`,
@@ -14,6 +16,7 @@ The defaults come from the environment (`AUDITOR_MAX_ANNOTATIONS_PER_TYPE`,
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,14 +57,38 @@ class Limits(BaseModel):
     )
 
 
-def cap_run(run: AnalyzerRun, limits: Limits) -> AnalyzerRun:
+@dataclass
+class Omitted:
+    """What an analyzer already left out while it ran, capping as it went (the guardrail
+    pipeline does, so that a huge response never builds its records): `cap_run` and
+    `cap_report_parts` then count them as if they had been handed over.
+
+    `annotations`: type -> [count, worst severity] of the findings left out past the
+    first `max_annotations_per_type` of that type, in the order their first one came;
+    `supplementary`: list key -> the list's full length (its first items are kept).
+    """
+
+    annotations: dict[str, list] = field(default_factory=dict)
+    supplementary: dict[str, int] = field(default_factory=dict)
+
+
+def cap_run(run: AnalyzerRun, limits: Limits, omitted: Omitted | None = None) -> AnalyzerRun:
     """At most `max_annotations_per_type` findings of each type (the first ones, in
     order), plus one summary finding per capped type with the count left out; the lists
-    in `supplementary` cut to `max_supplementary_items` (counts in `supplementary.capped`)."""
+    in `supplementary` cut to `max_supplementary_items` (counts in `supplementary.capped`).
+
+    `omitted`: what the analyzer left out already (it kept the first findings of each
+    type it capped): the result is the one the whole list would have given."""
     capped: dict[str, int] = {}
     per_type: dict[str, int] = {}
     kept: list[Annotation] = []
     worst: dict[str, str] = {}
+    full_length: dict[str, int] = {}
+    if omitted is not None:
+        for kind, (count, severity) in omitted.annotations.items():
+            capped[kind] = count
+            worst[kind] = severity
+        full_length = omitted.supplementary
     for annotation in run.annotations:
         seen = per_type.get(annotation.type, 0)
         per_type[annotation.type] = seen + 1
@@ -72,9 +99,10 @@ def cap_run(run: AnalyzerRun, limits: Limits) -> AnalyzerRun:
         if SEVERITY_RANK[annotation.severity] > SEVERITY_RANK[worst.get(annotation.type, "info")]:
             worst[annotation.type] = annotation.severity
     cut_lists = {
-        key: len(value)
+        key: full_length.get(key, len(value))
         for key, value in run.supplementary.items()
-        if isinstance(value, list) and len(value) > limits.max_supplementary_items
+        if isinstance(value, list)
+        and full_length.get(key, len(value)) > limits.max_supplementary_items
     }
     if not capped and not cut_lists:
         return run
@@ -101,20 +129,29 @@ def cap_run(run: AnalyzerRun, limits: Limits) -> AnalyzerRun:
 
 
 def cap_report_parts(
-    trace: list[str], links: list[LinkRecord], limits: Limits
+    trace: list[str],
+    links: list[LinkRecord],
+    limits: Limits,
+    omitted_trace: int = 0,
+    omitted_links: int = 0,
 ) -> tuple[list[str], list[LinkRecord]]:
-    """The first trace lines and links; a last trace line counts what was left out."""
+    """The first trace lines and links; a last trace line counts what was left out.
+
+    `omitted_trace`, `omitted_links`: lines and links left out already, past at least
+    the first `max_trace_lines` and `max_links` (see `Omitted`)."""
     notes = []
-    if len(links) > limits.max_links:
+    total_links = len(links) + omitted_links
+    if total_links > limits.max_links:
         notes.append(
-            f"[AUDIT] limits: {len(links) - limits.max_links} more links not listed "
+            f"[AUDIT] limits: {total_links - limits.max_links} more links not listed "
             f"(limits.max_links = {limits.max_links})"
         )
         links = links[: limits.max_links]
-    if len(trace) + len(notes) > limits.max_trace_lines:
+    total_trace = len(trace) + omitted_trace
+    if total_trace + len(notes) > limits.max_trace_lines:
         keep = limits.max_trace_lines - 1 - len(notes)
         notes.append(
-            f"[AUDIT] limits: {len(trace) - keep} more trace lines not kept "
+            f"[AUDIT] limits: {total_trace - keep} more trace lines not kept "
             f"(limits.max_trace_lines = {limits.max_trace_lines})"
         )
         trace = trace[: max(0, keep)]

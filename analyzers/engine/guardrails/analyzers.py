@@ -19,14 +19,18 @@ from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
 from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
+from ..limits import Omitted
 from ..linkcheck import LinkChecker
+from .caps import SEVERITY_WEIGHT
 from .context import LABELS
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
 from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
 from .stream import GuardrailResult, audit_text
 
 MEMO_KEY = "guardrails"
-SEVERITY_WEIGHT = {"info": 0.05, "warning": 0.3, "critical": 1.0}
+# Records past the audit's limits are counted, not built (caps.RecordCaps); the report is
+# the same (tests compare with False).
+EARLY_CAPS = True
 SURFACE_CODES = frozenset(
     {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK",
      "HTML_UNSAFE_MARKUP"}
@@ -37,8 +41,8 @@ SURFACE_CODES = frozenset(
 _dump_link = LinkRecord.__pydantic_serializer__.to_python
 
 
-def weighted_score(annotations: list[Annotation]) -> float:
-    remaining = 1.0
+def weighted_score(annotations: list[Annotation], remaining: float = 1.0) -> float:
+    """`remaining`: prod(1 - weight) of findings before these (counted, not built)."""
     for annotation in annotations:
         remaining *= 1.0 - SEVERITY_WEIGHT.get(annotation.severity, 0.3)
     return round(1.0 - remaining, 6)
@@ -61,7 +65,10 @@ class SharedRun:
         self.settings = settings_from_config(config)
         try:
             self.result: GuardrailResult = audit_text(
-                audit.response, self.settings, audit.sources
+                audit.response,
+                self.settings,
+                audit.sources,
+                config.limits if EARLY_CAPS else None,
             )
         except Exception:
             # The analyzers report the failure; the text passed on must still be inert.
@@ -77,6 +84,27 @@ class SharedRun:
         context.cleaned_response = self.result.cleaned_response
         context.links = self.result.links
         context.trace.extend(self.result.trace)
+        caps = self.result.caps
+        if caps is not None:
+            context.omitted_trace += caps.trace_omitted
+            context.omitted_links += caps.links_omitted
+            context.omitted.update(caps.omitted)
+            if caps.links_omitted:  # the links analyzer's list of links, too
+                omitted = context.omitted.setdefault("links", Omitted())
+                omitted.supplementary["links"] = len(self.result.links) + caps.links_omitted
+
+    def score(self, analyzer_id: str, annotations: list[Annotation]) -> float:
+        """The analyzer's score over its pipeline findings (all of them, built or only
+        counted) followed by `annotations`, the ones after them."""
+        caps = self.result.caps
+        if caps is None:
+            return weighted_score(self.result.for_analyzer(analyzer_id) + annotations)
+        return weighted_score(annotations, caps.score_factor(analyzer_id))
+
+    def left_out(self, analyzer_id: str) -> Omitted | None:
+        """The analyzer's pipeline findings past the limits (counted, not built)."""
+        caps = self.result.caps
+        return None if caps is None else caps.omitted.get(analyzer_id)
 
     @classmethod
     def get(cls, audit: AuditInput, context: AuditContext) -> SharedRun:
@@ -94,7 +122,9 @@ class SharedRun:
         checker = self.context.services.get("link_checker")
         if checker is None:
             checker = LinkChecker(timeout_s=timeout_s)
-        urls = [r.url for r in self.result.links if r.decision != "strip"]
+        caps = self.result.caps
+        unchecked = caps.unchecked if caps is not None else []  # links not built
+        urls = [r.url for r in self.result.links if r.decision != "strip"] + unchecked
         deadline = max(timeout_s, self.context.config.analyzer_timeout_s - 1.0)
         health = await checker.check_many(urls, timeout_s=timeout_s, deadline_s=deadline)
         for record in self.result.links:
@@ -109,6 +139,14 @@ class SharedRun:
                                               f"{record.url}: {what}", record.url))
                     )
                     self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {record.url}")
+        for url in unchecked:  # after the built ones, as they came
+            h = health.get(url)
+            if h is not None and not h.healthy:
+                what = h.error or f"HTTP {h.http_status}"
+                self.health_annotations.append(
+                    ("links", _annotation("LINK_UNHEALTHY", "warning", f"{url}: {what}", url))
+                )
+                self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {url}")
         self._drop_unhealthy_claims(health)
 
     def _drop_unhealthy_claims(self, health: dict[str, Any]) -> None:
@@ -193,17 +231,30 @@ class LinksAnalyzer(Analyzer):
         run = SharedRun.get(audit, context)
         if settings.check_health and run.check_health:
             await run.ensure_health(settings.timeout_s)
-        annotations = run.result.for_analyzer("links") + [
+        health = [
             _locate(a, audit.response) for owner, a in run.health_annotations if owner == "links"
         ]
-        counts: dict[str, int] = {}
-        for r in run.result.links:
-            counts[r.decision] = counts.get(r.decision, 0) + 1
+        annotations = run.result.for_analyzer("links") + health
+        caps = run.result.caps
+        if caps is not None:
+            counts = dict(caps.decisions)
+        else:
+            counts = {}
+            for r in run.result.links:
+                counts[r.decision] = counts.get(r.decision, 0) + 1
+        left_out = run.left_out("links")
         return self.result(
-            score=weighted_score(annotations),
+            score=run.score("links", health),
             annotations=annotations,
             should_surface=any(
                 a.type in SURFACE_CODES and a.severity != "info" for a in annotations
+            )
+            or (
+                left_out is not None
+                and any(
+                    code in SURFACE_CODES and worst != "info"
+                    for code, (_, worst) in left_out.annotations.items()
+                )
             ),
             supplementary={
                 "links": [_dump_link(r) for r in run.result.links],
@@ -235,14 +286,15 @@ class GroundingAnalyzer(Analyzer):
         run = SharedRun.get(audit, context)
         if run.check_health and run.result.pending:
             await run.ensure_health()
-        annotations = run.result.for_analyzer("grounding") + [
+        health = [
             _locate(a, audit.response)
             for owner, a in run.health_annotations
             if owner == "grounding"
         ]
+        annotations = run.result.for_analyzer("grounding") + health
         reasons = sorted({r for c in run.result.claims for r in c.get("reasons", [])})
         return self.result(
-            score=weighted_score(annotations),
+            score=run.score("grounding", health),
             annotations=annotations,
             should_surface=bool(annotations),
             supplementary={"reasons": reasons, "claims": run.result.claims},
@@ -264,9 +316,11 @@ class PromptLeakAnalyzer(Analyzer):
     ) -> AnalyzerResult:
         run = SharedRun.get(audit, context)
         annotations = run.result.for_analyzer("prompt_leak")
+        left_out = run.left_out("prompt_leak")
+        more = sum(count for count, _ in left_out.annotations.values()) if left_out else 0
         return self.result(
-            score=weighted_score(annotations),
+            score=run.score("prompt_leak", []),
             annotations=annotations,
             should_surface=bool(annotations),
-            supplementary={"lines_removed": len(annotations)},
+            supplementary={"lines_removed": len(annotations) + more},
         )

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Annotation, LinkRecord
+from .caps import RecordCaps
 from .markdown import MdLink, scan_links
 from .records import annotation as make_annotation
+from .records import link_record
 from .settings import GuardrailSettings, SourceIndex
 from .text import Doc, SpanSet, fenced_spans, merge_spans, one_line, unbroken_code_spans
 
@@ -54,10 +56,16 @@ class Ctx:
     """The state of one paragraph while the rules run."""
 
     __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
-                 "closing_memo", "bare_memo", "settled", "bare_edits")
+                 "closing_memo", "bare_memo", "settled", "bare_edits", "caps", "trace_room",
+                 "trace_cut")
 
     def __init__(
-        self, text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+        self,
+        text: str,
+        base: int,
+        settings: GuardrailSettings,
+        sources: SourceIndex,
+        caps: RecordCaps | None = None,
     ) -> None:
         self.original = text
         self.base = base
@@ -76,6 +84,12 @@ class Ctx:
         # (text, [(start, end)]) where the last bare-URL removals left plain text: see
         # links.audit_bare_urls
         self.bare_edits: tuple[str, list[tuple[int, int]]] | None = None
+        # records past the audit's limits are counted, not built (see caps): rules may
+        # skip a trace line once `out.trace` holds `trace_room` lines, adding 1 to
+        # `trace_cut`; lines appended past the room are trimmed when the paragraph ends
+        self.caps = caps
+        self.trace_room = caps.trace_room() if caps is not None else _UNBOUNDED
+        self.trace_cut = 0
 
     def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
         """Code regions (fences and code spans) and fences of the current text, cached."""
@@ -111,7 +125,10 @@ class Ctx:
         description: str,
         start: int,
         end: int,
-    ) -> Annotation:
+    ) -> Annotation | None:
+        """Record a finding; None when the audit's limits leave it out (counted only)."""
+        if self.caps is not None and not self.caps.finding(analyzer_id, code, severity):
+            return None
         s, e = self.doc.orig_span(start, end)
         annotation = make_annotation(
             code,
@@ -125,8 +142,19 @@ class Ctx:
         self.out.annotations.append((analyzer_id, annotation))
         return annotation
 
+    def link(self, url: str, label: str, decision: str, reason: str | None = None) -> None:
+        """Record a link; past the audit's limits it is counted only."""
+        if self.caps is None or self.caps.link(url, decision):
+            self.out.links.append(link_record(url, label, decision, reason))
+
+    def has_trace_room(self) -> bool:
+        """Whether a trace line added now is kept; if not, the caller counts it in
+        `trace_cut` instead of building it."""
+        return len(self.out.trace) < self.trace_room
+
     def trace(self, *parts: str) -> None:
         self.out.trace.append("[AUDIT] " + " | ".join([one_line(p) for p in parts]))
 
 
+_UNBOUNDED = 1 << 62
 _NO_CODE = SpanSet([])  # read only, like every SpanSet

@@ -294,7 +294,10 @@ def audit_grounding(ctx: Ctx) -> None:
             annotation = ctx.annotate(
                 "grounding", "UNGROUNDED_CUSTOMER_CLAIM", "critical", desc, s, e
             )
-            claim["start"], claim["end"] = annotation.start, annotation.end
+            if annotation is not None:
+                claim["start"], claim["end"] = annotation.start, annotation.end
+            else:  # past the audit's limits: counted, not built; the claim keeps its place
+                claim["start"], claim["end"] = ctx.doc.orig_span(s, e)
             out.trace.append("[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | " + one_line(sentence))
             es, ee = _sentence_removal(text, s, e)
             if edits and es < edits[-1][1]:

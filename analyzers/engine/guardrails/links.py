@@ -7,6 +7,7 @@ import html
 import re
 from functools import lru_cache
 
+from ..contract import Annotation
 from .autolinks import (
     DOMAIN,
     EMAIL,
@@ -233,7 +234,6 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     suffix = settings.title_suffix
     decisions = settings.link_decisions
     trace = ctx.out.trace
-    out_links = ctx.out.links
     last_end = -1
     run: _StripRun | None = None  # the same link stripped again and again, blanks between
     for link in links:
@@ -259,9 +259,8 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                 continue
             if run is not None:
                 run.close(ctx)
-            recorded = len(ctx.out.annotations)
-            _strip(ctx, link, url, code_, severity, why, edits, removed)
-            run = _StripRun(link, ctx.out.annotations[recorded][1])
+            finding = _strip(ctx, link, url, code_, severity, why, edits, removed)
+            run = _StripRun(link, finding)
             continue
         if run is not None:
             run = run.close(ctx)
@@ -301,10 +300,13 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                 trace.append("[AUDIT] REPLACE | " + one_line(f"{label} -> {new_label}"))
         if new_label is not None:
             edits.append((link.label_start, link.label_end, new_label))
-            out_links.append(link_record(url, new_label, "replace"))
+            ctx.link(url, new_label, "replace")
         else:
-            trace.append("[AUDIT] KEEP | " + one_line(url))
-            out_links.append(link_record(url, label, "keep"))
+            if len(trace) < ctx.trace_room:
+                trace.append("[AUDIT] KEEP | " + one_line(url))
+            else:
+                ctx.trace_cut += 1
+            ctx.link(url, label, "keep")
     if run is not None:
         run.close(ctx)
     if not edits:
@@ -336,7 +338,7 @@ class _StripRun:
         self.count += 1
 
     def close(self, ctx: Ctx) -> None:
-        if self.count > 1:
+        if self.count > 1 and self.finding is not None:  # None: past the limits, not built
             s, e = ctx.doc.orig_span(self.start, self.end)
             fields = self.finding.__dict__  # plain values, as validation sets them
             fields["start"], fields["end"] = s, e
@@ -356,18 +358,23 @@ def _strip(
     why: str,
     edits: list,
     removed: list,
-) -> None:
+) -> Annotation | None:
     """Strip a link, keeping its label unless the label is itself URL-like; an autolink,
-    a definition or an image (fetched without a click) goes entirely."""
-    ctx.annotate("links", code, severity, why, link.start, link.end)
-    ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
-    ctx.out.links.append(link_record(url, link.label, "strip", code))
+    a definition or an image (fetched without a click) goes entirely. Its finding (None
+    when past the audit's limits)."""
+    finding = ctx.annotate("links", code, severity, why, link.start, link.end)
+    if ctx.has_trace_room():
+        ctx.out.trace.append(f"[AUDIT] STRIP | {code} | {one_line(url)}")
+    else:
+        ctx.trace_cut += 1
+    ctx.link(url, link.label, "strip", code)
     if link.kind == "definition":
         edits.append((link.start, link.end, ""))
-        return
+        return finding
     label = kept_label(link)
     removed.append((len(edits), label))
     edits.append((link.start, link.end, label))
+    return finding
 
 
 def kept_label(link: MdLink) -> str:
@@ -526,19 +533,22 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
             skip = SpanSet(merge_spans(code.spans, inline))
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
-    trace, out_links = ctx.out.trace, ctx.out.links
+    trace = ctx.out.trace
     for bare in find_bare_urls(text, settings.allowed_hosts, skip, ctx.bare_memo):
         if bare.allowed:
             if not record_kept or (
                 definitions and any(s <= bare.start < e for s, e in definitions)
             ):
                 continue
-            trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+            if len(trace) < ctx.trace_room:
+                trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+            else:
+                ctx.trace_cut += 1
             if bare.kind != EMAIL:
                 # written plainly to an allowed host: its own text is the URL
-                out_links.append(
-                    link_record(_as_url(bare), text[bare.start:bare.end], "keep")
-                )
+                url = _as_url(bare)
+                if ctx.caps is None or ctx.caps.link(url, "keep"):
+                    ctx.out.links.append(link_record(url, text[bare.start:bare.end], "keep"))
             continue
         edits.append(_bare_edit(ctx, text, bare))
     _apply_bare_edits(ctx, text, edits)
@@ -559,11 +569,16 @@ def _bare_edit(ctx: Ctx, text: str, bare) -> tuple[int, int, str]:
         code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
         why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
     ctx.annotate("links", code_, severity, why, bare.start, bare.end)
+    room = ctx.has_trace_room()
+    if not room:
+        ctx.trace_cut += 1
     if bare.kind == DOMAIN:
-        ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
+        if room:
+            ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
         return (bare.start, bare.end, escape_dots(evidence))
-    ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
-    ctx.out.links.append(link_record(bare.url, evidence, "strip", code_))
+    if room:
+        ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
+    ctx.link(bare.url, evidence, "strip", code_)
     if settings.bare_urls == "defang":
         replacement = defang(evidence)
         if url_like(replacement):

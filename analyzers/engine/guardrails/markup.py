@@ -27,7 +27,6 @@ import nh3
 from .context import Ctx
 from .links import decide
 from .markdown import _AUTOLINK, _EMAIL_AUTOLINK
-from .records import link_record
 from .text import SpanSet, one_line
 
 ALLOWED_TAGS = frozenset(
@@ -178,14 +177,16 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if span is not None:
             pos = span[1]
             continue
-        auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
-        if auto is not None:  # a markdown autolink: the link rules judge it
-            pos = auto.end()
-            continue
         if gt < i:
             gt = text.find(">", i)
             if gt < 0:
                 gt = n
+        # an autolink ends at the first ">" and holds a ":" or an "@" before it
+        if gt < n and (text.find(":", i, gt) >= 0 or text.find("@", i, gt) >= 0):
+            auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+            if auto is not None:  # a markdown autolink: the link rules judge it
+                pos = auto.end()
+                continue
         if gt >= n:
             # no ">" from here on: nothing left can close as a tag, comment or autolink,
             # so every candidate left outside protected code is text (one scan, no checks)
@@ -197,7 +198,10 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             break
         end = gt + 1
         region = text[i:end]
-        recorded = len(annotations)
+        if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
+            pos = end
+            continue
+        recorded, made = len(annotations), _made(ctx)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
             while end < n and text[end] in " \t":  # no indent left to make a code block
@@ -207,7 +211,7 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         if replacement != region:
             edits.append((i, end, replacement))
             removed = removed or not replacement or replacement == "&lt;"
-            if not replacement and end == gt + 1 and len(annotations) > recorded:
+            if not replacement and end == gt + 1 and _made(ctx) > made:
                 run = _Run(region, i, end, annotations[recorded:])
         pos = end
     if run is not None:
@@ -272,10 +276,11 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     for url in urls:
         _judge_url(ctx, url, i, end)
     if name in ALLOWED_TAGS:
-        if closing:
-            return f"</{name}>", end
-        cleaned = clean_open_tag(region, name)
-        if has_attrs and cleaned != region:
+        cleaned = f"</{name}>" if closing else clean_open_tag(region, name)
+        if cleaned == region:
+            if not urls:
+                _remember_verbatim(region)
+        elif has_attrs and not closing:
             _annotate(ctx, executable,
                       f"Attributes of an HTML <{name}> tag were removed.", i, end)
         return cleaned, end
@@ -292,6 +297,18 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
     _annotate(ctx, executable or name in EXECUTABLE_TAGS,
               f"Raw HTML {what} was removed.", i, stop)
     return "", stop
+
+
+# Allowed tags that are their own cleaned form and hold no URL (`<b>`, `</i>`): the same
+# verdict, no finding, wherever they are; remembered so that each costs a set lookup.
+_VERBATIM: set[str] = set()
+_VERBATIM_MAX = 4096
+
+
+def _remember_verbatim(region: str) -> None:
+    if len(_VERBATIM) >= _VERBATIM_MAX:
+        _VERBATIM.clear()
+    _VERBATIM.add(region)
 
 
 def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
@@ -316,10 +333,21 @@ def _find_closing(ctx: Ctx, text: str, name: str, start: int) -> int | None:
     return m.end()
 
 
+def _made(ctx: Ctx) -> int:
+    """Findings made so far in this paragraph, built or (past the limits) only counted:
+    whether a tag made any must not depend on the limits."""
+    if ctx.caps is None:
+        return len(ctx.out.annotations)
+    return ctx.caps.made
+
+
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
     ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
                  description, start, end)
-    ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+    if ctx.has_trace_room():
+        ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
+    else:
+        ctx.trace_cut += 1
 
 
 @lru_cache(maxsize=1024)
@@ -333,8 +361,11 @@ def _judge_url(ctx: Ctx, url: str, start: int, end: int) -> None:
     if code is None:
         return
     ctx.annotate("links", code, severity, why, start, end)
-    ctx.out.trace.append(_url_trace(code, canonical))
-    ctx.out.links.append(link_record(canonical, "", "strip", code))
+    if ctx.has_trace_room():
+        ctx.out.trace.append(_url_trace(code, canonical))
+    else:
+        ctx.trace_cut += 1
+    ctx.link(canonical, "", "strip", code)
 
 
 @lru_cache(maxsize=1024)

@@ -13,6 +13,7 @@ URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attribute
 
 from __future__ import annotations
 
+from .caps import RecordCaps
 from .collector import collector_paused
 from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
 from .grounding import audit_grounding
@@ -56,18 +57,27 @@ LARGE_PARAGRAPH = 1 << 16
 
 
 def audit_paragraph(
-    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    text: str,
+    base: int,
+    settings: GuardrailSettings,
+    sources: SourceIndex,
+    caps: RecordCaps | None = None,
 ) -> ParagraphResult:
+    """`caps`: the audit's record budget; records past it are counted, not built."""
     if len(text) < LARGE_PARAGRAPH:
-        return _audit_paragraph(text, base, settings, sources)
+        return _audit_paragraph(text, base, settings, sources, caps)
     with collector_paused():  # scoped, and safe with concurrent threads (see collector)
-        return _audit_paragraph(text, base, settings, sources)
+        return _audit_paragraph(text, base, settings, sources, caps)
 
 
 def _audit_paragraph(
-    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    text: str,
+    base: int,
+    settings: GuardrailSettings,
+    sources: SourceIndex,
+    caps: RecordCaps | None,
 ) -> ParagraphResult:
-    ctx = Ctx(text, base, settings, sources)
+    ctx = Ctx(text, base, settings, sources, caps)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:
@@ -84,4 +94,6 @@ def _audit_paragraph(
         audit_grounding(ctx)
     ctx.out.text = ctx.doc.text
     ctx.out.trace.append(PARAGRAPH_OUT)
+    if caps is not None:
+        caps.take_trace(ctx.out.trace, ctx.trace_cut)
     return ctx.out

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..config import AuditorConfig
 from ..contract import Annotation, LinkRecord, Source
+from ..limits import Limits
+from .caps import RecordCaps
 from .context import PendingClaim
 from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
@@ -34,6 +36,9 @@ class GuardrailResult:
     trace: list[str]
     claims: list[dict[str, Any]]
     pending: list[PendingClaim]  # offsets into cleaned_response
+    # with limits: the records past them, counted not built (annotations, links and
+    # trace hold only the first ones)
+    caps: RecordCaps | None = None
 
     def for_analyzer(self, analyzer_id: str) -> list[Annotation]:
         return [a for owner, a in self.annotations if owner == analyzer_id]
@@ -78,8 +83,16 @@ class InlineStreamAuditor:
         result = auditor.result()
     """
 
-    def __init__(self, settings: GuardrailSettings, sources: Iterable[Source] = ()) -> None:
+    def __init__(
+        self,
+        settings: GuardrailSettings,
+        sources: Iterable[Source] = (),
+        limits: Limits | None = None,
+    ) -> None:
+        """`limits`: the audit's (see caps.RecordCaps); the trace lines, findings and
+        links past them are counted, not built, and leave the pieces and `result()`."""
         self.settings = settings
+        self._caps = RecordCaps(limits) if limits is not None else None
         self.sources = SourceIndex(settings, sources)
         self._partial: list[str] = []
         self._para: list[str] = []
@@ -101,7 +114,8 @@ class InlineStreamAuditor:
     def from_config(
         cls, config: AuditorConfig, sources: Iterable[Source] = ()
     ) -> InlineStreamAuditor:
-        return cls(settings_from_config(config), sources)
+        """Bounded by the configuration's limits."""
+        return cls(settings_from_config(config), sources, config.limits)
 
     def add_source(self, source: Source | dict[str, Any]) -> None:
         """A tool result arrived: it grounds the paragraphs that follow."""
@@ -155,6 +169,7 @@ class InlineStreamAuditor:
             trace=list(self._trace),
             claims=list(self._claims),
             pending=list(self._pending),
+            caps=self._caps,
         )
 
     # line-level state machine
@@ -204,7 +219,9 @@ class InlineStreamAuditor:
         self._para = []
         newline = text.endswith("\n")
         body = text[:-1] if newline else text
-        result = audit_paragraph(body, self._para_start, self.settings, self.sources)
+        result = audit_paragraph(
+            body, self._para_start, self.settings, self.sources, self._caps
+        )
         cleaned = result.text
         if cleaned and not cleaned.isspace():
             emitted = cleaned + "\n" if newline else cleaned
@@ -228,10 +245,14 @@ class InlineStreamAuditor:
 
 
 def audit_text(
-    response: str, settings: GuardrailSettings, sources: Iterable[Source] = ()
+    response: str,
+    settings: GuardrailSettings,
+    sources: Iterable[Source] = (),
+    limits: Limits | None = None,
 ) -> GuardrailResult:
-    """The batch audit: the stream auditor fed the whole response at once."""
-    auditor = InlineStreamAuditor(settings, sources)
+    """The batch audit: the stream auditor fed the whole response at once. `limits`: the
+    records past them are counted, not built (`result.caps`)."""
+    auditor = InlineStreamAuditor(settings, sources, limits)
     auditor._collect = False  # only the result is wanted
     auditor.feed(response)
     auditor.finish()
