@@ -56,18 +56,22 @@ LARGE_PARAGRAPH = 1 << 16
 
 
 def audit_paragraph(
-    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex,
+    open_fence: str | None = None,
 ) -> ParagraphResult:
+    """`open_fence`: what the cleaned paragraphs before leave open (see
+    `text.fence_state_after`)."""
     if len(text) < LARGE_PARAGRAPH:
-        return _audit_paragraph(text, base, settings, sources)
+        return _audit_paragraph(text, base, settings, sources, open_fence)
     with collector_paused():  # scoped, and safe with concurrent threads (see collector)
-        return _audit_paragraph(text, base, settings, sources)
+        return _audit_paragraph(text, base, settings, sources, open_fence)
 
 
 def _audit_paragraph(
-    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex
+    text: str, base: int, settings: GuardrailSettings, sources: SourceIndex,
+    open_fence: str | None,
 ) -> ParagraphResult:
-    ctx = Ctx(text, base, settings, sources)
+    ctx = Ctx(text, base, settings, sources, open_fence)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:

@@ -16,6 +16,7 @@ from ..contract import Annotation, LinkRecord, Source
 from .context import PendingClaim
 from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
+from .text import fence_state_after
 
 
 @dataclass(slots=True)
@@ -40,7 +41,8 @@ class GuardrailResult:
 
 
 def _is_blank(line: str) -> bool:
-    return not line.strip()
+    """Only spaces and tabs (CommonMark's blank line; a form feed or NBSP line is not)."""
+    return not line.strip(" \t\r\n")
 
 
 def _fence_marker(line: str) -> str | None:
@@ -86,6 +88,8 @@ class InlineStreamAuditor:
         self._para_start = 0
         self._consumed = 0
         self._fence: str | None = None
+        # what the cleaned paragraphs so far leave open (text.fence_state_after)
+        self._open_fence: str | None = None
         self._suppress_blank = False
         self._out: list[str] = []
         self._out_len = 0
@@ -173,7 +177,7 @@ class InlineStreamAuditor:
             if _closes(line, self._fence):
                 self._fence = None
             return
-        if line.isspace():  # blank (the line is never empty)
+        if _is_blank(line):  # (the line is never empty)
             self._flush(out)
             self._emit_blank(line, out)
             return
@@ -204,8 +208,11 @@ class InlineStreamAuditor:
         self._para = []
         newline = text.endswith("\n")
         body = text[:-1] if newline else text
-        result = audit_paragraph(body, self._para_start, self.settings, self.sources)
+        result = audit_paragraph(
+            body, self._para_start, self.settings, self.sources, self._open_fence
+        )
         cleaned = result.text
+        self._open_fence = fence_state_after(cleaned, self._open_fence)
         if cleaned and not cleaned.isspace():
             emitted = cleaned + "\n" if newline else cleaned
         else:
