@@ -177,7 +177,7 @@ class InlineStreamAuditor:
             if _closes(line, self._fence):
                 self._fence = None
             return
-        if _is_blank(line):  # (the line is never empty)
+        if not line.strip(" \t\r\n"):  # blank, as `_is_blank` (the line is never empty)
             self._flush(out)
             self._emit_blank(line, out)
             return
@@ -212,7 +212,8 @@ class InlineStreamAuditor:
             body, self._para_start, self.settings, self.sources, self._open_fence
         )
         cleaned = result.text
-        self._open_fence = fence_state_after(cleaned, self._open_fence)
+        if self._open_fence is not None or "```" in cleaned or "~~~" in cleaned:
+            self._open_fence = fence_state_after(cleaned, self._open_fence)
         if cleaned and not cleaned.isspace():
             emitted = cleaned + "\n" if newline else cleaned
         else:
