@@ -4,7 +4,6 @@ allowed http(s) hosts and holds no executable markup. And the stream equals the 
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rendering import problems
@@ -91,6 +90,29 @@ def assert_safe(text: str, settings_: GuardrailSettings) -> None:
 # linkify reads a scheme URL on through a backtick, which then opens no code span
 @example(text="here\\`HTTPS://api.docs.acme.example/p.png`\t<i onclick=x>y</i>\n    See "
               "https://evil.com..`")
+# found (each rendered a script or a link before): a fence in a list item goes on past the blank line: the next paragraph starts inside it
+@example(text="- ```\n  a\n\n  ```\n  <script>alert(1)</script>\n")
+# a list item's fence closed by the next line; the indented line after it is live HTML
+@example(text="- ```\n  ```\n  <script>alert(1)</script>\n")
+# a tab-indented fence in a list item, closed by a line the scan took for an opener
+@example(text="- a\n\t```\n  ```\n  <script>alert(1)</script>\n")
+# nesting variants that held already: a block quote inside a list item (its fence closes
+# with the quote), a quoted fence followed by a fence outside, a lazy continuation line
+@example(text="- > ```\n  > x\n\n  ```\n  <script>alert(1)</script>\n")
+@example(text="<meta http-equiv=refresh>> ```\n```\n\n```\n<img src=x onerror=alert(1)>\n```\n")
+@example(text="> a `b\n```\n<script>alert(1)</script>\n```\n")
+# found too: lone CR line endings: the fence closes on its second line
+@example(text="~~~\r~~~\r<script>alert(1)</script>\n")
+# a form feed line is no blank line: the code span crosses it
+@example(text="a `x\n\x0c\ny `<script>alert(1)</script>` `\n")
+# a definition after a lone CR (the fence before it closes there)
+@example(text="```\n<script>x</script>\n```\r[ref]: www.evil.com\\@acme.example.\n\n[][ref]\n")
+# a fence after a line that may start an HTML block is no fence (the block runs on)
+@example(text="  <b>\n~~~\n\n[docs](https://evil.com/)\n")
+# backticks at the start of a line after a quote are indented code, not a code span
+@example(text="> x\n>\n\t```\nhttps://127.0.0.1/%0a\n\t```\n")
+# a code span opened by a quote line's fence is no code span
+@example(text="x\n> ```\nSee https://evil.com/?u=evil.com.\n\t```\n")
 def test_the_cleaned_text_renders_only_allowed_links_and_no_script(text):
     assert_safe(text, STRIP)
 
@@ -119,9 +141,8 @@ def test_any_chunking_of_such_responses_gives_the_batch_result(text, cuts):
     assert [a for _, a in result.annotations] == [a for _, a in batch.annotations]
 
 
-@pytest.mark.xfail(strict=True, reason="open gap: a fence opened inside a block quote that a "
-                   "tag removal formed closes with the quote, and the next paragraph's fence "
-                   "markers then pair across the blank line (cross-paragraph fence state)")
+# a tag removal forms a fence inside a block quote: it closes with the quote, and the fence
+# the next line opens stays open past the blank line (the next paragraph starts inside it)
 def test_a_removal_that_forms_a_quoted_fence_leaves_no_script_in_a_later_fence():
     text = ("<!-- x --> ```\n<script>a</script>\n```\n\n<meta http-equiv=refresh content='0;"
             "url=x'>> ```\n<script>a</script>\n```\n\n```\n<script>a</script>\n```\n\n")

@@ -12,7 +12,15 @@ from .markdown import MdLink, scan_links
 from .records import annotation as make_annotation
 from .records import link_record
 from .settings import GuardrailSettings, SourceIndex
-from .text import Doc, SpanSet, fenced_spans, merge_spans, one_line, unbroken_code_spans
+from .text import (
+    UNKNOWN_FENCE,
+    Doc,
+    SpanSet,
+    fenced_spans,
+    merge_spans,
+    one_line,
+    unbroken_code_spans,
+)
 
 PARAGRAPH_IN = "[AUDIT] ══ paragraph in ══"
 PARAGRAPH_OUT = "[AUDIT] ══ paragraph out ══"
@@ -57,7 +65,7 @@ class Ctx:
 
     __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
                  "closing_memo", "bare_memo", "settled", "bare_edits", "caps", "trace_room",
-                 "trace_cut")
+                 "trace_cut", "open_fence")
 
     def __init__(
         self,
@@ -66,8 +74,12 @@ class Ctx:
         settings: GuardrailSettings,
         sources: SourceIndex,
         caps: RecordCaps | None = None,
+        open_fence: str | None = None,
     ) -> None:
         self.original = text
+        # what the paragraphs before left open (text.fence_state_after): the text starts
+        # inside that fence, or, when UNKNOWN_FENCE, no code in it is trusted as inert
+        self.open_fence = open_fence
         self.base = base
         self.settings = settings
         self.sources = sources
@@ -95,10 +107,13 @@ class Ctx:
         """Code regions (fences and code spans) and fences of the current text, cached."""
         text = self.doc.text
         if self._code is None or self._code[0] is not text:
-            if "`" not in text and "~~~" not in text:  # no fence, no code span
+            open_fence = self.open_fence
+            if open_fence == UNKNOWN_FENCE or (
+                "`" not in text and "~~~" not in text and not open_fence
+            ):  # no code trusted, or no fence and no code span
                 self._code = (text, _NO_CODE, [])
             else:
-                fences = fenced_spans(text)
+                fences = fenced_spans(text, open_fence)
                 spans = merge_spans(fences, unbroken_code_spans(text, fences))
                 self._code = (text, SpanSet(spans), fences)
         return self._code[1], self._code[2]

@@ -19,11 +19,13 @@ _EMAIL_AUTOLINK = re.compile(
     r"<([A-Za-z0-9.!#$%&'*+/=?^_`{|}~\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*)>"
 )
-# (inside block quotes and list items too: their markers may come first, and a list
+# (after any CommonMark line ending, a lone CR too; inside block quotes and list items
+# too: their markers may come first, and a list
 # item's later lines are indented to its content, so any indentation is read as one)
 _DEFINITION = re.compile(
-    r"^(?:[ \t]{0,3}(?:>[ \t]?|[*+\-][ \t]+|\d{1,9}[.)][ \t]+))*"
-    r"([ \t]*\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*\n?[ \t]*(<[^<>\n]*>|\S+)[^\n]*(?:\n|$))",
+    r"(?:\A|(?<=[\n\r]))(?:[ \t]{0,3}(?:>[ \t]?|[*+\-][ \t]+|\d{1,9}[.)][ \t]+))*"
+    r"([ \t]*\[((?:[^\[\]\\\n]|\\.){1,999})\]:[ \t]*(?:\r\n?|\n)?[ \t]*(<[^<>\r\n]*>|\S+)"
+    r"[^\r\n]*(?:\r\n?|\n|$))",
     re.MULTILINE,
 )
 _ANCHOR = re.compile(

@@ -62,12 +62,15 @@ def audit_paragraph(
     settings: GuardrailSettings,
     sources: SourceIndex,
     caps: RecordCaps | None = None,
+    open_fence: str | None = None,
 ) -> ParagraphResult:
-    """`caps`: the audit's record budget; records past it are counted, not built."""
+    """`caps`: the audit's record budget; records past it are counted, not built.
+    `open_fence`: what the cleaned paragraphs before leave open (see
+    `text.fence_state_after`)."""
     if len(text) < LARGE_PARAGRAPH:
-        return _audit_paragraph(text, base, settings, sources, caps)
+        return _audit_paragraph(text, base, settings, sources, caps, open_fence)
     with collector_paused():  # scoped, and safe with concurrent threads (see collector)
-        return _audit_paragraph(text, base, settings, sources, caps)
+        return _audit_paragraph(text, base, settings, sources, caps, open_fence)
 
 
 def _audit_paragraph(
@@ -76,8 +79,9 @@ def _audit_paragraph(
     settings: GuardrailSettings,
     sources: SourceIndex,
     caps: RecordCaps | None,
+    open_fence: str | None,
 ) -> ParagraphResult:
-    ctx = Ctx(text, base, settings, sources, caps)
+    ctx = Ctx(text, base, settings, sources, caps, open_fence)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:

@@ -18,6 +18,7 @@ from .caps import RecordCaps
 from .context import PendingClaim
 from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
+from .text import fence_state_after
 
 
 @dataclass(slots=True)
@@ -45,7 +46,8 @@ class GuardrailResult:
 
 
 def _is_blank(line: str) -> bool:
-    return not line.strip()
+    """Only spaces and tabs (CommonMark's blank line; a form feed or NBSP line is not)."""
+    return not line.strip(" \t\r\n")
 
 
 def _fence_marker(line: str) -> str | None:
@@ -99,6 +101,8 @@ class InlineStreamAuditor:
         self._para_start = 0
         self._consumed = 0
         self._fence: str | None = None
+        # what the cleaned paragraphs so far leave open (text.fence_state_after)
+        self._open_fence: str | None = None
         self._suppress_blank = False
         self._out: list[str] = []
         self._out_len = 0
@@ -188,7 +192,7 @@ class InlineStreamAuditor:
             if _closes(line, self._fence):
                 self._fence = None
             return
-        if line.isspace():  # blank (the line is never empty)
+        if not line.strip(" \t\r\n"):  # blank, as `_is_blank` (the line is never empty)
             self._flush(out)
             self._emit_blank(line, out)
             return
@@ -220,9 +224,12 @@ class InlineStreamAuditor:
         newline = text.endswith("\n")
         body = text[:-1] if newline else text
         result = audit_paragraph(
-            body, self._para_start, self.settings, self.sources, self._caps
+            body, self._para_start, self.settings, self.sources, self._caps,
+            self._open_fence,
         )
         cleaned = result.text
+        if self._open_fence is not None or "```" in cleaned or "~~~" in cleaned:
+            self._open_fence = fence_state_after(cleaned, self._open_fence)
         if cleaned and not cleaned.isspace():
             emitted = cleaned + "\n" if newline else cleaned
         else:

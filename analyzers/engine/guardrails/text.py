@@ -185,51 +185,154 @@ class BlankRuns:
 
 # a line that may start a list item (an item's content is indented to its content column)
 _LIST_ITEM = re.compile(r"[ ]{0,3}(?:[-+*]|\d{1,9}[.)])(?=[ \t\r\n]|\Z)")
+# a fence the scan below cannot place: after a list marker on its own line ("- ```"), or
+# indented by a tab or 4+ columns after a line that may start a list item (then it may be
+# in the item). (A fence after ">" closes with its quote, at the latest at the blank line
+# that ends the paragraph, and a fence line without ">" ends the quote: those are placed.)
+_MARKER_FENCE = re.compile(r"[ ]{0,3}(?:(?:[-+*]|\d{1,9}[.)])[ \t]+)+(?:`{3,}(?![^`\r\n]*`)|~{3,})")
+_INDENTED_FENCE = re.compile(r"[ \t]*(?:`{3,}(?![^`\r\n]*`)|~{3,})")
+# a line that may start an HTML block (in a quote or list item too)
+_HTML_LINE = re.compile(r"(?:[ \t]*(?:>|(?:[-+*]|\d{1,9}[.)])(?=[ \t])))*[ \t]*<")
+# a line that may be a fence, in any container
+_FENCE_LINE = re.compile(r"(?:[ \t]*(?:>|(?:[-+*]|\d{1,9}[.)])(?=[ \t])))*[ \t]*(?:```|~~~)")
+_LINE_END = re.compile(r"\r\n?|\n")  # CommonMark line endings: LF, CR LF and a lone CR
+# the first line of a paragraph that starts outside fences: a list item opening a fence
+# ("1. ```bash"), its content column that of the fence (1-4 spaces after each marker)
+_ITEM_FENCE = re.compile(r"[ ]{0,3}(?:(?:[-+*]|\d{1,9}[.)])[ ]{1,4})+(`{3,}(?![^`\r\n]*`)|~{3,})")
+
+# What a paragraph leaves open for the next one (the renderer does not stop at blank lines
+# inside a fence or a list item): nothing, the marker of a top-level fence certainly open,
+# or UNKNOWN_FENCE when some reading leaves a fence open (in a list item that may go on
+# past the blank line, or placed differently by different readings). After UNKNOWN_FENCE
+# no code is trusted as inert for the rest of the response.
+UNKNOWN_FENCE = "?"
 
 
-def fenced_spans(text: str) -> list[tuple[int, int]]:
+def fenced_spans(text: str, open_fence: str | None = None) -> list[tuple[int, int]]:
     """Spans of fenced code blocks (``` or ~~~), an unclosed fence running to the end.
+
+    `open_fence`: the marker of a top-level fence the text starts inside (left open by
+    the paragraphs before it); the text is then code up to the line that closes it.
 
     An indented fence after a line that may start a list item may be inside that item,
     and then ends where the item ends: at the first later line indented less than the
     fence. It is trusted as code only up to there, and no fence after it at all (whether
     that line closes it or opens another depends on a reading the text alone does not
-    settle)."""
-    spans: list[tuple[int, int]] = []
+    settle). The same after a fence that may be in a list item but that this scan does
+    not place (`- ````, a tab-indented fence in an item): no later fence is trusted."""
+    return _scan_fences(text, open_fence)[0]
+
+
+def fence_state_after(text: str, open_fence: str | None) -> str | None:
+    """What `text` (a cleaned paragraph, starting in `open_fence`) leaves open for the
+    next paragraph: None, a top-level fence's marker, or UNKNOWN_FENCE (see above)."""
+    if open_fence == UNKNOWN_FENCE:
+        return UNKNOWN_FENCE
     if "```" not in text and "~~~" not in text:
-        return spans
-    pos = 0
-    open_at = -1
-    marker = ""
+        return open_fence  # an open fence stays open; nothing opens one
+    return _scan_fences(text, open_fence)[1]
+
+
+def _columns(text: str, pos: int, end: int) -> tuple[int, int]:
+    """(indentation in columns, tabs to the next multiple of 4; where it ends)."""
+    col = 0
+    while pos < end:
+        c = text[pos]
+        if c == " ":
+            col += 1
+        elif c == "\t":
+            col += 4 - col % 4
+        else:
+            break
+        pos += 1
+    return col, pos
+
+
+def _item_fence_end(text: str, fence_at: int, marker: str) -> int:
+    """Where scanning resumes after the fence a list item opens on its first line (its
+    content column is the fence's): the line after its closing line, or the first line
+    indented less than the fence (the item, and the fence, end there); -1 when the text
+    ends first."""
     n = len(text)
+    column = fence_at  # the first line has no tab before the fence (spaces only)
+    m = _LINE_END.search(text, fence_at)
+    pos = n if m is None else m.end()
+    while pos < n:
+        m = _LINE_END.search(text, pos)
+        line_end = n if m is None else m.end()
+        col, first = _columns(text, pos, line_end)
+        body = text[first:line_end].rstrip()
+        if body:
+            if col < column:
+                return pos
+            if col <= column + 3 and body.startswith(marker) and not body.strip(marker[0]):
+                return line_end
+        pos = line_end
+    return -1
+
+
+def _scan_fences(text: str, open_fence: str | None) -> tuple[list[tuple[int, int]], str | None]:
+    """The trusted fences and the state left at the end (see `fence_state_after`)."""
+    spans: list[tuple[int, int]] = []
+    n = len(text)
+    if "```" not in text and "~~~" not in text:
+        if open_fence:
+            spans.append((0, n))
+        return spans, open_fence
+    pos = 0
+    open_at = 0 if open_fence else -1
+    marker = open_fence or ""
     in_item = False  # a line that may start a list item came before, outside fences
     item_indent = 0  # the indent of the open fence when it may be inside a list item
+    if not open_fence:
+        item = _ITEM_FENCE.match(text)
+        if item is not None:  # a list item's fence (not trusted), ending where it surely ends
+            pos = _item_fence_end(text, item.start(1), item.group(1))
+            if pos < 0:
+                return spans, UNKNOWN_FENCE  # it may go on past the blank line, or may not
+            in_item = True
+    html = False  # a line that may start an HTML block came, and no blank line since
     while pos < n:
-        nl = text.find("\n", pos)
-        line_end = n if nl < 0 else nl + 1
+        nl = _LINE_END.search(text, pos)
+        line_end = n if nl is None else nl.end()
         stripped = text[pos:line_end].lstrip(" ")
         indent = line_end - pos - len(stripped)
         if open_at < 0:
+            if html or _HTML_LINE.match(text, pos) is not None:
+                # an HTML block (kinds 6 and 7) runs to a blank line: a fence line in it
+                # is no fence, or is one (not an HTML block): trust no fence from there
+                if not stripped.strip(" \t\r\n"):
+                    html = False
+                elif _FENCE_LINE.match(text, pos) is not None:
+                    return spans, UNKNOWN_FENCE
+                else:
+                    html = True
             if indent <= 3 and stripped[:3] in ("```", "~~~"):
                 ch = stripped[0]
                 run = len(stripped) - len(stripped.lstrip(ch))
                 if ch == "~" or "`" not in stripped[run:]:
                     open_at, marker = pos, ch * run
                     item_indent = indent if in_item else 0
+            elif _MARKER_FENCE.match(text, pos) is not None or (
+                in_item and (indent > 3 or stripped[:1] == "\t")
+                and _INDENTED_FENCE.match(text, pos) is not None
+            ):
+                return spans, UNKNOWN_FENCE  # a fence this scan cannot place
             elif not in_item and _LIST_ITEM.match(text, pos) is not None:
                 in_item = True
         else:
             body = stripped.rstrip()
             if item_indent and body and indent < item_indent:
                 spans.append((open_at, pos))  # the list item may end here, and the fence
-                return spans
+                return spans, UNKNOWN_FENCE
             if indent <= 3 and body.startswith(marker) and not body.strip(marker[0]):
                 spans.append((open_at, line_end))
                 open_at = -1
         pos = line_end
     if open_at >= 0:
         spans.append((open_at, n))
-    return spans
+        return spans, UNKNOWN_FENCE if item_indent else marker
+    return spans, None
 
 
 def code_span_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -325,6 +428,36 @@ def _before_linkified_backtick(
     return spans
 
 
+_PREFIX_CHARS = frozenset(" \t>-+*.)0123456789")
+
+
+def _before_opener_starting_a_block(
+    text: str, spans: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The spans before the first whose opening backticks start a line (after only
+    indentation, ">" and list markers) where a renderer may read them as a fence (3 or
+    more, no backtick after them on the line) or as indented code (a tab or 4 spaces
+    before them): then they open no code span, and every later backtick pairs differently.
+    (A fence at the start of a top-level line is a fence already, never in a span.)"""
+    for k, (start, _) in enumerate(spans):
+        i = start
+        while i > 0 and text[i - 1] in _PREFIX_CHARS:
+            i -= 1
+        if i > 0 and text[i - 1] not in "\r\n":
+            continue  # text before it on its line
+        prefix = text[i:start]
+        if "\t" in prefix or "    " in prefix:
+            return spans[:k]
+        run = start
+        while run < len(text) and text[run] == "`":
+            run += 1
+        if run - start >= 3:
+            m = _LINE_END.search(text, run)
+            if "`" not in text[run:m.start() if m else len(text)]:
+                return spans[:k]
+    return spans
+
+
 def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The code spans a renderer forms however it reads the lines that may start a block.
 
@@ -336,6 +469,7 @@ def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[
     whole = code_span_spans(text, fences)
     if whole:
         whole = _before_linkified_backtick(text, whole)
+        whole = _before_opener_starting_a_block(text, whole)
     if not whole or ("\n" not in text and "\r" not in text):
         return whole
     cuts = [m.start() + 1 for m in _BLOCK_START.finditer(text)]
