@@ -35,7 +35,6 @@ from django.conf import settings  # noqa: E402
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
-from audits import people_first  # noqa: E402
 from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
 from audits.api.proxy import proxy_endpoint  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
@@ -50,19 +49,8 @@ async def route_http(scope, receive, send):
         await stream_endpoint(scope, receive, send)
     elif scope["path"] in PROXY_PATHS:  # the OpenAI-compatible proxy (audits/api/proxy/)
         await proxy_endpoint(scope, receive, send)
-    elif is_page(scope):
-        with people_first.waiting():  # the analysis threads make way meanwhile
-            await django_asgi_app(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
-
-
-MACHINE_PREFIXES = ("/api/", "/v1/", "/static/", "/favicon.ico")
-
-
-def is_page(scope) -> bool:
-    """A person's page view (GET of the dashboard or admin), not a machine's call."""
-    return scope["method"] in ("GET", "HEAD") and not scope["path"].startswith(MACHINE_PREFIXES)
 
 
 OTLP_PATH = "/v1/traces"

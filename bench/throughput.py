@@ -178,6 +178,8 @@ async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: d
                 except TimeoutError:  # its fragments never came (a full channel drops them)
                     out["missed"] = out.get("missed", 0) + 1
                     break
+                except websockets.ConnectionClosed:  # the run is over: the server stopped
+                    return
                 if f"audit-card-{audit_id}" not in message:
                     continue
                 now = (time.perf_counter() - t0) * 1000

@@ -6,7 +6,11 @@ import asyncio
 import threading
 import time
 
-from auditor_site.asgi import is_page
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+from django.http import HttpResponse
+
+from auditor_site.people_first import PeopleFirstMiddleware, is_page
 from audits import people_first
 
 
@@ -41,11 +45,58 @@ def test_a_steady_stream_of_pages_never_stalls_the_analysis():
 
 
 def test_only_page_views_count_as_a_person_waiting():
-    assert is_page({"method": "GET", "path": "/"})
-    assert is_page({"method": "GET", "path": "/audits/123/"})
-    assert is_page({"method": "GET", "path": "/admin/audits/auditrun/"})
-    assert not is_page({"method": "POST", "path": "/review/"})  # a verdict: quick, not a page
-    assert not is_page({"method": "GET", "path": "/api/audits/export"})  # long machine reads
-    assert not is_page({"method": "POST", "path": "/api/audits/batch"})
-    assert not is_page({"method": "GET", "path": "/static/js/live.js"})
-    assert not is_page({"method": "POST", "path": "/v1/traces"})
+    assert is_page("GET", "/")
+    assert is_page("GET", "/audits/123/")
+    assert is_page("GET", "/admin/audits/auditrun/")
+    assert not is_page("POST", "/review/")  # a verdict: quick, not a page
+    assert not is_page("GET", "/api/audits/export")  # long machine reads
+    assert not is_page("POST", "/api/audits/batch")
+    assert not is_page("GET", "/static/js/live.js")
+    assert not is_page("POST", "/v1/traces")
+
+
+def _seen_while_served(request, *, run_async: bool) -> bool:
+    seen = []
+    if run_async:
+        async def view(req):
+            seen.append(people_first.someone_waiting())
+            return HttpResponse("ok")
+
+        asyncio.run(PeopleFirstMiddleware(view)(request))
+    else:
+        def view(req):
+            seen.append(people_first.someone_waiting())
+            return HttpResponse("ok")
+
+        PeopleFirstMiddleware(view)(request)
+    assert not people_first.someone_waiting()  # released after the response
+    return seen[0]
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_only_staff_page_views_make_the_analysis_wait(rf, run_async):
+    """Anyone else's requests would let an anonymous client hold the analysis back."""
+    def request(path, user, method="get"):
+        req = getattr(rf, method)(path)
+        req.user = user
+
+        async def auser():
+            return user
+
+        req.auser = auser
+        return req
+
+    staff, anonymous = User(username="s", is_staff=True), AnonymousUser()
+    assert _seen_while_served(request("/", staff), run_async=run_async)
+    assert not _seen_while_served(request("/", anonymous), run_async=run_async)
+    assert not _seen_while_served(request("/api/audits", staff), run_async=run_async)
+    assert not _seen_while_served(request("/review/", staff, "post"), run_async=run_async)
+
+
+def test_the_middleware_is_in_the_stack():
+    from django.conf import settings
+
+    stack = settings.MIDDLEWARE
+    assert stack.index("auditor_site.people_first.PeopleFirstMiddleware") > stack.index(
+        "django.contrib.auth.middleware.AuthenticationMiddleware"
+    )
