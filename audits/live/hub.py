@@ -88,9 +88,7 @@ class FeedHub:
         """Remember that `event`'s audit has news for the next round."""
         if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
             return
-        audit_id = str(event["audit_id"])
-        self.pending.pop(audit_id, None)
-        self.pending[audit_id] = None
+        self.pending[str(event["audit_id"])] = None
         self.news.set()
 
     async def _render(self) -> None:
