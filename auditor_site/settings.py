@@ -217,6 +217,9 @@ if AUDITOR_TASK_BACKEND == "thread":
                 "SWEEP_INTERVAL": AUDITOR_RECOVERY_INTERVAL,
                 # Audits claimed, analysed and stored together when the queue is deep.
                 "BATCH_SIZE": envint("AUDITOR_TASK_BATCH", 32),
+                # Analysis in this many child processes, off the server's GIL (0: in
+                # the task threads); see audits.analysis_processes.
+                "PROCESSES": envint("AUDITOR_ANALYSIS_PROCESSES", 0),
             },
         }
     }

@@ -13,6 +13,10 @@ watching later reads the database after joining its group, so it misses nothing.
 published from threads without a loop are handed to the server's loop without waiting
 (one drain task keeps their order), or, in a process without a server loop (db_worker,
 tests), to one long-lived publisher loop of the process.
+
+In an analysis process (audits.analysis_processes) nothing is sent: `capture(sink)` hands
+every event to `sink`, and the parent process publishes them when the batch returns (its
+channel layer, in memory, is the one the pages listen to).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -33,6 +38,7 @@ logger = logging.getLogger(__name__)
 # thread's `async_to_sync`) puts messages in them without waking it, and they would sit
 # there until something else woke the server. Seen as card latencies of up to a second.
 _server_loop: asyncio.AbstractEventLoop | None = None
+_capture: Callable[[dict[str, Any]], None] | None = None  # set in analysis processes
 PUBLISH_WAIT = 5.0  # seconds a worker thread waits for its event to be handed over
 DRAIN_YIELD_EVERY = 32  # events an outbox sends before it lets the loop run others
 
@@ -160,8 +166,22 @@ def _other_server_loop() -> asyncio.AbstractEventLoop | None:
     return loop
 
 
+def capture(sink: Callable[[dict[str, Any]], None] | None) -> None:
+    """Hand every event of this process to `sink` instead of sending it (None: send)."""
+    global _capture
+    _capture = sink
+
+
+def capturing() -> bool:
+    """True in a process whose events its parent publishes (an analysis process)."""
+    return _capture is not None
+
+
 async def apublish(event: dict[str, Any]) -> None:
     """Send `event` to the browsers; never raises."""
+    if _capture is not None:
+        _capture(event)
+        return
     try:
         layer = get_channel_layer()
         groups = _watched_groups(event, layer)
@@ -184,6 +204,9 @@ def publish(event: dict[str, Any]) -> None:
     the server's loop without waiting (its outbox keeps the order); elsewhere (a worker
     process, a test) it is sent from the process's publisher loop and waited for.
     """
+    if _capture is not None:
+        _capture(event)
+        return
     try:
         try:
             running = asyncio.get_running_loop()

@@ -51,3 +51,15 @@ async def make_way(max_pause: float = MAX_PAUSE_S) -> float:
     while _waiting and time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)
     return time.monotonic() - start
+
+
+def make_way_sync(max_pause: float = MAX_PAUSE_S) -> float:
+    """`make_way` for a thread without a loop (one that hands batches to an analysis
+    process, audits.analysis_processes: there the pause is per batch)."""
+    if not _waiting:
+        return 0.0
+    start = time.monotonic()
+    deadline = start + max_pause
+    while _waiting and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return time.monotonic() - start

@@ -29,7 +29,7 @@ from analyzers.engine.redflag import content_digest
 from . import people_first, workers
 from .bulk import insert_rows
 from .collisions import CollisionBatch
-from .events import ALL_AUDITS_GROUP, apublish, has_watchers, publish
+from .events import ALL_AUDITS_GROUP, apublish, capturing, has_watchers, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .queues import LARGE_QUEUE
@@ -658,6 +658,12 @@ def _finished(run: AuditRun, report: AuditReport) -> None:
             "trace_lines": len(report.trace),
         }
     )
+    if not capturing():  # an analysis process: its parent sends the signal with the event
+        send_finished_signal(audit_id)
+
+
+def send_finished_signal(audit_id: str) -> None:
+    """`audit_finished` for a complete audit (its receivers may queue tasks: alerts)."""
     for receiver, error in audit_finished.send_robust(sender=AuditRun, audit_id=audit_id):
         if isinstance(error, Exception):
             logger.error("%r failed after audit %s", receiver, audit_id, exc_info=error)

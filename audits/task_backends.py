@@ -14,6 +14,10 @@ Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of
 responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
 hold every thread while small audits wait.
 
+`PROCESSES` (default 0): when above 0, `run_audit` calls and batches are analysed in that
+many long-lived child processes, off this process's interpreter lock; the task threads
+hand them over and wait (audits.analysis_processes).
+
 Deep queues in small batches: a task function with a `batch` attribute (a callable
 taking the args lists of several calls and returning their return values, e.g.
 `audits.tasks.run_audit_batch`) is called once for up to BATCH_SIZE queued calls when
@@ -39,6 +43,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
+from . import analysis_processes
 from .queues import LARGE_QUEUE
 from .workers import keep_connections
 
@@ -94,6 +99,9 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
         self.batch_size = int(self.options.get("BATCH_SIZE", 32))
         self.worker_id = get_random_string(32)
+        processes = int(self.options.get("PROCESSES", 0))
+        if processes:
+            analysis_processes.configure(processes)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
 

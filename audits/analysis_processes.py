@@ -1,0 +1,191 @@
+"""Audit batches analysed in worker processes, off the web server's interpreter lock.
+
+With the thread backend (`AUDITOR_ANALYSIS_PROCESSES` = N > 0, the backend's `PROCESSES`
+option), a task thread that runs `run_audit` hands its run ids to one of N long-lived
+child processes and waits (the lock released) for the outcome. Threads stay the
+scheduling unit: the backend's queues, batches, `large` lane and results are unchanged,
+and at most one batch per task thread is in the children at a time (bounded).
+
+- The children (multiprocessing "spawn", so no state of the server is copied) set Django
+  up once, on the parent's databases, and keep what a worker thread keeps
+  (audits.workers): database connection, engine loop, auditors per configuration.
+- Events: a child's channel layer is not the one the pages listen to, so it captures what
+  it would publish (`events.capture`): the feed events of every audit, and the progress
+  of audits that had a watcher when the batch left. The parent publishes them, in order,
+  when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
+  their tasks here, on the parent's backend).
+- People first (audits.people_first): a child does not share the server's lock; it only
+  competes for a core. The parent makes way before it dispatches each batch (at most
+  `MAX_PAUSE_S` per batch), not between the audits of a batch.
+- Nothing lost: the parent's heartbeat covers the runs while a child has them
+  (audits.heartbeats). A child that dies (killed, out of memory) breaks the pool: the batch
+  fails, the pool is built again for the next batch, and the runs the child had claimed
+  stop beating, so the recovery sweep (audits.recovery) re-queues them after
+  `AUDITOR_RECOVER_RUNNING_AFTER_S` (failed after `MAX_ATTEMPTS`, as any run).
+- A child exits when its parent is gone (checked every `ORPHAN_CHECK_S`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from . import events, people_first
+from .heartbeats import running_run
+
+logger = logging.getLogger(__name__)
+
+ORPHAN_CHECK_S = 1.0
+
+_lock = threading.Lock()
+_processes = 0  # configured by the thread backend (0: analyse in the task threads)
+_executor: ProcessPoolExecutor | None = None
+
+
+# --- the parent --------------------------------------------------------------------------
+
+
+def configure(processes: int) -> None:
+    """Analyse in `processes` child processes from now on (0: in the calling threads)."""
+    global _processes
+    with _lock:
+        _processes = max(0, int(processes))
+
+
+def configured() -> bool:
+    return _processes > 0 and not events.capturing()  # a child never nests a pool
+
+
+def execute_runs(run_ids: list[Any]) -> dict[str, str]:
+    """`services.execute_runs(run_ids)` in a child process; its events published here."""
+    ids = [str(run_id) for run_id in run_ids]
+    people_first.make_way_sync()
+    watched = [i for i in ids if events.has_watchers(events.audit_group(i))]
+    with contextlib.ExitStack() as stack:
+        for run_id in ids:
+            stack.enter_context(running_run(run_id))  # this process's heartbeat covers them
+        outcome, captured, _pid = _submit(_child_execute, ids, watched)
+    _publish(captured)
+    return outcome
+
+
+def _publish(captured: list[dict[str, Any]]) -> None:
+    from .services import send_finished_signal
+
+    for event in captured:
+        events.publish(event)
+        if event.get("type") == "audit_finished" and event.get("status") == "complete":
+            send_finished_signal(str(event["audit_id"]))
+
+
+def _submit(fn, *args: Any) -> Any:
+    """`fn(*args)` in a child, waited for; a broken pool is dropped for the next call."""
+    executor = _pool()
+    try:
+        return executor.submit(fn, *args).result()
+    except BrokenProcessPool:
+        logger.error("an analysis process died; its runs are re-queued by the recovery sweep")
+        _drop(executor)
+        raise
+
+
+def _pool() -> ProcessPoolExecutor:
+    global _executor
+    with _lock:
+        if _executor is None:
+            from django.db import connections
+
+            databases = {alias: connections[alias].settings_dict["NAME"]
+                         for alias in connections}
+            _executor = ProcessPoolExecutor(
+                max_workers=_processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_child_setup,
+                initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
+                          databases, os.getpid()),
+            )
+        return _executor
+
+
+def _drop(executor: ProcessPoolExecutor) -> None:
+    global _executor
+    with _lock:
+        if _executor is executor:
+            _executor = None
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def child_pids() -> list[int]:
+    """The pids of the running analysis processes (benchmarks, tests)."""
+    executor = _executor
+    if executor is None:
+        return []
+    return [p.pid for p in list((executor._processes or {}).values()) if p.is_alive()]
+
+
+def shutdown() -> None:
+    """Stop the children (tests; the server simply exits and they follow)."""
+    global _executor, _processes
+    with _lock:
+        executor, _executor, _processes = _executor, None, 0
+    if executor is not None:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+# --- a child -----------------------------------------------------------------------------
+
+_sink: list[dict[str, Any]] = []
+_watched: frozenset[str] = frozenset()
+
+
+def _capture(event: dict[str, Any]) -> None:
+    if event.get("type") in events.FEED_EVENTS or str(event.get("audit_id")) in _watched:
+        _sink.append(event)  # list.append: safe from the engine loop's thread
+
+
+def _child_setup(settings_module: str, databases: dict[str, str], parent: int) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+    from django.conf import settings
+
+    for alias, name in databases.items():  # the parent's (a test run's database, say)
+        if alias in settings.DATABASES:
+            settings.DATABASES[alias]["NAME"] = name
+    import django
+
+    django.setup()
+    events.capture(_capture)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
+                     daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(0)
+
+
+def _child_execute(run_ids: list[str], watched: list[str]):
+    """In a child: the batch's outcome, the events it captured, this process's pid."""
+    global _watched
+    from django.db import close_old_connections
+
+    from . import services, workers
+
+    _sink.clear()
+    _watched = frozenset(watched)
+    workers.keep_connections()
+    close_old_connections()
+    try:
+        outcome = services.execute_runs(run_ids)
+    finally:
+        close_old_connections()
+    captured = list(_sink)
+    _sink.clear()
+    return outcome, captured, os.getpid()

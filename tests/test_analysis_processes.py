@@ -1,0 +1,195 @@
+"""The thread backend with analysis processes (AUDITOR_ANALYSIS_PROCESSES): real spawned
+children on this run's file database, their events published by this process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
+from concurrent.futures.process import BrokenProcessPool
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.tasks import task_backends
+
+from audits import analysis_processes, services
+from audits.models import AnalyzerRunRecord, AuditRun
+from audits.recovery import recover_stale_runs
+from audits.services import submit_audit, submit_audits
+from audits.signals import audit_finished
+from tests.conftest import IMMEDIATE, _reset_task_backends
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+INPUT = {"user_input": "Which retailers use Acme?",
+         "response": "Acme is easy to set up. Decathlon grew conversion by 50%. "
+                     "See https://www.acme.example/docs."}
+
+
+def _backend(settings, processes: int = 1, workers: int = 2):
+    value = {"default": {
+        "BACKEND": "audits.task_backends.ThreadPoolBackend",
+        "OPTIONS": {"MAX_WORKERS": workers, "SWEEP_INTERVAL": 0, "PROCESSES": processes},
+    }}
+    settings.TASKS = value
+    _reset_task_backends(value)
+    return task_backends["default"]
+
+
+@pytest.fixture
+def process_tasks(settings):
+    """The thread backend with one analysis process."""
+    backend = _backend(settings)
+    yield backend
+    backend.close_connections()
+    analysis_processes.shutdown()
+    _reset_task_backends(IMMEDIATE)
+
+
+@pytest.fixture
+def not_in_this_process(monkeypatch):
+    """Analysis in this process fails the test: only a child may run it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("analysed in the server process")
+
+    monkeypatch.setattr(services, "execute_runs", refuse)
+    monkeypatch.setattr(services, "execute_run", refuse)
+
+
+def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in_this_process):
+    runs = submit_audits([dict(INPUT) for _ in range(40)])  # batches
+    runs.append(submit_audit(**INPUT))  # and one alone
+    assert process_tasks.wait_idle(timeout=60)
+
+    ids = [r.pk for r in runs]
+    assert set(AuditRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"complete"}
+    assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
+    pids = analysis_processes.child_pids()
+    assert len(pids) == 1 and os.getpid() not in pids  # bounded: PROCESSES children
+
+
+def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_tasks):
+    layer = get_channel_layer()
+    async_to_sync(layer.flush)()
+    feed = async_to_sync(layer.new_channel)()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("audits", feed)
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    watched = str(runs[0].pk)
+    async_to_sync(layer.group_add)(f"audit-{watched}", page)
+    finished_here: list[tuple[str, int]] = []
+
+    def receiver(sender, audit_id, **kwargs):
+        finished_here.append((audit_id, os.getpid()))
+
+    audit_finished.connect(receiver, weak=False)
+    try:
+        outcome = analysis_processes.execute_runs([r.pk for r in runs])
+    finally:
+        audit_finished.disconnect(receiver)
+
+    ids = {str(r.pk) for r in runs}
+    assert outcome == {i: "complete" for i in ids}
+    assert sorted(finished_here) == sorted((i, os.getpid()) for i in ids)
+
+    def drain(channel: str) -> list[dict]:
+        async def receive_all() -> list[dict]:
+            got = []
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    message = await asyncio.wait_for(layer.receive(channel), 0.5)
+                    got.append(message["event"])
+            return got
+
+        return async_to_sync(receive_all)()
+
+    feed_events = drain(feed)
+    kinds = {(e["type"], e["audit_id"]) for e in feed_events}
+    for i in ids:
+        assert ("audit_started", i) in kinds and ("audit_finished", i) in kinds
+    assert all(e["type"] in {"audit_started", "audit_finished"} for e in feed_events)
+    progress = drain(page)
+    # The watched audit's page also gets the analyzers' progress; the others' is dropped.
+    assert {e["audit_id"] for e in progress} == {watched}
+    assert any(e["type"] == "analyzer_finished" for e in progress)
+
+
+def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_rebuilt(
+    settings, monkeypatch
+):
+    monkeypatch.setenv("AUDITOR_EXTRA_ANALYZERS", "tests.slow_analyzer.SlowAnalyzer")
+    monkeypatch.setenv("SLOW_ANALYZER_SECONDS", "60")  # in the child only: it hangs there
+    backend = _backend(settings)
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(2)]
+    ids = [r.pk for r in runs]
+    failure: list[BaseException] = []
+
+    def dispatch() -> None:
+        try:
+            analysis_processes.execute_runs(ids)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=dispatch)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 60
+        while AuditRun.objects.filter(pk__in=ids, status="running").count() < 2:
+            assert time.monotonic() < deadline, "the child never claimed the runs"
+            time.sleep(0.05)
+        (child,) = analysis_processes.child_pids()
+        time.sleep(0.3)  # inside the slow analyzer
+        os.kill(child, signal.SIGKILL)
+        thread.join(30)
+        assert not thread.is_alive()
+        assert failure and isinstance(failure[0], BrokenProcessPool)
+        assert set(AuditRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+            "running"}  # left behind, not lost
+
+        # A new child (without the slow analyzer) takes them over through the recovery.
+        monkeypatch.delenv("AUDITOR_EXTRA_ANALYZERS")
+        outcome = recover_stale_runs(stale_after=timedelta(0))
+        assert outcome["requeued"] == 2
+        assert backend.wait_idle(timeout=60)
+        done = AuditRun.objects.filter(pk__in=ids)
+        assert {(r.status, r.attempts) for r in done} == {("complete", 2)}
+        new_children = analysis_processes.child_pids()
+        assert new_children and child not in new_children
+    finally:
+        backend.close_connections()
+        analysis_processes.shutdown()
+        _reset_task_backends(IMMEDIATE)
+
+
+def test_a_child_orphaned_by_its_parent_exits():
+    """A child checks its parent: the server's `os._exit` leaves no analysis process."""
+    import subprocess
+    import sys
+
+    from tests.live_support import BASE_DIR
+
+    code = (
+        "import os, django\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'auditor_site.settings')\n"
+        "django.setup()\n"
+        "from audits import analysis_processes as ap\n"
+        "ap.configure(1)\n"
+        "print(ap._submit(os.getpid), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True,
+                         timeout=60, text=True)
+    child = int(out.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child}"):
+        stat = open(f"/proc/{child}/stat").read().split()  # noqa: SIM115
+        if stat[2] == "Z":
+            break
+        assert time.monotonic() < deadline, "the analysis process outlived its parent"
+        time.sleep(0.1)
