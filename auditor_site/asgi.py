@@ -91,3 +91,8 @@ application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_app})
 from audits import recovery  # noqa: E402
 
 recovery.start()
+# The task backend now, not at the first audit: its analysis processes, if any
+# (AUDITOR_ANALYSIS_PROCESSES), start with the server.
+from django.tasks import task_backends  # noqa: E402
+
+task_backends["default"]

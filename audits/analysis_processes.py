@@ -53,10 +53,23 @@ _executor: ProcessPoolExecutor | None = None
 
 
 def configure(processes: int) -> None:
-    """Analyse in `processes` child processes from now on (0: in the calling threads)."""
+    """Analyse in `processes` child processes from now on (0: in the calling threads);
+    they start now, in the background (Django, the registry: a second or two each)."""
     global _processes
     with _lock:
+        changed = _processes != max(0, int(processes))
         _processes = max(0, int(processes))
+    if changed and configured():
+        threading.Thread(target=_warm_up, name="analysis-processes-start", daemon=True).start()
+
+
+def _warm_up() -> None:
+    try:
+        executor = _pool()
+        for job in [executor.submit(_child_warm) for _ in range(_processes)]:
+            job.result()
+    except Exception:  # the first batch tries again (and reports)
+        logger.warning("analysis processes did not start", exc_info=True)
 
 
 def configured() -> bool:
@@ -169,6 +182,23 @@ def _exit_when_orphaned(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(ORPHAN_CHECK_S)
     os._exit(0)
+
+
+def _child_warm() -> int:
+    """In a new child: what the first audit would load (the registry, the configuration,
+    the engine's modules, a database connection)."""
+    from django.db import connections
+
+    from analyzers.config_store import current_registry, load_config
+
+    from . import workers
+
+    current_registry()
+    load_config()
+    workers.keep_connections()
+    connections["default"].ensure_connection()
+    time.sleep(0.2)  # held, so that the other warm-ups start processes of their own
+    return os.getpid()
 
 
 def _child_execute(run_ids: list[str], watched: list[str]):

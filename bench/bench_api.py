@@ -8,8 +8,11 @@
 - end to end (bench/throughput.py): accepted/s and analysed-and-stored/s (an audit counts
   once it is complete or failed in the database) for batches of 100 (one request in
   flight) and 16 clients posting single audits, on the default thread backend and with
-  `db_worker` processes; server CPU per audit against the engine's own CPU per audit
-  (same shape, measured here), peak RSS; asserts every accepted audit is complete.
+  `db_worker` processes, and on the thread backend with analysis processes
+  (AUDITOR_ANALYSIS_PROCESSES); server CPU per audit (its analysis processes included)
+  against the engine's own CPU per audit (same shape, measured here), peak RSS (the
+  server's with its children); asserts every accepted audit is complete.
+  `--scenarios WORD...` runs only the scenarios whose label contains a word.
   `--before PATH` runs the same scenarios against another source tree (e.g. a
   `git worktree` of an older commit) for a before/after in the same run;
 - export: GET /api/audits/export?format=jsonl over N stored audits: rows/s (target
@@ -331,13 +334,21 @@ def end_to_end(key: str, args) -> dict:
 
     engine_ms = engine_cpu_ms()
     cores = os.cpu_count() or 1
+    procs = {"AUDITOR_ANALYSIS_PROCESSES": "1"}
+    procs_cores = {"AUDITOR_ANALYSIS_PROCESSES": str(cores)}
     scenarios = [
-        ("thread batches", "thread", 100, 1, 0),
-        ("thread 16 clients", "thread", 1, 16, 0),
-        ("database batches, 1 db_worker", "database", 100, 1, 1),
-        (f"database batches, {cores} db_workers", "database", 100, 1, cores),
-        (f"database 16 clients, {cores} db_workers", "database", 1, 16, cores),
+        ("thread batches", "thread", 100, 1, 0, {}),
+        ("thread 16 clients", "thread", 1, 16, 0, {}),
+        # The thread backend with analysis processes (audits.analysis_processes).
+        ("thread batches, 1 analysis process", "thread", 100, 1, 0, procs),
+        (f"thread batches, {cores} analysis processes", "thread", 100, 1, 0, procs_cores),
+        (f"thread 16 clients, {cores} analysis procs", "thread", 1, 16, 0, procs_cores),
+        ("database batches, 1 db_worker", "database", 100, 1, 1, {}),
+        (f"database batches, {cores} db_workers", "database", 100, 1, cores, {}),
+        (f"database 16 clients, {cores} db_workers", "database", 1, 16, cores, {}),
     ]
+    if args.scenarios:
+        scenarios = [s for s in scenarios if any(w in s[0] for w in args.scenarios)]
     trees = [("after", BASE_DIR, args.e2e)]
     if args.before:
         trees.insert(0, ("before", args.before.resolve(), args.before_e2e))
@@ -349,28 +360,28 @@ def end_to_end(key: str, args) -> dict:
           f"({1000 / engine_ms:,.0f} audits per CPU-second; baseline)")
     failures = []
     for tree, root, n in trees:
-        for label, backend, batch, clients, workers in scenarios:
-            if tree == "before" and workers > 1:
+        for label, backend, batch, clients, workers, env in scenarios:
+            if tree == "before" and (workers > 1 or env):
                 continue  # the old tree: one worker is enough to compare
             r = run_scenario(root=root, db=DB_PATH, key=key, backend=backend, n=n,
-                             batch=batch, clients=clients, workers=workers)
+                             batch=batch, clients=clients, workers=workers, env_extra=env)
             results[f"{tree}: {label}"] = r
             ratio = r["cpu_ms_per_audit"] / engine_ms
             rate = r["analysed_per_s"]
-            target = E2E_TARGETS.get(label)
+            target = E2E_TARGETS.get(label.split(",")[0])
             if backend == "database":
                 target = E2E_PER_WORKER_TARGET * workers
             verdict = "" if tree == "before" else (
                 f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
             workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
-            print(f"  [{tree}] {label:34s} accepted {r['accepted_per_s']:6.0f}/s  "
+            print(f"  [{tree}] {label:38s} accepted {r['accepted_per_s']:6.0f}/s  "
                   f"analysed+stored {rate:6.0f}/s{verdict}"
                   + (f"  ({r['retried_503']} requests retried after a 503)"
                      if r.get("retried_503") else ""))
             cpu_verdict = "" if tree == "before" else (
                 f" (target <= {CPU_RATIO_TARGET}x: "
                 f"{'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
-            print(f"  {'':{len(tree) + 2}} {'':34s} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
+            print(f"  {'':{len(tree) + 2}} {'':38s} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
                   f"= {ratio:.1f}x engine{cpu_verdict}  "
                   f"peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB")
             if r["complete"] != r["stored"] or r["stored"] != n:
@@ -460,6 +471,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="source tree to measure end to end too")
     parser.add_argument("--before-e2e", type=int, default=1000)
     parser.add_argument("--e2e-only", action="store_true")
+    parser.add_argument("--scenarios", nargs="*",
+                        help="only the end-to-end scenarios whose label contains one of these")
     parser.add_argument("--phoenix", action="store_true", help="the optional Phoenix step")
     parser.add_argument("--live-probe", action="store_true",
                         help="also the batch scenario with a watcher: list page and card "

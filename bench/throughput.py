@@ -4,7 +4,8 @@ A run starts a server (and, for the database backend, `db_worker` processes) fro
 source tree, posts N audits of one shape (300-character input, 2 KB response with a few
 links), and times two things: until every request was answered (accepted/s) and until
 every audit is complete or failed in the database (analysed/s). It reads the CPU time of
-the server and workers from /proc/<pid>/stat and their peak RSS (VmHWM), and fails when
+the server and workers from /proc/<pid>/stat, their descendants' included (analysis
+processes), and their peak RSS (VmHWM, descendants summed), and fails when
 an accepted audit is not complete at the end (nothing lost).
 """
 
@@ -69,6 +70,40 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def _children(pid: int) -> list[int]:
+    """Every living descendant of `pid` (analysis processes, their resource tracker)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of `pid`, its living descendants and the children it reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    reaped = (int(fields[13]) + int(fields[14])) / CLK_TCK  # cutime + cstime
+    return cpu_seconds(pid) + reaped + sum(cpu_seconds(c) for c in _children(pid))
+
+
+def tree_peak_rss_mb(pid: int) -> float:
+    """Peak RSS of `pid` plus its living descendants' peaks."""
+    return peak_rss_mb(pid) + sum(peak_rss_mb(c) for c in _children(pid))
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -235,7 +270,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
                 before += 1
             prober = threading.Thread(target=lambda: asyncio.run(
                 _probe(port, probe_cookie, key, stop_probe, probe)), daemon=True)
-        cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        cpu0 = sum(tree_cpu_seconds(p.pid) for p in procs)
         t0 = time.perf_counter()
         if prober:
             prober.start()
@@ -253,8 +288,9 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
         if prober:
             prober.join(320)
             done = _count(db, "status IN ('complete', 'failed')") - before - len(probe["ids"])
-        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
-        rss = [peak_rss_mb(p.pid) for p in procs]
+        cpu = sum(tree_cpu_seconds(p.pid) for p in procs) - cpu0
+        rss = [tree_peak_rss_mb(p.pid) for p in procs]
+        children = len(_children(procs[0].pid))
     finally:
         for p in procs:
             p.terminate()
@@ -276,6 +312,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
             "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
             "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
             "peak_rss_mb": {"server": rss[0], "workers": rss[1:]},
+            "server_children": children,
             **({"probe": probe} if probe_cookie else {})}
 
 
