@@ -15,7 +15,9 @@ and at most one batch per task thread is in the children at a time (bounded).
   when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
   their tasks here, on the parent's backend).
 - People first (audits.people_first): a child does not share the server's lock; it only
-  competes for a core. The parent makes way before it dispatches each batch (at most
+  competes for a core. So the children run at a lower CPU priority
+  (`AUDITOR_ANALYSIS_NICE`, default 10: the kernel serves the server's pages and API
+  first), and the parent makes way before it dispatches each batch (at most
   `MAX_PAUSE_S` per batch), not between the audits of a batch.
 - Nothing lost: the parent's heartbeat covers the runs while a child has them
   (audits.heartbeats). A child that dies (killed, out of memory) breaks the pool: the batch
@@ -173,6 +175,9 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int) -
     import django
 
     django.setup()
+    nice = getattr(settings, "AUDITOR_ANALYSIS_NICE", 0)
+    if nice > 0:
+        os.nice(nice)
     events.capture(_capture)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
                      daemon=True).start()

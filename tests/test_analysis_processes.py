@@ -72,6 +72,9 @@ def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in
     assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
     pids = analysis_processes.child_pids()
     assert len(pids) == 1 and os.getpid() not in pids  # bounded: PROCESSES children
+    # Below the server's CPU priority (AUDITOR_ANALYSIS_NICE): its pages come first.
+    nice = int(open(f"/proc/{pids[0]}/stat").read().rsplit(")", 1)[1].split()[16])  # noqa: SIM115
+    assert nice == min(19, os.nice(0) + 10)
 
 
 def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_tasks):
