@@ -414,6 +414,8 @@ def live_probe(key: str, args, engine_ms: float) -> dict:
     out = {"thread": _probe_scenario(key, args, engine_ms, cookie, "thread", 0, {})}
     # A db_worker's events reach the server's watchers through Redis only.
     redis = shutil.which("redis-server")
+    if args.probe_thread_only:
+        return out
     if redis is None:
         print("  [live probe] database backend: skipped (no redis-server for the events)")
         return out
@@ -477,6 +479,8 @@ def main() -> None:
     parser.add_argument("--live-probe", action="store_true",
                         help="also the batch scenario with a watcher: list page and card "
                              "latency while the load runs")
+    parser.add_argument("--probe-thread-only", action="store_true",
+                        help="the live probe of the thread backend only (not the database's)")
     parser.add_argument("--probe-only", action="store_true",
                         help="only the live probe (and the engine-alone baseline)")
     args = parser.parse_args()

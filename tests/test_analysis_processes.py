@@ -196,3 +196,57 @@ def test_a_child_orphaned_by_its_parent_exits():
             break
         assert time.monotonic() < deadline, "the analysis process outlived its parent"
         time.sleep(0.1)
+
+
+def _spawned_children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])  # noqa: SIM115
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()  # noqa: SIM115
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def test_a_server_with_analysis_processes_completes_audits_and_they_end_with_it(
+    tmp_path, ingest_key
+):
+    """The shipped server (uvicorn) with AUDITOR_ANALYSIS_PROCESSES=2: its children start
+    with it, analyse a batch posted over HTTP, and exit when it is SIGKILLed."""
+    import httpx
+
+    from tests.live_support import free_port, start_server, stop
+
+    port = free_port()
+    server = start_server(port, tmp_path / "server.log", AUDITOR_ANALYSIS_PROCESSES="2")
+    try:
+        deadline = time.monotonic() + 60
+        while len(_spawned_children(server.pid)) < 2:  # started with the server
+            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.1)
+        children = _spawned_children(server.pid)
+        r = httpx.post(f"http://127.0.0.1:{port}/api/audits/batch",
+                       json={"audits": [dict(INPUT) for _ in range(30)]},
+                       headers={"Authorization": f"Bearer {ingest_key}"}, timeout=30)
+        assert r.status_code == 202, r.text
+        ids = [a["id"] for a in r.json()["items"]]
+        deadline = time.monotonic() + 60
+        while AuditRun.objects.filter(pk__in=ids).exclude(status="complete").exists():
+            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.1)
+        assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
+        assert sorted(_spawned_children(server.pid)) == sorted(children)  # none died
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        deadline = time.monotonic() + 10
+        for child in children:
+            while os.path.exists(f"/proc/{child}"):
+                assert time.monotonic() < deadline, "an analysis process outlived the server"
+                time.sleep(0.1)
+    finally:
+        stop(server)
