@@ -123,6 +123,31 @@ def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_ta
     assert any(e["type"] == "analyzer_finished" for e in progress)
 
 
+def test_a_batch_waits_for_the_page_being_served_before_it_goes_to_a_child(process_tasks):
+    """People first across processes: the server makes way before it dispatches."""
+    from django.utils import timezone
+
+    from audits import people_first
+
+    run = submit_audit(**INPUT, enqueue=False)
+    analysis_processes._submit(os.getpid)  # the child is up: only the page can delay it
+    started, page_done = threading.Event(), []
+
+    def page() -> None:
+        with people_first.waiting():
+            started.set()
+            time.sleep(0.05)  # well under the 100 ms a batch waits at most
+            page_done.append(timezone.now())
+
+    thread = threading.Thread(target=page)
+    thread.start()
+    started.wait(5)
+    assert analysis_processes.execute_runs([run.pk]) == {str(run.pk): "complete"}
+    thread.join()
+    run.refresh_from_db()
+    assert run.started_at >= page_done[0]  # claimed by the child after the page was served
+
+
 def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_rebuilt(
     settings, monkeypatch
 ):
