@@ -4,7 +4,9 @@ With the thread backend (`AUDITOR_ANALYSIS_PROCESSES` = N > 0, the backend's `PR
 option), a task thread that runs `run_audit` hands its run ids to one of N long-lived
 child processes and waits (the lock released) for the outcome. Threads stay the
 scheduling unit: the backend's queues, batches, `large` lane and results are unchanged,
-and at most one batch per task thread is in the children at a time (bounded).
+and at most one batch per task thread is in the children at a time (bounded). The
+`large` lane's threads keep analysing in the server (`stay_in_thread`), so huge audits
+never hold the children small audits wait for.
 
 - The children (multiprocessing "spawn", so no state of the server is copied) set Django
   up once, on the parent's databases, and keep what a worker thread keeps
@@ -49,6 +51,7 @@ ORPHAN_CHECK_S = 1.0
 _lock = threading.Lock()
 _processes = 0  # configured by the thread backend (0: analyse in the task threads)
 _executor: ProcessPoolExecutor | None = None
+_local = threading.local()
 
 
 # --- the parent --------------------------------------------------------------------------
@@ -75,7 +78,15 @@ def _warm_up() -> None:
 
 
 def configured() -> bool:
-    return _processes > 0 and not events.capturing()  # a child never nests a pool
+    """Whether this thread hands its audits to the children (not in a child itself, nor
+    on the `large` lane's threads)."""
+    return _processes > 0 and not events.capturing() and not getattr(_local, "stay", False)
+
+
+def stay_in_thread() -> None:
+    """This thread analyses its audits itself (the thread backend's `large` lane: a huge
+    audit in the children would hold one of the few that small audits rely on)."""
+    _local.stay = True
 
 
 def execute_runs(run_ids: list[Any]) -> dict[str, str]:

@@ -63,7 +63,8 @@ class _Pool:
         )
         self.large_workers = large_workers
         self.large = ThreadPoolExecutor(
-            max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large"
+            max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large",
+            initializer=analysis_processes.stay_in_thread,  # huge audits stay here
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
         self.pending: deque[TaskResult] = deque()  # queued, in order

@@ -77,6 +77,26 @@ def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in
     assert nice == min(19, os.nice(0) + 10)
 
 
+def test_the_large_lane_analyses_in_the_server_and_small_audits_in_the_child(
+    process_tasks, settings, monkeypatch
+):
+    settings.AUDITOR_LARGE_AUDIT_CHARS = 500
+    here: list[str] = []
+    original = services.execute_run
+
+    def recording(run_id):
+        here.append(str(run_id))
+        return original(run_id)
+
+    monkeypatch.setattr(services, "execute_run", recording)
+    huge = submit_audit(user_input="q", response="Acme is fine. " * 100)
+    small = submit_audit(**INPUT)
+    assert process_tasks.wait_idle(timeout=60)
+    assert here == [str(huge.pk)]  # the small one went to the child
+    assert set(AuditRun.objects.filter(pk__in=[huge.pk, small.pk])
+               .values_list("status", flat=True)) == {"complete"}
+
+
 def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_tasks):
     layer = get_channel_layer()
     async_to_sync(layer.flush)()
