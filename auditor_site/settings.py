@@ -208,9 +208,9 @@ AUDITOR_RECOVER_PENDING_AFTER_S = envint("AUDITOR_RECOVER_PENDING_AFTER_S", 30)
 # Threads that run audits (thread backend, db_worker) keep their database connections
 # this many seconds (0: closed after every task); requests keep CONN_MAX_AGE=0.
 AUDITOR_TASK_CONN_MAX_AGE = envint("AUDITOR_TASK_CONN_MAX_AGE", 600)
-# Analysis processes (AUDITOR_ANALYSIS_PROCESSES) run at this CPU niceness: the server's
-# pages and API come first.
-AUDITOR_ANALYSIS_NICE = envint("AUDITOR_ANALYSIS_NICE", 10)
+# CPU niceness of the analysis processes (AUDITOR_ANALYSIS_PROCESSES). 0: niced, they
+# starved under other load and held SQLite's write lock while descheduled (README).
+AUDITOR_ANALYSIS_NICE = envint("AUDITOR_ANALYSIS_NICE", 0)
 if AUDITOR_TASK_BACKEND == "thread":
     TASKS = {
         "default": {

@@ -17,10 +17,10 @@ never hold the children small audits wait for.
   when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
   their tasks here, on the parent's backend).
 - People first (audits.people_first): a child does not share the server's lock; it only
-  competes for a core. So the children run at a lower CPU priority
-  (`AUDITOR_ANALYSIS_NICE`, default 10: the kernel serves the server's pages and API
-  first), and the parent makes way before it dispatches each batch (at most
-  `MAX_PAUSE_S` per batch), not between the audits of a batch.
+  competes for a core. The parent makes way before it dispatches each batch (at most
+  `MAX_PAUSE_S` per batch), not between the audits of a batch. `AUDITOR_ANALYSIS_NICE`
+  can lower the children's CPU priority (default 0: niced writers starved under other
+  load and kept SQLite's write lock while descheduled, so everything waited).
 - Nothing lost: the parent's heartbeat covers the runs while a child has them
   (audits.heartbeats). A child that dies (killed, out of memory) breaks the pool: the batch
   fails, the pool is built again for the next batch, and the runs the child had claimed

@@ -72,9 +72,18 @@ def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in
     assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
     pids = analysis_processes.child_pids()
     assert len(pids) == 1 and os.getpid() not in pids  # bounded: PROCESSES children
-    # Below the server's CPU priority (AUDITOR_ANALYSIS_NICE): its pages come first.
-    nice = int(open(f"/proc/{pids[0]}/stat").read().rsplit(")", 1)[1].split()[16])  # noqa: SIM115
-    assert nice == min(19, os.nice(0) + 10)
+
+
+def test_the_children_run_at_the_configured_niceness(settings, monkeypatch):
+    monkeypatch.setenv("AUDITOR_ANALYSIS_NICE", "5")  # read by the children's settings
+    _backend(settings)
+    try:
+        (child,) = {analysis_processes._submit(os.getpid)}
+        nice = int(open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[16])  # noqa: SIM115
+        assert nice == min(19, os.nice(0) + 5)
+    finally:
+        analysis_processes.shutdown()
+        _reset_task_backends(IMMEDIATE)
 
 
 def test_the_large_lane_analyses_in_the_server_and_small_audits_in_the_child(
