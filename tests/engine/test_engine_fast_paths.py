@@ -216,3 +216,35 @@ def test_any_clause_is_none_when_a_pattern_needs_no_word():
 def test_corrects_user_is_the_correction_search(parts):
     text = " ".join(parts)
     assert corrects_user(Probe(text)) == (CORRECTION.search(text) is not None)
+
+
+# -- capping: the run with nothing to cut is returned as it is --------------------------
+
+from analyzers.engine.contract import AnalyzerRun, Annotation  # noqa: E402
+from analyzers.engine.limits import Limits, Omitted, cap_run  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    types=st.lists(st.sampled_from(["A", "B", "C"]), max_size=8),
+    severities=st.lists(st.sampled_from(["info", "warning", "critical"]), min_size=8,
+                        max_size=8),
+    lengths=st.lists(st.integers(0, 6), max_size=3),
+    per_type=st.integers(1, 4),
+    items=st.integers(1, 5),
+)
+def test_cap_run_fast_path_is_the_full_cap(types, severities, lengths, per_type, items):
+    limits = Limits(max_annotations_per_type=per_type, max_supplementary_items=items)
+
+    def make():
+        return AnalyzerRun(
+            analyzer_id="x", category="c", status="ok", score=0.5,
+            annotations=[Annotation(type=t, label=t, severity=s, description="d")
+                         for t, s in zip(types, severities, strict=False)],
+            supplementary={f"list{i}": list(range(n)) for i, n in enumerate(lengths)}
+            | {"count": 3},
+        )
+
+    fast = cap_run(make(), limits, None)
+    full = cap_run(make(), limits, Omitted())  # (an empty Omitted takes the full path)
+    assert fast.model_dump() == full.model_dump()

@@ -603,7 +603,11 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
         return
     positions = ctx.doc.apply(edits)
     new = ctx.doc.text
-    if _STRUCTURE.search(text) is None and _STRUCTURE.search(new) is None:
+    # the new text is pieces of the old one and the replacements: without structure in
+    # either, it has none (no need to scan it)
+    if _STRUCTURE.search(text) is None and not any(
+        replacement and _STRUCTURE.search(replacement) for _, _, replacement in edits
+    ):
         # a whole run removed from between two blanks joins nothing: no run to re-check
         n = len(text)
         ctx.bare_edits = (
