@@ -387,7 +387,11 @@ def kept_label(link: MdLink) -> str:
 
 def any_unsafe_link(ctx: Ctx) -> bool:
     settings = ctx.settings
-    return any(decide(link.dest, settings)[0] for link in ctx.links())
+    decisions = settings.link_decisions
+    for link in ctx.links():  # noqa: SIM110 - a loop: no generator made per call
+        if (decisions.get(link.dest) or decide(link.dest, settings))[0]:
+            return True
+    return False
 
 
 def neutralise_links(ctx: Ctx) -> None:
