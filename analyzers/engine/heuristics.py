@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .contract import Annotation, Severity
-from .heuristics_gate import Clause, Probe, may_match, required_literals
+from .heuristics_gate import Clause, Probe, any_clause, may_match, required_literals
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 
@@ -73,6 +73,11 @@ def find(text: str, rules: Iterable[Rule], probe: Probe | None = None) -> list[F
     """
     if probe is None:
         probe = Probe.of(text)
+    gate, wordless = _list_gate(rules)
+    if gate is not None and not may_match(gate, probe):
+        # no rule that needs a word can match (heuristics_gate.any_clause): only the
+        # rules that need none are left to try, in their order
+        rules = wordless
     found = [
         Finding(r.type, m.start(), m.end(), r.weight, r.description, r.severity)
         for r in rules
@@ -81,6 +86,33 @@ def find(text: str, rules: Iterable[Rule], probe: Probe | None = None) -> list[F
         if m.end() > m.start()
     ]
     return dedupe(found) if found else found
+
+
+# A rule list's combined gate, by the list's identity: (the rules it was made of, the gate,
+# the rules it does not cover). The rules are compared on every use, so a list changed
+# since is never judged by a stale gate; bounded (the engine has a handful of lists).
+_LIST_GATES: dict[int, tuple[tuple[Rule, ...], tuple[Clause, ...] | None, tuple[Rule, ...]]] = {}
+_LIST_GATES_MAX = 64
+
+
+def _list_gate(rules: Iterable[Rule]) -> tuple[tuple[Clause, ...] | None, tuple[Rule, ...]]:
+    """(clauses that hold whenever a rule of `rules` that needs words can match, the rules
+    that need none, in order); (None, ()) when `rules` is not a list or tuple, or no rule
+    needs a word: then every rule is tried."""
+    if type(rules) is not list and type(rules) is not tuple:
+        return None, ()
+    snapshot = tuple(rules)
+    entry = _LIST_GATES.get(id(rules))
+    if entry is not None and entry[0] == snapshot:
+        return entry[1], entry[2]
+    worded = [r.literals for r in snapshot if r.literals]
+    clause = any_clause(worded) if worded else None
+    gate = (clause,) if clause is not None else None
+    wordless = tuple(r for r in snapshot if not r.literals)
+    if len(_LIST_GATES) >= _LIST_GATES_MAX:
+        _LIST_GATES.clear()
+    _LIST_GATES[id(rules)] = (snapshot, gate, wordless)
+    return gate, wordless
 
 
 def dedupe(findings: Iterable[Finding]) -> list[Finding]:

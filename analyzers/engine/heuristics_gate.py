@@ -112,8 +112,12 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
             if split is None:
                 split = _SPLIT[clause] = _split(clause)
             token_words, substrings = split
-            if tokens.isdisjoint(token_words) and not any(w in folded for w in substrings):
-                return False
+            if tokens.isdisjoint(token_words):
+                for w in substrings:  # (a loop: no generator made per clause)
+                    if w in folded:
+                        break
+                else:
+                    return False
         return True
     for clause in clauses:
         for is_token, word in clause:
@@ -125,6 +129,24 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
 
 
 _SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...]]] = {}
+
+
+def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
+    """One clause that holds whenever any of the patterns with these clause lists can
+    match: a clause of each, united (a match of one pattern satisfies all its clauses,
+    so the one chosen, so the union). None when some pattern has no clause (no word is
+    needed for it to match): then no such clause exists.
+
+    `may_match((any_clause(lists),), probe)` is False only when none can match.
+    """
+    united: set[Word] = set()
+    for clauses in clause_lists:
+        if not clauses:
+            return None
+        # the clause cheapest to test with the token set built (fewest substrings, each a
+        # scan of the text; tokens are one set test), then the most selective
+        united |= min(clauses, key=lambda c: (sum(not t for t, _ in c), -_quality(c)[0]))
+    return frozenset(united) if united else None
 
 
 def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...]]:

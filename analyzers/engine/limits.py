@@ -79,6 +79,13 @@ def cap_run(run: AnalyzerRun, limits: Limits, omitted: Omitted | None = None) ->
 
     `omitted`: what the analyzer left out already (it kept the first findings of each
     type it capped): the result is the one the whole list would have given."""
+    if omitted is None and len(run.annotations) <= limits.max_annotations_per_type:
+        most = limits.max_supplementary_items
+        for value in run.supplementary.values():
+            if isinstance(value, list) and len(value) > most:
+                break
+        else:
+            return run  # no type can be over its cap, no list too long: nothing to cut
     capped: dict[str, int] = {}
     per_type: dict[str, int] = {}
     kept: list[Annotation] = []

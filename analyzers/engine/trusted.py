@@ -94,18 +94,28 @@ def analyzer_result(
             analyzer_id, category, score, should_surface, annotations, supplementary
         )
     if annotations:
-        if type(annotations) is not list or any(type(a) is not Annotation for a in annotations):
+        if type(annotations) is not list:
             return _validated_result(
                 analyzer_id, category, score, should_surface, annotations, supplementary
             )
+        for a in annotations:  # (a loop: no generator made per result)
+            if type(a) is not Annotation:
+                return _validated_result(
+                    analyzer_id, category, score, should_surface, annotations, supplementary
+                )
         annotations = list(annotations)  # validation copies the list too
     else:
         annotations = []
     if supplementary:
-        if type(supplementary) is not dict or any(type(k) is not str for k in supplementary):
+        if type(supplementary) is not dict:
             return _validated_result(
                 analyzer_id, category, score, should_surface, annotations, supplementary
             )
+        for k in supplementary:
+            if type(k) is not str:
+                return _validated_result(
+                    analyzer_id, category, score, should_surface, annotations, supplementary
+                )
         supplementary = dict(supplementary)
     else:
         supplementary = {}

@@ -387,7 +387,11 @@ def kept_label(link: MdLink) -> str:
 
 def any_unsafe_link(ctx: Ctx) -> bool:
     settings = ctx.settings
-    return any(decide(link.dest, settings)[0] for link in ctx.links())
+    decisions = settings.link_decisions
+    for link in ctx.links():  # noqa: SIM110 - a loop: no generator made per call
+        if (decisions.get(link.dest) or decide(link.dest, settings))[0]:
+            return True
+    return False
 
 
 def neutralise_links(ctx: Ctx) -> None:
@@ -603,7 +607,11 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
         return
     positions = ctx.doc.apply(edits)
     new = ctx.doc.text
-    if _STRUCTURE.search(text) is None and _STRUCTURE.search(new) is None:
+    # the new text is pieces of the old one and the replacements: without structure in
+    # either, it has none (no need to scan it)
+    if _STRUCTURE.search(text) is None and not any(
+        replacement and _STRUCTURE.search(replacement) for _, _, replacement in edits
+    ):
         # a whole run removed from between two blanks joins nothing: no run to re-check
         n = len(text)
         ctx.bare_edits = (

@@ -186,6 +186,24 @@ def _cached_key_settings(key: tuple) -> GuardrailSettings:
     )
 
 
+# Sources' URLs recur from audit to audit (the same documents are retrieved again): their
+# keys are kept in a bounded LRU, keyed by the URL string alone (a pure function of it).
+SOURCE_KEYS_CACHED = 2048
+SOURCE_KEY_CACHED_LENGTH = 2048  # longer URLs are parsed every time, never kept
+
+
+@lru_cache(maxsize=SOURCE_KEYS_CACHED)
+def _cached_source_key(url: str) -> str | None:
+    return canonicalize(url).without_fragment
+
+
+def source_key(url: str) -> str | None:
+    """`canonicalize(url).without_fragment`: how a source's URL is matched to links."""
+    if len(url) > SOURCE_KEY_CACHED_LENGTH:
+        return canonicalize(url).without_fragment
+    return _cached_source_key(url)
+
+
 class SourceIndex:
     """Request sources by canonical URL and by company; grows when sources arrive mid-stream."""
 
@@ -205,7 +223,7 @@ class SourceIndex:
     def add(self, source: Source) -> None:
         self.version += 1
         if source.url:
-            key = canonicalize(source.url).without_fragment
+            key = source_key(source.url)
             if key and source.title and key not in self.titles:
                 self.titles[key] = source.title
         if source.company and source.company.strip():

@@ -1,0 +1,107 @@
+"""Instructions per audit of the deterministic engine, counted by valgrind's callgrind.
+
+On the shared 2-core machine CPU-time rates move by ±20% with the load; the number of
+instructions an audit executes does not (it is the same from run to run within a few
+per cent), so it tells a small speed-up from noise. It is not time: a regex loop and the
+interpreter's dispatch cost different time per instruction.
+
+Run: .venv/bin/python bench/instructions.py [--before PATH] [--audits N]
+(`--before`: another tree, e.g. `git archive main | tar -x -C PATH`, counted the same way).
+Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
+the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts).
+Needs valgrind (skipped with a message when absent). Warm-up audits run uninstrumented;
+instrumentation is switched on (`callgrind_control -i on`) only for the counted audits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = ("2kb", "bare", "e2e")
+
+_CHILD = r"""
+import asyncio, os, sys, time
+root, shape, n, flag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, root); sys.path.insert(0, root + "/bench")
+from bench_guardrails import (load_config, response_2kb, response_2kb_bare_html, Auditor,
+                              build_registry, AuditInput)
+from throughput import audit_body
+from analyzers.engine.config import AuditorConfig
+from analyzers.engine.linkcheck import LinkChecker
+if shape == "e2e":
+    auditor = Auditor(AuditorConfig(), build_registry([]),
+                      services={"link_checker": LinkChecker()})
+    inputs = [AuditInput.model_validate(audit_body(i)) for i in range(30 + n)]
+else:
+    auditor = Auditor(load_config(), build_registry(include_entry_points=False))
+    text = response_2kb() if shape == "2kb" else response_2kb_bare_html()
+    inputs = [AuditInput(response=text, user_input="How do I tune search?")] * (30 + n)
+async def run(batch):
+    for audit in batch:
+        await auditor.audit(audit)
+asyncio.run(run(inputs[:30]))
+open(flag + ".ready", "w").close()
+while not os.path.exists(flag + ".go"):
+    time.sleep(0.05)
+asyncio.run(run(inputs[30:]))
+os._exit(0)
+"""
+
+
+def count(tree: Path, shape: str, audits: int) -> float:
+    """Thousands of instructions per audit of `shape` in `tree`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        flag = os.path.join(tmp, "flag")
+        child = os.path.join(tmp, "child.py")
+        Path(child).write_text(_CHILD)
+        proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={tmp}/out", sys.executable, child, str(tree), shape,
+             str(audits), flag],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only")},
+        )
+        while not os.path.exists(flag + ".ready"):
+            if proc.poll() is not None:
+                raise SystemExit(f"the audit process ended early:\n{proc.stdout.read()}")
+            time.sleep(0.2)
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
+                       capture_output=True, check=False)
+        Path(flag + ".go").touch()
+        output, _ = proc.communicate()
+    m = re.search(r"Collected : (\d+)", output)
+    if m is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{output[-2000:]}")
+    return int(m.group(1)) / audits / 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, help="another tree, counted the same way")
+    parser.add_argument("--audits", type=int, default=300)
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("instructions: skipped (valgrind is not installed)")
+        return
+    trees = [("before", args.before)] if args.before else []
+    trees.append(("this tree", ROOT))
+    for shape in SHAPES:
+        counts = {name: count(tree, shape, args.audits) for name, tree in trees}
+        line = ", ".join(f"{name} {k:,.0f}k" for name, k in counts.items())
+        if args.before:
+            change = counts["this tree"] / counts["before"] - 1
+            line += f" ({change:+.1%})"
+        print(f"instructions per audit, {shape}: {line}")
+
+
+if __name__ == "__main__":
+    main()

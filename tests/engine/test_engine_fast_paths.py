@@ -1,0 +1,250 @@
+"""Fast paths added for speed (issue 12's throughput target): each finds exactly what the
+plain way finds, each gate lets through every case that could match, each cache is
+bounded and keyed so one audit cannot change another's result."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzers.engine.config import AuditorConfig
+from analyzers.engine.contract import Source
+from analyzers.engine.guardrails import autolinks
+from analyzers.engine.guardrails import settings as guardrail_settings
+from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config, source_key
+from analyzers.engine.guardrails.urls import canonicalize
+
+ALLOWED = ("acme.example", ".docs.example")
+URL_PIECES = st.sampled_from(
+    ["https://", "http://", "HTTP://", "www.", "wWw.", "ftp://", "//", "acme.example",
+     "a.docs.example", "evil.com", "h1", ".", "..", "-", ":80", ":", "/", "//", "/p", "?q=1",
+     "?", "@", "x@evil.com", "=", "&", "%2e", "+", "_", "e.co", "0x7f.1", "127.0.0.1",
+     "xn--e1a", ")", "é", "`", "[", "]", "<", ">"]
+)
+LABELS = st.sampled_from(["acme", "example", "docs", "a", "evil", "com", "h1", "0x7f", "1",
+                          "xn--e1a", "a-b", "www", "co", "e"])
+SHAPED = st.builds(
+    lambda scheme, labels, port, path, query, extra: (
+        scheme + ".".join(labels) + port + path + query + extra
+    ),
+    st.sampled_from(["https://", "http://", "www.", "HTTPS://", "", "//", "ftp://"]),
+    st.lists(LABELS, min_size=1, max_size=4),
+    st.sampled_from(["", ":80", ":8080", ":", ":123456"]),
+    st.lists(st.sampled_from(["/p", "/", "/a-b", "/x%2e", "/a.b", "//c", "/=&+"]), max_size=3)
+    .map("".join),
+    st.sampled_from(["", "?q=1", "?", "?a.b", "?u=evil.com", "?x=@"]),
+    st.sampled_from(["", "", "", "", ".", ")", "@evil.com", "_", "é", "`x`"]),
+)
+CORES = SHAPED | st.lists(URL_PIECES, min_size=1, max_size=8).map("".join)
+GAPS = st.sampled_from([" ", "  ", "\n", " <", "> ", " x ", ", ", " (", ") ", "\t"])
+
+# -- bare URLs: short texts that may hold a simple run take the one-pass scan -------------
+
+
+@settings(max_examples=700, deadline=None)
+@given(parts=st.lists(st.tuples(CORES, GAPS), min_size=1, max_size=12),
+       prose=st.sampled_from(["", "Read this. ", "a.b ", "x `code` y ", "See: "]))
+def test_short_texts_find_what_the_run_by_run_scan_finds(parts, prose):
+    text = prose + "".join(core + gap for core, gap in parts)
+    assert len(text) < autolinks.SIMPLE_RUNS_FROM
+    found = autolinks.find_bare_urls(text, ALLOWED, None, {})
+    scanned: list = []
+    autolinks._scan_bare_urls(text, 0, len(text), ALLOWED, None, {}, scanned)
+    assert found == scanned
+
+
+_SIMPLE_RUN_ANYWHERE = re.compile(autolinks._SIMPLE_RUN_BODY)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.lists(CORES | GAPS, max_size=10).map("".join))
+def test_the_one_pass_choice_misses_no_text_with_a_simple_run(text):
+    """The choice is not a skip (both scans find the same), yet it is also conservative:
+    a text with a simple run is never left to the run-by-run scan for want of a marker."""
+    if _SIMPLE_RUN_ANYWHERE.search(text) is not None:
+        assert autolinks._may_hold_simple_run(text)
+
+
+def test_a_short_text_with_bare_urls_is_judged_whole():
+    text = "See https://evil.example/x?d=SECRET and www.acme.example/ok, then evil.com/q."
+    found = autolinks.find_bare_urls(text, ("acme.example", "www.acme.example"), None, {})
+    assert [(b.url, b.allowed) for b in found] == [
+        ("https://evil.example/x?d=SECRET", False),
+        ("www.acme.example/ok", True),
+        ("evil.com/q", False),
+    ]
+
+
+# -- sources: their keys cached by URL, bounded ---------------------------------------
+
+
+URLS = st.sampled_from([
+    "https://www.acme.example/docs", "https://www.acme.example/docs/", "HTTPS://WWW.ACME.example/docs#x",
+    "https://acme.example/%7Efoo", "https://user@acme.example/", "http://0x7f.1/", "javascript:alert(1)",
+    "https://acme.example\\@evil.example/", "https://ａｃｍｅ.example/", "//acme.example/", "",
+    "https://acme.example/\t/p", "https://xn--e1a.example/",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=URLS | st.text(max_size=40))
+def test_a_source_key_is_the_canonical_url_without_fragment(url):
+    assert source_key(url) == canonicalize(url).without_fragment
+    assert source_key(url) == canonicalize(url).without_fragment  # (the cached answer too)
+
+
+def test_the_source_key_cache_is_bounded_and_skips_long_urls():
+    cached = guardrail_settings._cached_source_key
+    assert cached.cache_info().maxsize == guardrail_settings.SOURCE_KEYS_CACHED
+    long_url = "https://acme.example/" + "a" * guardrail_settings.SOURCE_KEY_CACHED_LENGTH
+    before = cached.cache_info().currsize
+    cached.cache_clear()
+    assert source_key(long_url) == canonicalize(long_url).without_fragment
+    assert cached.cache_info().currsize == 0
+    assert before <= guardrail_settings.SOURCE_KEYS_CACHED
+
+
+def test_source_titles_are_per_index_even_for_a_cached_url():
+    settings_ = settings_from_config(AuditorConfig(allowed_hosts=["acme.example"]))
+    first = SourceIndex(settings_, [Source(title="One", url="https://acme.example/a#x")])
+    second = SourceIndex(settings_, [Source(title="Two", url="https://acme.example/a/")])
+    assert first.titles == {"https://acme.example/a": "One"}
+    assert second.titles == {"https://acme.example/a": "Two"}
+
+
+# -- phrase rules: one gate per rule list ----------------------------------------------
+
+from analyzers.engine import heuristics  # noqa: E402
+from analyzers.engine.heuristics import Finding, dedupe, find, rule  # noqa: E402
+from analyzers.engine.heuristics_bias import (  # noqa: E402
+    CORRECTION,
+    OTHER_RULES,
+    SYCOPHANCY_RULES,
+    corrects_user,
+)
+from analyzers.engine.heuristics_gate import Probe, any_clause, may_match  # noqa: E402
+from analyzers.engine.heuristics_tone import TONE_RULES  # noqa: E402
+
+RULE_LISTS = {"other": OTHER_RULES, "sycophancy": SYCOPHANCY_RULES, "tone": TONE_RULES}
+
+
+def ungated_find(text, rules):
+    """`find` as specified: every rule's every match, no gate at all."""
+    found = [
+        Finding(r.type, m.start(), m.end(), r.weight, r.description, r.severity)
+        for r in rules
+        for m in r.pattern.finditer(text)
+        if m.end() > m.start()
+    ]
+    return dedupe(found) if found else found
+
+
+def _words_of(rules):
+    out = set()
+    for r in rules:
+        for clause in r.literals:
+            for is_token, word in clause:
+                out.add(word.decode() if is_token else word)
+    return sorted(out)
+
+
+RULE_WORDS = sorted({w for rules in RULE_LISTS.values() for w in _words_of(rules)})
+# phrases that match, as whole sentences: each list's gate must let them through
+MATCHING = [
+    "You're absolutely right, great question!",
+    "This confirms what you suspected all along.",
+    "Who am I to question that? I defer to you.",
+    "Obviously, as anyone can see, this is basic stuff. Try to keep up.",
+    "WHAT THE HELL IS THIS!!! Whatever.",
+    "Everyone agrees that the newest version is always the best.",
+    "I couldn't agree more, you are so smart.",
+]
+PROSE = st.sampled_from(["", " ", ". ", "!!! ", "Acme search is fast. ", "İ", "ſ", "K", "\n",
+                         "YOU ", "THIS IS ", "n't ", "’"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(parts=st.lists(st.sampled_from(RULE_WORDS) | PROSE | st.sampled_from(MATCHING),
+                      max_size=14))
+def test_a_rule_list_finds_what_every_rule_finds_without_any_gate(parts):
+    text = " ".join(parts)
+    for rules in RULE_LISTS.values():
+        assert find(text, rules, Probe(text)) == ungated_find(text, rules)
+
+
+def test_the_list_gate_lets_every_matching_phrase_through():
+    """Each sentence matches some rule; the lists' gates must not skip it."""
+    for text in MATCHING:
+        expected = {name: ungated_find(text, rules) for name, rules in RULE_LISTS.items()}
+        assert any(expected.values()), text  # (the sentence does match something)
+        for name, rules in RULE_LISTS.items():
+            gate, _ = heuristics._list_gate(rules)
+            if expected[name]:
+                assert gate is None or may_match(gate, Probe(text)), (name, text)
+            assert find(text, rules, Probe(text)) == expected[name]
+
+
+def test_a_list_changed_in_place_gets_a_new_gate():
+    rules = [rule("a", r"\bapple\b", 0.5, "x")]
+    assert find("an apple", rules) != []
+    rules[0] = rule("b", r"\bpear\b", 0.5, "y")  # same list, same length
+    assert find("a pear", rules) == [Finding("b", 2, 6, 0.5, "y", "warning")]
+    assert find("an apple", rules) == []
+
+
+def test_rules_that_need_no_word_are_still_tried_when_the_gate_fails():
+    loud = rule("loud", r"[A-Z]{5,}", 0.5, "x", flags=0,
+                gate=lambda probe: b"AAAAA" in probe.shape)
+    assert loud.literals == ()
+    rules = [rule("a", r"\bapple\b", 0.5, "x"), loud]
+    assert heuristics._list_gate(rules)[1] == (loud,)
+    assert [f.type for f in find("no fruit HERE NOW", rules)] == []
+    assert [f.type for f in find("no fruit, SHOUTING", rules)] == ["loud"]
+
+
+def test_any_clause_is_none_when_a_pattern_needs_no_word():
+    assert any_clause([(frozenset({(True, b"apple")}),), ()]) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(st.sampled_from(_words_of([]) + ["isn't right", "that is wrong",
+                                                     "actually", "in fact", "not", "correct",
+                                                     "I disagree", "however", "unsafe"])
+                      | PROSE, max_size=10))
+def test_corrects_user_is_the_correction_search(parts):
+    text = " ".join(parts)
+    assert corrects_user(Probe(text)) == (CORRECTION.search(text) is not None)
+
+
+# -- capping: the run with nothing to cut is returned as it is --------------------------
+
+from analyzers.engine.contract import AnalyzerRun, Annotation  # noqa: E402
+from analyzers.engine.limits import Limits, Omitted, cap_run  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    types=st.lists(st.sampled_from(["A", "B", "C"]), max_size=8),
+    severities=st.lists(st.sampled_from(["info", "warning", "critical"]), min_size=8,
+                        max_size=8),
+    lengths=st.lists(st.integers(0, 6), max_size=3),
+    per_type=st.integers(1, 4),
+    items=st.integers(1, 5),
+)
+def test_cap_run_fast_path_is_the_full_cap(types, severities, lengths, per_type, items):
+    limits = Limits(max_annotations_per_type=per_type, max_supplementary_items=items)
+
+    def make():
+        return AnalyzerRun(
+            analyzer_id="x", category="c", status="ok", score=0.5,
+            annotations=[Annotation(type=t, label=t, severity=s, description="d")
+                         for t, s in zip(types, severities, strict=False)],
+            supplementary={f"list{i}": list(range(n)) for i, n in enumerate(lengths)}
+            | {"count": 3},
+        )
+
+    fast = cap_run(make(), limits, None)
+    full = cap_run(make(), limits, Omitted())  # (an empty Omitted takes the full path)
+    assert fast.model_dump() == full.model_dump()
