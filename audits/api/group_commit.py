@@ -136,8 +136,6 @@ class GroupCommitter:
         self.max_group = max(1, max_group)
         self.waiting: list[tuple[Submission, asyncio.Future]] = []
         self.committing: asyncio.Task | None = None
-        self.groups = 0  # committed groups and items (the log line reports them)
-        self.items = 0
 
     async def submit(self, request: Any, item: Submission) -> Outcome:
         future = asyncio.get_running_loop().create_future()
@@ -158,8 +156,6 @@ class GroupCommitter:
                     )
                 except Exception as exc:  # pragma: no cover - store_submissions returns errors
                     outcomes = [exc] * len(group)
-                self.groups += 1
-                self.items += len(group)
                 logger.debug("group commit: %d submissions in one transaction", len(group))
                 for (_, future), outcome in zip(group, outcomes, strict=True):
                     if not future.done():  # a request whose client went away
