@@ -242,6 +242,10 @@ AUDITOR_OTLP_MAX_SPANS = envint("AUDITOR_OTLP_MAX_SPANS", 2000)
 AUDITOR_OTLP_MAX_TEXT_CHARS = envint("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000)
 # How long a request waits for SQLite's write lock before its 503 (analyzers/lock_wait.py).
 AUDITOR_REQUEST_LOCK_WAIT_MS = envint("AUDITOR_REQUEST_LOCK_WAIT_MS", 2000)
+# Group commit of single submissions (audits/api/group_commit.py): the POST /api/audits
+# requests that arrive while a commit is in flight are stored together, at most this many.
+AUDITOR_API_GROUP_COMMIT = envbool("AUDITOR_API_GROUP_COMMIT", True)
+AUDITOR_API_GROUP_MAX = envint("AUDITOR_API_GROUP_MAX", 100)
 # Bounded work: `?wait=true` waits at most this long (then 202), with at most this many
 # waiting requests per API key (more are queued: 202); responses of at least this many
 # characters are audited on the thread backend's own lane for large audits.

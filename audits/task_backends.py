@@ -18,10 +18,11 @@ hold every thread while small audits wait.
 many long-lived child processes, off this process's interpreter lock; the task threads
 hand them over and wait (audits.analysis_processes).
 
-Deep queues in small batches: a task function with a `batch` attribute (a callable
-taking the args lists of several calls and returning their return values, e.g.
-`audits.tasks.run_audit_batch`) is called once for up to BATCH_SIZE queued calls when
-the queue holds more than one per worker; a short queue runs call by call.
+Queues in small batches: a task function with a `batch` attribute (a callable taking
+the args lists of several calls and returning their return values, e.g.
+`audits.tasks.run_audit_batch`) is called once for every queued call a worker finds, up
+to BATCH_SIZE (storing several audits in one transaction costs much less than one
+transaction each, also when audits arrive one by one); a lone call runs alone, at once.
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ class ThreadPoolBackend(BaseTaskBackend):
     # --- running ---
 
     def _run_next(self) -> None:
-        """One executor job: the queued tasks, one by one or in batches when the queue is
-        deep, until none is left."""
+        """One executor job: the queued tasks, in batches of what is queued (or alone),
+        until none is left."""
         pool = self._pool
         finished = False
         try:
@@ -124,7 +125,9 @@ class ThreadPoolBackend(BaseTaskBackend):
                     first = batch[0]
                     batch_call = getattr(first.task.func, "batch", None)
                     if batch_call is not None and not first.kwargs:
-                        size = min(self.batch_size, 1 + len(pool.pending) // self.max_workers)
+                        # Everything queued (a shallow queue too): an idle thread takes
+                        # what arrives next, so a lone audit never waits for a batch.
+                        size = min(self.batch_size, 1 + len(pool.pending))
                         while (len(batch) < size and pool.pending
                                and pool.pending[0].task.module_path == first.task.module_path
                                and not pool.pending[0].kwargs):

@@ -108,6 +108,35 @@ def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alone(
+    thread_tasks, monkeypatch,
+):
+    batches = []
+    original = services.execute_runs
+
+    def recording(run_ids):
+        batches.append(len(run_ids))
+        return original(run_ids)
+
+    monkeypatch.setattr(services, "execute_runs", recording)
+    gate = threading.Event()
+    blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
+                for _ in range(thread_tasks.max_workers)]
+    runs = [submit_audit(**INPUT) for _ in range(3)]  # fewer than one per worker and a half
+    gate.set()
+    for blocker in blockers:
+        blocker.result()
+    assert thread_tasks.wait_idle(timeout=60)
+    assert batches == [3]  # one transaction for the three (before: 2 and 1)
+    lone = submit_audit(**INPUT)
+    assert thread_tasks.wait_idle(timeout=60)
+    assert batches == [3]  # alone: `execute_run`, no batch
+    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in [*runs, lone]]).values_list(
+        "status", flat=True)
+    assert list(statuses) == ["complete"] * 4
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch):
     batches = []
     original = services.execute_runs

@@ -42,6 +42,7 @@ from ..schemas import (
     ReviewIn,
     ReviewOut,
 )
+from . import group_commit
 from .db_pool import run_in_db_thread
 from .export import export_page
 from .stream_http import buffered_stream
@@ -136,16 +137,37 @@ def _submit(request: HttpRequest, body: AuditIn, wait: bool):
     try:
         run = _store(request, body, enqueue=not wait)
     except services.ExternalIdConflict as exc:
-        raise HttpError(
-            409,
-            f"external_id {body.external_id!r} was already used with a different body "
-            f"(audit {exc.existing.id})",
-        ) from None
+        raise _conflict(body, exc) from None
     if not run.was_created:
         return Status(200, _full(run.pk))
     if wait:
         services.enqueue_audit(run.pk, large=services.is_large(body.response))
     return Status(202, {"id": str(run.pk), "status": run.status})
+
+
+def _conflict(body: AuditIn, exc: services.ExternalIdConflict) -> HttpError:
+    return HttpError(
+        409,
+        f"external_id {body.external_id!r} was already used with a different body "
+        f"(audit {exc.existing.id})",
+    )
+
+
+async def _submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
+    """`_submit` under ASGI: the audit is stored with the others submitted meanwhile, in
+    one transaction (audits.api.group_commit), and queued when it commits (so also for
+    `wait`: that commit is the audit's own, never an outer one)."""
+    if not isinstance(request, ASGIRequest) or not settings.AUDITOR_API_GROUP_COMMIT:
+        return await run_in_db_thread(request, _submit, request, body, wait)
+    outcome = await group_commit.submit(request, group_commit.Submission(
+        fields=_item_fields(body), api_key=request.auth, external_id=body.external_id,
+        options=body.options,
+    ))
+    if isinstance(outcome, services.ExternalIdConflict):
+        raise _conflict(body, outcome)
+    if not outcome.was_created:
+        return Status(200, await run_in_db_thread(request, _full, outcome.pk))
+    return Status(202, {"id": str(outcome.pk), "status": outcome.status})
 
 
 @router.post(
@@ -167,9 +189,9 @@ async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
     # and by at most AUDITOR_WAIT_PER_KEY requests of one key at once; past either bound
     # the answer is 202 and the audit completes in the background.
     if not wait or not _wait_slots.acquire(request.auth):
-        return await run_in_db_thread(request, _submit, request, body, False)
+        return await _submit_grouped(request, body, False)
     try:
-        outcome = await run_in_db_thread(request, _submit, request, body, True)
+        outcome = await _submit_grouped(request, body, True)
         if outcome.status_code != 202:
             return outcome
         return await _wait_for(request, outcome.value["id"])
