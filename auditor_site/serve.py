@@ -7,6 +7,11 @@ the socket while the application does not ask for more, so `BodyLimitMiddleware`
 an oversized upload before it is buffered. A WebSocket message may be at most
 `AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing.
 
+Analysis processes: unless `AUDITOR_ANALYSIS_PROCESSES` is set, this server analyses in
+`default_analysis_processes()` child processes (2 on a machine with 2 cores or more, else
+0: in its threads), off its interpreter lock (audits.analysis_processes; measured in the
+README's *Benchmarks*).
+
 SIGTERM/SIGINT: uvicorn stops accepting, gives open requests `--graceful-timeout` seconds,
 and then this process exits at once, without waiting for threads still busy with a request
 or an analysis (they would delay the exit for as long as their work takes; a run cut short
@@ -20,6 +25,13 @@ import os
 import sys
 
 WS_FRAMING = 64 * 1024
+# Measured on 2 cores (README, Benchmarks): 2 processes beat the threads, 1 did not.
+ANALYSIS_PROCESSES = 2
+
+
+def default_analysis_processes() -> int:
+    """Analysis processes when the setting is not given: only where there are cores for them."""
+    return ANALYSIS_PROCESSES if (os.cpu_count() or 1) >= ANALYSIS_PROCESSES else 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+    os.environ.setdefault("AUDITOR_ANALYSIS_PROCESSES", str(default_analysis_processes()))
     import django
     import uvicorn
     from django.conf import settings

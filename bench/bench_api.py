@@ -334,11 +334,12 @@ def end_to_end(key: str, args) -> dict:
 
     engine_ms = engine_cpu_ms()
     cores = os.cpu_count() or 1
+    threads = {"AUDITOR_ANALYSIS_PROCESSES": "0"}  # the server's default is processes
     procs = {"AUDITOR_ANALYSIS_PROCESSES": "1"}
     procs_cores = {"AUDITOR_ANALYSIS_PROCESSES": str(cores)}
     scenarios = [
-        ("thread batches", "thread", 100, 1, 0, {}),
-        ("thread 16 clients", "thread", 1, 16, 0, {}),
+        ("thread batches", "thread", 100, 1, 0, threads),
+        ("thread 16 clients", "thread", 1, 16, 0, threads),
         # The thread backend with analysis processes (audits.analysis_processes).
         ("thread batches, 1 analysis process", "thread", 100, 1, 0, procs),
         (f"thread batches, {cores} analysis processes", "thread", 100, 1, 0, procs_cores),

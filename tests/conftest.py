@@ -18,6 +18,11 @@ from django.test import Client
 
 from analyzers.models import ApiKey
 
+# Servers started by tests (auditor_site.serve) analyse in their threads unless a test asks
+# for analysis processes (tests/test_analysis_processes.py): spawning two Django children
+# per server start would cost every server test seconds and ~170 MB.
+os.environ.setdefault("AUDITOR_ANALYSIS_PROCESSES", "0")
+
 IMMEDIATE = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
 
 

@@ -267,20 +267,34 @@ def _spawned_children(pid: int) -> list[int]:
     return out
 
 
+def test_the_server_default_is_two_processes_where_there_are_two_cores(monkeypatch):
+    from auditor_site import serve
+
+    for cores, expected in ((None, 0), (1, 0), (2, 2), (16, 2)):
+        monkeypatch.setattr(serve.os, "cpu_count", lambda cores=cores: cores)
+        assert serve.default_analysis_processes() == expected
+
+
 def test_a_server_with_analysis_processes_completes_audits_and_they_end_with_it(
-    tmp_path, ingest_key
+    tmp_path, ingest_key, monkeypatch
 ):
-    """The shipped server (uvicorn) with AUDITOR_ANALYSIS_PROCESSES=2: its children start
-    with it, analyse a batch posted over HTTP, and exit when it is SIGKILLed."""
+    """The shipped server (uvicorn) with its default (AUDITOR_ANALYSIS_PROCESSES unset: 2
+    on this machine): its children start with it, analyse a batch posted over HTTP, and
+    exit when it is SIGKILLed."""
     import httpx
 
+    from auditor_site.serve import default_analysis_processes
     from tests.live_support import free_port, start_server, stop
 
+    expected = default_analysis_processes()
+    if expected < 2:
+        pytest.skip("one core: the server's default is to analyse in its threads")
+    monkeypatch.delenv("AUDITOR_ANALYSIS_PROCESSES", raising=False)  # the shipped default
     port = free_port()
-    server = start_server(port, tmp_path / "server.log", AUDITOR_ANALYSIS_PROCESSES="2")
+    server = start_server(port, tmp_path / "server.log")
     try:
         deadline = time.monotonic() + 60
-        while len(_spawned_children(server.pid)) < 2:  # started with the server
+        while len(_spawned_children(server.pid)) < expected:  # started with the server
             assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
             time.sleep(0.1)
         children = _spawned_children(server.pid)
