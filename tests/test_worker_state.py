@@ -107,18 +107,24 @@ def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
     assert run.trace_lines.count() == lines  # replaced, not doubled
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alone(
-    thread_tasks, monkeypatch,
-):
-    batches = []
+@pytest.fixture
+def batches(monkeypatch) -> list[int]:
+    """The number of runs of every `services.execute_runs` call, in order."""
+    sizes: list[int] = []
     original = services.execute_runs
 
     def recording(run_ids):
-        batches.append(len(run_ids))
+        sizes.append(len(run_ids))
         return original(run_ids)
 
     monkeypatch.setattr(services, "execute_runs", recording)
+    return sizes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alone(
+    thread_tasks, batches,
+):
     gate = threading.Event()
     blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
                 for _ in range(thread_tasks.max_workers)]
@@ -137,15 +143,7 @@ def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alon
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch):
-    batches = []
-    original = services.execute_runs
-
-    def recording(run_ids):
-        batches.append(len(run_ids))
-        return original(run_ids)
-
-    monkeypatch.setattr(services, "execute_runs", recording)
+def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch, batches):
     monkeypatch.setattr(thread_tasks, "batch_size", 8)  # 20 queued: full batches of 8
     gate = threading.Event()
     blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
@@ -218,19 +216,11 @@ def database_tasks(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, monkeypatch, settings):
+def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, settings, batches):
     from django.core.management import call_command
     from django_tasks_db.models import DBTaskResult
 
     settings.AUDITOR_RECOVERY_INTERVAL = 0
-    batches = []
-    original = services.execute_runs
-
-    def recording(run_ids):
-        batches.append(len(run_ids))
-        return original(run_ids)
-
-    monkeypatch.setattr(services, "execute_runs", recording)
     runs = [submit_audit(**INPUT) for _ in range(11)]
     assert DBTaskResult.objects.filter(status="READY").count() == 11
     own_settings = connection.settings_dict

@@ -15,29 +15,10 @@ from analyzers.engine.guardrails import autolinks
 from analyzers.engine.guardrails import settings as guardrail_settings
 from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config, source_key
 from analyzers.engine.guardrails.urls import canonicalize
+from tests.engine.url_strategies import url_cores
 
 ALLOWED = ("acme.example", ".docs.example")
-URL_PIECES = st.sampled_from(
-    ["https://", "http://", "HTTP://", "www.", "wWw.", "ftp://", "//", "acme.example",
-     "a.docs.example", "evil.com", "h1", ".", "..", "-", ":80", ":", "/", "//", "/p", "?q=1",
-     "?", "@", "x@evil.com", "=", "&", "%2e", "+", "_", "e.co", "0x7f.1", "127.0.0.1",
-     "xn--e1a", ")", "é", "`", "[", "]", "<", ">"]
-)
-LABELS = st.sampled_from(["acme", "example", "docs", "a", "evil", "com", "h1", "0x7f", "1",
-                          "xn--e1a", "a-b", "www", "co", "e"])
-SHAPED = st.builds(
-    lambda scheme, labels, port, path, query, extra: (
-        scheme + ".".join(labels) + port + path + query + extra
-    ),
-    st.sampled_from(["https://", "http://", "www.", "HTTPS://", "", "//", "ftp://"]),
-    st.lists(LABELS, min_size=1, max_size=4),
-    st.sampled_from(["", ":80", ":8080", ":", ":123456"]),
-    st.lists(st.sampled_from(["/p", "/", "/a-b", "/x%2e", "/a.b", "//c", "/=&+"]), max_size=3)
-    .map("".join),
-    st.sampled_from(["", "?q=1", "?", "?a.b", "?u=evil.com", "?x=@"]),
-    st.sampled_from(["", "", "", "", ".", ")", "@evil.com", "_", "é", "`x`"]),
-)
-CORES = SHAPED | st.lists(URL_PIECES, min_size=1, max_size=8).map("".join)
+CORES = url_cores(extra=("<", ">"))
 GAPS = st.sampled_from([" ", "  ", "\n", " <", "> ", " x ", ", ", " (", ") ", "\t"])
 
 # -- bare URLs: short texts that may hold a simple run take the one-pass scan -------------
