@@ -97,7 +97,7 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     with contextlib.ExitStack() as stack:
         for run_id in ids:
             stack.enter_context(running_run(run_id))  # this process's heartbeat covers them
-        outcome, captured, _pid = _submit(_child_execute, ids, watched)
+        outcome, captured = _submit(_child_execute, ids, watched)
     _publish(captured)
     return outcome
 
@@ -218,7 +218,7 @@ def _child_warm() -> int:
 
 
 def _child_execute(run_ids: list[str], watched: list[str]):
-    """In a child: the batch's outcome, the events it captured, this process's pid."""
+    """In a child: the batch's outcome and the events it captured."""
     global _watched
     from django.db import close_old_connections
 
@@ -234,4 +234,4 @@ def _child_execute(run_ids: list[str], watched: list[str]):
         close_old_connections()
     captured = list(_sink)
     _sink.clear()
-    return outcome, captured, os.getpid()
+    return outcome, captured
