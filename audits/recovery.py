@@ -114,12 +114,15 @@ def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
         return 0
     from django_tasks_db.models import DBTaskResult
 
+    from .tasks import run_audit
+
     now = timezone.now()
     taken = 0
     stale = DBTaskResult.objects.filter(
         status=TaskResultStatus.RUNNING, started_at__lt=now - stale_after
     )
-    for pk, started_at, worker_ids in stale.values_list("pk", "started_at", "worker_ids")[:1000]:
+    rows = stale.values_list("pk", "started_at", "worker_ids", "task_path", "args_kwargs")
+    for pk, started_at, worker_ids, task_path, args_kwargs in rows[:1000]:
         same = DBTaskResult.objects.filter(
             pk=pk, status=TaskResultStatus.RUNNING, started_at=started_at
         )
@@ -131,7 +134,26 @@ def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
             )
         elif same.update(status=TaskResultStatus.READY):
             taken += 1
+            if task_path == run_audit.module_path and (args_kwargs or {}).get("args"):
+                _release_run_of_dead_row(args_kwargs["args"][0], stale_after, now, max_attempts)
     return taken
+
+
+def _release_run_of_dead_row(
+    run_id: str, stale_after: timedelta, now: datetime, max_attempts: int
+) -> None:
+    """The run a dead task row carried goes back to pending with the row, so the worker that
+    takes the row over runs it (instead of finding it `running` and a later sweep queueing
+    it again with a second row).
+
+    The dead worker claimed the run just after the row, so before its first beat the run may
+    look a little younger than the row. A run three beats old is not held by a live process
+    (each beats every `heartbeat_seconds()`, a quarter of `stale_after`). A run out of
+    attempts stays for `recover_stale_runs` to fail."""
+    AuditRun.objects.filter(
+        pk=run_id, status=AuditRun.Status.RUNNING, attempts__lt=max_attempts,
+        started_at__lt=now - stale_after + timedelta(seconds=heartbeat_seconds()),
+    ).update(status=AuditRun.Status.PENDING)
 
 
 def queued_run_ids() -> set[str] | None:

@@ -174,3 +174,31 @@ def test_a_task_row_that_killed_max_attempts_workers_fails_instead_of_looping(da
     once.refresh_from_db(), thrice.refresh_from_db()
     assert once.status == TaskResultStatus.READY
     assert thrice.status == TaskResultStatus.FAILED
+
+
+def test_the_run_of_a_dead_task_row_is_taken_over_with_it(database_tasks, settings):
+    """A worker killed before its first beat left its row stale before its run (claimed just
+    after): the run goes back to pending with the row, unless a live process beats it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django_tasks_db.models import DBTaskResult
+
+    from audits.recovery import take_over_task_rows
+    from audits.services import submit_audit
+
+    settings.AUDITOR_RECOVER_RUNNING_AFTER_S = 30  # beats every 7.5 s
+    dead, live, spent = (submit_audit(**BODY) for _ in range(3))
+    now = timezone.now()
+    rows = {str(r.args_kwargs["args"][0]): r.pk for r in DBTaskResult.objects.all()}
+    DBTaskResult.objects.update(status=TaskResultStatus.RUNNING,
+                                started_at=now - timedelta(seconds=31), worker_ids=["a"])
+    for run, age, attempts in ((dead, 29, 1), (live, 5, 1), (spent, 29, 3)):
+        AuditRun.objects.filter(pk=run.pk).update(
+            status="running", started_at=now - timedelta(seconds=age), attempts=attempts)
+
+    assert take_over_task_rows(stale_after=timedelta(seconds=30), max_attempts=3) == 3
+    assert DBTaskResult.objects.get(pk=rows[str(dead.pk)]).status == TaskResultStatus.READY
+    assert AuditRun.objects.get(pk=dead.pk).status == "pending"
+    assert AuditRun.objects.get(pk=live.pk).status == "running"  # beaten 5 s ago: alive
+    assert AuditRun.objects.get(pk=spent.pk).status == "running"  # left for the run sweep
