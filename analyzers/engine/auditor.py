@@ -54,6 +54,8 @@ class Auditor:
         self.collision_store = collision_store or InMemoryCollisionStore()
         self.services = services or {}
         self._parsed_settings: dict[str, Any] = {}
+        self._enabled_analyzers: list[Analyzer] | None = None
+        self._registry_size = 0
 
     async def audit(
         self,
@@ -81,20 +83,18 @@ class Auditor:
         # The whole audit's time budget: no analyzer waits past it, queued ones included.
         context.deadline = asyncio.get_running_loop().time() + self.config.limits.audit_timeout_s
         limit = asyncio.Semaphore(self.config.max_concurrency)
-        analyzers = [
-            a for a in self.registry if context.config.is_enabled(a.id, a.enabled_by_default)
-        ]
+        analyzers = self._enabled(context.config)
 
-        async def run_one(analyzer: Analyzer) -> AnalyzerRun:
+        async def run_one(analyzer: Analyzer, settings: Any = None) -> AnalyzerRun:
             async with limit:
                 return await self._run_analyzer(
-                    analyzer, audit, context, option_errors.get(analyzer.id)
+                    analyzer, audit, context, option_errors.get(analyzer.id), settings
                 )
 
         if len(analyzers) == 1:
             runs = [await run_one(analyzers[0])]
         else:
-            runs = await _gather_eagerly([run_one(a) for a in analyzers])
+            runs = await self._run_all(analyzers, audit, context, option_errors, limit, run_one)
 
         # The memo's entries may point back at the context (a shared pipeline run does):
         # emptied now, the audit leaves no reference cycle for the garbage collector.
@@ -119,6 +119,188 @@ class Auditor:
         if progress is not None:
             await emit(progress, {"type": "audit_finished", "has_card": report.has_card})
         return report
+
+    def _enabled(self, config: AuditorConfig) -> list[Analyzer]:
+        """The analyzers `config` enables, in registry order; kept while the audit adds
+        no options (the registry is not changed while an auditor audits)."""
+        if config is not self.config:
+            return [a for a in self.registry if config.is_enabled(a.id, a.enabled_by_default)]
+        enabled = self._enabled_analyzers
+        if enabled is None or len(self.registry) != self._registry_size:
+            enabled = self._enabled_analyzers = [
+                a for a in self.registry if config.is_enabled(a.id, a.enabled_by_default)
+            ]
+            self._registry_size = len(self.registry)
+        return enabled
+
+    async def _run_all(
+        self,
+        analyzers: list[Analyzer],
+        audit: AuditInput,
+        context: AuditContext,
+        option_errors: dict[str, str],
+        limit: asyncio.Semaphore,
+        run_one: Any,
+    ) -> list[AnalyzerRun]:
+        """Every analyzer's run, in list order.
+
+        An analyzer that says it will not wait (`Analyzer.never_waits`: no I/O with these
+        settings, e.g. the heuristics without a model) runs inline in this coroutine:
+        it cannot overlap anything, so a task, a concurrency slot and a timer would only
+        cost time. (It runs in the audit's own contextvars context, not a copy.) The
+        others start as eager tasks in list order, as `asyncio.gather` would run them
+        but each at once (analyzers that never wait finish without a trip through the
+        event loop), and are awaited together at the end.
+        """
+        runs: list[AnalyzerRun | None] = []
+        tasks: list[tuple[int, asyncio.Task]] = []
+        loop = asyncio.get_running_loop()
+        for analyzer in analyzers:
+            settings = None
+            if analyzer.id not in option_errors and not limit.locked():
+                settings = self._inline_settings(analyzer, context)
+            if settings is not None:
+                progress = context.progress
+                if progress is not None:
+                    await emit(progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
+                outcome = self._run_inline(analyzer, settings, audit, context)
+                if isinstance(outcome, AnalyzerRun):
+                    if progress is not None:
+                        await emit(
+                            progress,
+                            {"type": "analyzer_finished", "analyzer_id": analyzer.id,
+                             "run": outcome},
+                        )
+                    runs.append(outcome)
+                    continue
+                # it waited after all: the rest of it runs as a task, as any waiting one
+                task = asyncio.Task(outcome, loop=loop, eager_start=True)
+            else:
+                task = asyncio.Task(run_one(analyzer), loop=loop, eager_start=True)
+            if task.done():
+                runs.append(task.result())
+            else:
+                tasks.append((len(runs), task))
+                runs.append(None)
+        if tasks:
+            done = await asyncio.gather(*(task for _, task in tasks))
+            for (i, _), run in zip(tasks, done, strict=True):
+                runs[i] = run
+        return runs  # type: ignore[return-value]
+
+    def _inline_settings(self, analyzer: Analyzer, context: AuditContext) -> Any:
+        """The analyzer's settings when it says it will not wait with them, else None
+        (then it runs as a task, which also reports any error parsing them)."""
+        try:
+            settings = self._settings(analyzer, context.config)
+            return settings if analyzer.never_waits(settings, context) else None
+        except Exception:
+            return None
+
+    def _run_inline(
+        self, analyzer: Analyzer, settings: Any, audit: AuditInput, context: AuditContext
+    ) -> AnalyzerRun | Coroutine[Any, Any, AnalyzerRun]:
+        """`_run_analyzer` (its progress events aside) for an analyzer that should not
+        wait: its coroutine driven here, without a task or a timer. If it waits after
+        all, the coroutine finishing its run under the deadline (taken before its first
+        step, as `_within` does) is returned instead."""
+        started = time.perf_counter()
+        status, error, result = "ok", None, None
+        deadline, budget_spent = self._deadline(context)
+        try:
+            pending = analyzer.analyze(audit, settings, context)
+            if type(pending) is not CoroutineType:
+                return self._finish_waiting(
+                    analyzer, context, pending, None, deadline, budget_spent, started
+                )
+            try:
+                waiting_on = pending.send(None)
+            except StopIteration as done:
+                result = done.value
+            else:
+                return self._finish_waiting(
+                    analyzer, context, pending, waiting_on, deadline, budget_spent, started
+                )
+        except TimeoutError:
+            status, error = self._timeout_error(budget_spent)
+        except Exception as exc:  # an analyzer never fails the audit
+            status, error = "failed", _error_text(exc)
+        return self._finished_run(analyzer, context, status, error, result, started)
+
+    async def _finish_waiting(
+        self,
+        analyzer: Analyzer,
+        context: AuditContext,
+        pending: Any,
+        waiting_on: Any,
+        deadline: float,
+        budget_spent: bool,
+        started: float,
+    ) -> AnalyzerRun:
+        """The rest of an inline run whose analyzer waited: awaited under its deadline."""
+        status, error, result = "ok", None, None
+        try:
+            async with asyncio.timeout_at(deadline):
+                if type(pending) is CoroutineType:
+                    result = await _Resumed(pending, waiting_on)
+                else:
+                    result = await pending
+        except TimeoutError:
+            status, error = self._timeout_error(budget_spent)
+        except Exception as exc:  # an analyzer never fails the audit
+            status, error = "failed", _error_text(exc)
+        run = self._finished_run(analyzer, context, status, error, result, started)
+        if context.progress is not None:
+            await emit(
+                context.progress,
+                {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
+            )
+        return run
+
+    def _deadline(self, context: AuditContext) -> tuple[float, bool]:
+        """The loop time by which the analyzer must be done, and whether that is the
+        audit's budget (sooner than the analyzer's own timeout)."""
+        deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
+        if context.deadline is not None and context.deadline < deadline:
+            return context.deadline, True
+        return deadline, False
+
+    def _timeout_error(self, budget_spent: bool) -> tuple[str, str]:
+        if budget_spent:
+            limit_s = self.config.limits.audit_timeout_s
+            return "timeout", f"timed out: the audit's time budget of {limit_s:g} s was spent"
+        return "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
+
+    def _finished_run(
+        self,
+        analyzer: Analyzer,
+        context: AuditContext,
+        status: str,
+        error: str | None,
+        result: Any,
+        started: float,
+    ) -> AnalyzerRun:
+        duration_ms = (time.perf_counter() - started) * 1000
+        if result is not None:
+            # `result` was validated when it was built: copy its fields, don't re-validate.
+            run = analyzer_run(
+                result,
+                duration_ms,
+                decide_surfaced(
+                    status="ok",
+                    score=result.score,
+                    should_surface=result.should_surface,
+                    threshold=context.config.threshold_for(analyzer.id),
+                ),
+            )
+            return cap_run(run, self.config.limits, context.omitted.get(analyzer.id))
+        return AnalyzerRun(
+            analyzer_id=analyzer.id,
+            category=analyzer.category,
+            status=status,
+            error=error,
+            duration_ms=duration_ms,
+        )
 
     def _settings(self, analyzer: Analyzer, config: AuditorConfig) -> Any:
         """The analyzer's parsed settings; parsed once while the audit adds no options."""
@@ -156,6 +338,7 @@ class Auditor:
         audit: AuditInput,
         context: AuditContext,
         option_error: str | None = None,
+        settings: Any = None,
     ) -> AnalyzerRun:
         if context.progress is not None:
             await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
@@ -165,10 +348,9 @@ class Auditor:
         try:
             if option_error:
                 raise ValueError(option_error)
-            settings = self._settings(analyzer, context.config)
-            deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
-            if context.deadline is not None and context.deadline < deadline:
-                deadline, budget_spent = context.deadline, True
+            if settings is None:
+                settings = self._settings(analyzer, context.config)
+            deadline, budget_spent = self._deadline(context)
             pending = analyzer.analyze(audit, settings, context)
             if type(pending) is CoroutineType:
                 result = await _within(pending, deadline)
@@ -176,34 +358,10 @@ class Auditor:
                 async with asyncio.timeout_at(deadline):
                     result = await pending
         except TimeoutError:
-            status, error = "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
-            if budget_spent:
-                limit_s = self.config.limits.audit_timeout_s
-                error = f"timed out: the audit's time budget of {limit_s:g} s was spent"
+            status, error = self._timeout_error(budget_spent)
         except Exception as exc:  # an analyzer never fails the audit
             status, error = "failed", _error_text(exc)
-        duration_ms = (time.perf_counter() - started) * 1000
-        if result is not None:
-            # `result` was validated when it was built: copy its fields, don't re-validate.
-            run = analyzer_run(
-                result,
-                duration_ms,
-                decide_surfaced(
-                    status="ok",
-                    score=result.score,
-                    should_surface=result.should_surface,
-                    threshold=context.config.threshold_for(analyzer.id),
-                ),
-            )
-            run = cap_run(run, self.config.limits, context.omitted.get(analyzer.id))
-        else:
-            run = AnalyzerRun(
-                analyzer_id=analyzer.id,
-                category=analyzer.category,
-                status=status,
-                error=error,
-                duration_ms=duration_ms,
-            )
+        run = self._finished_run(analyzer, context, status, error, result, started)
         if context.progress is not None:
             await emit(
                 context.progress,
@@ -254,19 +412,6 @@ class _Resumed:
                     waiting_on = coro.send(sent)
                 except StopIteration as done:
                     return done.value
-
-
-async def _gather_eagerly(coroutines: list[Coroutine[Any, Any, AnalyzerRun]]) -> list[AnalyzerRun]:
-    """`asyncio.gather`, but each coroutine starts at once (an eager task) in list order.
-
-    Analyzers that never wait (the deterministic ones) then finish without a trip
-    through the event loop; the others run concurrently exactly as with `gather`.
-    """
-    loop = asyncio.get_running_loop()
-    tasks = [asyncio.Task(c, loop=loop, eager_start=True) for c in coroutines]
-    if all(task.done() for task in tasks):
-        return [task.result() for task in tasks]
-    return list(await asyncio.gather(*tasks))
 
 
 def check_overrides(analyzer: Analyzer, overrides: dict[str, Any]) -> None:

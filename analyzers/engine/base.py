@@ -90,6 +90,14 @@ class Analyzer:
     ) -> AnalyzerResult:
         raise NotImplementedError
 
+    def never_waits(self, settings: Any, context: AuditContext) -> bool:
+        """Whether `analyze` with these settings surely finishes without waiting on the
+        event loop (no I/O: a heuristic without a model, no health checks). The auditor
+        then runs it inline, without a task or a timer. Say True only when sure: one
+        that waits anyway still completes, but any `asyncio.timeout` it entered before
+        waiting is bound to the audit's task instead of its own."""
+        return False
+
     def result(
         self,
         *,

@@ -86,6 +86,10 @@ class BiasAnalyzer(Analyzer):
     )
     Settings = BiasSettings
 
+    def never_waits(self, settings: BiasSettings, context: AuditContext) -> bool:
+        """Without a model (none configured, or `use_model` off) only the heuristic runs."""
+        return not settings.use_model or get_llm_client(context) is None
+
     async def analyze(
         self, audit: AuditInput, settings: BiasSettings, context: AuditContext
     ) -> AnalyzerResult:

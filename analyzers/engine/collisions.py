@@ -30,6 +30,9 @@ def is_duplicate(first_family: str, shared: bool, family: str | None) -> bool:
 class InMemoryCollisionStore:
     """Process-local store for the CLI, tests and benchmarks. Bounded per scope."""
 
+    # `seen_before` answers without waiting: the red-flag analyzer may run inline
+    never_waits = True
+
     def __init__(self, max_per_scope: int = 100_000) -> None:
         self._scopes: dict[str, dict[str, list]] = {}  # digest -> [first family, shared]
         self._lock = threading.Lock()

@@ -214,6 +214,14 @@ class RedflagAnalyzer(Analyzer):
     Settings = RedflagSettings
     config_only_settings: ClassVar[frozenset[str]] = frozenset({"validators"})
 
+    def never_waits(self, settings: RedflagSettings, context: AuditContext) -> bool:
+        """No custom validator (they may wait), and duplicates either not tracked or
+        tracked by a store that answers without waiting (the in-memory one)."""
+        return not settings.validators and (
+            not settings.track_collisions
+            or getattr(context.collision_store, "never_waits", False) is True
+        )
+
     async def analyze(
         self, audit: AuditInput, settings: RedflagSettings, context: AuditContext
     ) -> AnalyzerResult:

@@ -45,6 +45,10 @@ class ToneAnalyzer(Analyzer):
     )
     Settings = ToneSettings
 
+    def never_waits(self, settings: ToneSettings, context: AuditContext) -> bool:
+        """Without a model (none configured, or `use_model` off) only the heuristic runs."""
+        return not settings.use_model or get_llm_client(context) is None
+
     async def analyze(
         self, audit: AuditInput, settings: ToneSettings, context: AuditContext
     ) -> AnalyzerResult:

@@ -229,3 +229,22 @@ def test_cap_run_fast_path_is_the_full_cap(types, severities, lengths, per_type,
     fast = cap_run(make(), limits, None)
     full = cap_run(make(), limits, Omitted())  # (an empty Omitted takes the full path)
     assert fast.model_dump() == full.model_dump()
+
+
+# -- sentence boundaries: the regex written to start with one character class ------------
+
+_PLAIN_BOUNDARY = re.compile(r"[.!?][.!?]*[\"')\]”’*_]*(?=\s|$)|\n")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=st.text(alphabet=".!?\n \t\r\"')]”’*_ab\x0b\u2028\u00a0", max_size=40),
+       cut=st.tuples(st.integers(0, 40), st.integers(0, 40)))
+def test_sentence_boundaries_are_those_of_the_plain_regex(text, cut):
+    from analyzers.engine.guardrails.grounding import _BOUNDARY
+
+    start, end = sorted(cut)
+    start, end = min(start, len(text)), min(end, len(text))
+    for args in ((text,), (text, start, end)):
+        assert [m.span() for m in _BOUNDARY.finditer(*args)] == [
+            m.span() for m in _PLAIN_BOUNDARY.finditer(*args)
+        ]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
+from ..config import AuditorConfig
 from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
 from ..limits import Omitted
 from ..linkcheck import LinkChecker
@@ -56,6 +57,13 @@ def inert_text(text: str) -> str:
 _INERT = str.maketrans({"[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
 
 
+def health_checks_on(config: AuditorConfig) -> bool:
+    """Whether the audit checks link health (the only waiting the guardrails do)."""
+    return config.is_enabled("links") and bool(
+        config.analyzers.get("links", {}).get("check_health", True)
+    )
+
+
 class SharedRun:
     """One audit's pipeline result, health checks, and the context fields they set."""
 
@@ -74,11 +82,8 @@ class SharedRun:
             # The analyzers report the failure; the text passed on must still be inert.
             context.cleaned_response = inert_text(audit.response)
             raise
-        links_section = config.analyzer_section("links")
-        self.check_health = config.is_enabled("links") and bool(
-            links_section.get("check_health", True)
-        )
-        self.timeout_s = float(links_section.get("timeout_s", 4))
+        self.check_health = health_checks_on(config)
+        self.timeout_s = float(config.analyzers.get("links", {}).get("timeout_s", 4))
         self.health_annotations: list[tuple[str, Annotation]] = []
         self._health: asyncio.Future | None = None
         context.cleaned_response = self.result.cleaned_response
@@ -225,6 +230,9 @@ class LinksAnalyzer(Analyzer):
     )
     Settings = LinksSettings
 
+    def never_waits(self, settings: LinksSettings, context: AuditContext) -> bool:
+        return not (settings.check_health and health_checks_on(context.config))
+
     async def analyze(
         self, audit: AuditInput, settings: LinksSettings, context: AuditContext
     ) -> AnalyzerResult:
@@ -280,6 +288,9 @@ class GroundingAnalyzer(Analyzer):
     )
     Settings = GroundingSettings
 
+    def never_waits(self, settings: GroundingSettings, context: AuditContext) -> bool:
+        return not health_checks_on(context.config)
+
     async def analyze(
         self, audit: AuditInput, settings: GroundingSettings, context: AuditContext
     ) -> AnalyzerResult:
@@ -310,6 +321,9 @@ class PromptLeakAnalyzer(Analyzer):
     category = "compliance"
     description = "Removes lines that start with an echoed prompt-template heading."
     Settings = PromptLeakSettings
+
+    def never_waits(self, settings: PromptLeakSettings, context: AuditContext) -> bool:
+        return True
 
     async def analyze(
         self, audit: AuditInput, settings: PromptLeakSettings, context: AuditContext

@@ -25,7 +25,11 @@ METRIC_NOT_IN_SOURCES = "METRIC_NOT_IN_SOURCES"
 MISSING_CASE_STUDY_LINK = "MISSING_CASE_STUDY_LINK"
 CASE_STUDY_LINK_UNHEALTHY = "CASE_STUDY_LINK_UNHEALTHY"
 
-_BOUNDARY = re.compile(r"[.!?][.!?]*[\"')\]”’*_]*(?=\s|$)|\n")
+# A sentence ends at a run of ".!?" (closing quotes, brackets or emphasis after it) before
+# a blank or the end, or at a line break: `[.!?][.!?]*["')\]”’*_]*(?=\s|$)|\n`, written
+# to start with one character class, so the regex engine jumps from candidate to candidate
+# instead of trying both alternatives at every position (about twice as fast on prose).
+_BOUNDARY = re.compile(r"[.!?\n](?:(?<=\n)|[.!?]*[\"')\]”’*_]*(?=\s|$))")
 # A metric: (?<![\w$.]) then [+-]?\d+([.,]\d+)*[ \t]?%, or $[ \t]?\d+([.,]\d+)* with an
 # optional K/M/B/million/... unit, or \d+(\.\d+)?[ \t]?x. Written to start with its first
 # character (the regex engine then jumps from one candidate character to the next),
