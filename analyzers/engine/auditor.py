@@ -157,7 +157,8 @@ class Auditor:
         loop = asyncio.get_running_loop()
         for analyzer in analyzers:
             settings = None
-            if analyzer.id not in option_errors and not limit.locked():
+            # (only a task still waiting can hold a concurrency slot)
+            if analyzer.id not in option_errors and not (tasks and limit.locked()):
                 settings = self._inline_settings(analyzer, context)
             if settings is not None:
                 progress = context.progress

@@ -248,3 +248,43 @@ def test_sentence_boundaries_are_those_of_the_plain_regex(text, cut):
         assert [m.span() for m in _BOUNDARY.finditer(*args)] == [
             m.span() for m in _PLAIN_BOUNDARY.finditer(*args)
         ]
+
+
+# -- paragraphs with nothing to find skip the rules: the same result as running them ------
+
+_PROSE = st.sampled_from([
+    "Hello there", "In 2023 most", " retailers grew", "50%", "$4M", " 3x ", "e.g. this",
+    "a.b", "www.", "//", "@", "x@y.example", "[a](b)", "[a]: /x", "<b>", "<", "`c`", "~~~",
+    "Namedrop: Globex", "VALUE SELL:", "# Namedrop:", "\n", "\n\n", ". ", "\x00", "×",
+    "Globex lifted revenue by 12%.", "acme.example", "setup.py", "A/B", "http:", "](",
+])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(parts=st.lists(_PROSE, max_size=8), base=st.integers(0, 50))
+def test_a_paragraph_with_nothing_to_find_gets_what_the_rules_give(parts, base):
+    from analyzers.engine.guardrails import pipeline
+    from analyzers.engine.guardrails.caps import RecordCaps
+    from analyzers.engine.limits import Limits
+
+    text = "".join(parts).strip("\n") or "x"
+    config = AuditorConfig(allowed_hosts=["acme.example"],
+                           known_customers=[{"name": "Globex", "slug": "globex"}])
+    settings_ = settings_from_config(config)
+    sources = SourceIndex(settings_, [])
+    limits = Limits(max_trace_lines=3)
+    fast_caps, full_caps = RecordCaps(limits), RecordCaps(limits)
+    fast = pipeline.audit_paragraph(text, base, settings_, sources, fast_caps)
+    original = pipeline.nothing_to_find
+    pipeline.nothing_to_find = lambda text, settings: False
+    try:
+        full = pipeline.audit_paragraph(text, base, settings_, sources, full_caps)
+    finally:
+        pipeline.nothing_to_find = original
+    if original(text, settings_):
+        assert (fast.text, fast.annotations, fast.links, fast.trace, fast.claims,
+                fast.pending) == (full.text, full.annotations, full.links, full.trace,
+                                  full.claims, full.pending)
+        assert (fast_caps.trace_kept, fast_caps.trace_omitted) == (
+            full_caps.trace_kept, full_caps.trace_omitted)
+        assert not full.annotations and not full.links and full.text == text

@@ -13,10 +13,11 @@ URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attribute
 
 from __future__ import annotations
 
+from .autolinks import may_hold_url
 from .caps import RecordCaps
 from .collector import collector_paused
-from .context import LABELS, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
-from .grounding import audit_grounding
+from .context import LABELS, PARAGRAPH_IN, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
+from .grounding import audit_grounding, has_claim_hint
 from .links import (
     any_unsafe_link,
     audit_bare_urls,
@@ -26,8 +27,9 @@ from .links import (
     strip_dangling,
 )
 from .markup import sanitize_markup
-from .prompt_leak import strip_prompt_leaks
+from .prompt_leak import may_start_heading, strip_prompt_leaks
 from .settings import GuardrailSettings, SourceIndex
+from .text import has_digit
 
 __all__ = ["LABELS", "Ctx", "ParagraphResult", "PendingClaim", "audit_paragraph"]
 
@@ -73,6 +75,26 @@ def audit_paragraph(
         return _audit_paragraph(text, base, settings, sources, caps, open_fence)
 
 
+def nothing_to_find(text: str, settings: GuardrailSettings) -> bool:
+    """True only when no rule can change or report anything in the paragraph: no NUL
+    (read as U+FFFD), no markup or link syntax ("<", "](", "]:"), no claim (grounding's
+    own gates), no line that may start a prompt heading and no bare-URL marker. Each
+    check is a rule's own first gate, cheapest first; most prose paragraphs pass them
+    all, and then need no `Ctx` and no rule at all."""
+    return (
+        "\x00" not in text
+        and "<" not in text
+        and "](" not in text
+        and "]:" not in text
+        and (not has_digit(text) or not has_claim_hint(text))
+        and not (
+            settings.prompt_leak and settings.patterns
+            and may_start_heading(text, settings.patterns)
+        )
+        and not may_hold_url(text)
+    )
+
+
 def _audit_paragraph(
     text: str,
     base: int,
@@ -81,6 +103,11 @@ def _audit_paragraph(
     caps: RecordCaps | None,
     open_fence: str | None,
 ) -> ParagraphResult:
+    if nothing_to_find(text, settings):  # what the rules below would return for it
+        out = ParagraphResult(text, trace=[PARAGRAPH_IN, PARAGRAPH_OUT])
+        if caps is not None:
+            caps.take_trace(out.trace, 0)
+        return out
     ctx = Ctx(text, base, settings, sources, caps, open_fence)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)

@@ -34,7 +34,7 @@ def _first_chars(patterns: tuple[str, ...]) -> frozenset[str]:
     return frozenset(p.lower()[:1] for p in patterns)
 
 
-def _may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
+def may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
     """Whether some line, fenced or not, starts with a heading: `heading_match`, asked
     only of lines whose first character (after markup) can begin a pattern."""
     first = _first_chars(patterns)
@@ -58,7 +58,7 @@ def _may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
 def strip_prompt_leaks(ctx: Ctx) -> None:
     text = ctx.doc.text
     patterns = ctx.settings.patterns
-    if not _may_start_heading(text, patterns):
+    if not may_start_heading(text, patterns):
         return
     lowered = text.lower()
     for word in _first_words(patterns):
