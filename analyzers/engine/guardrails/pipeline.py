@@ -79,13 +79,16 @@ def nothing_to_find(text: str, settings: GuardrailSettings) -> bool:
     """True only when no rule can change or report anything in the paragraph: no NUL
     (read as U+FFFD), no markup or link syntax ("<", "](", "]:"), no claim (grounding's
     own gates), no line that may start a prompt heading and no bare-URL marker. Each
-    check is a rule's own first gate, cheapest first; most prose paragraphs pass them
-    all, and then need no `Ctx` and no rule at all."""
+    check is a rule's own first gate, those that fail most paragraphs with links or URLs
+    first (a paragraph that fails pays them again in the rules); most prose paragraphs
+    pass them all, and then need no `Ctx` and no rule at all."""
     return (
         "\x00" not in text
         and "<" not in text
         and "](" not in text
         and "]:" not in text
+        and "//" not in text
+        and "@" not in text
         and (not has_digit(text) or not has_claim_hint(text))
         and not (
             settings.prompt_leak and settings.patterns
