@@ -1,0 +1,111 @@
+"""Fewer index entries per stored audit (issue 18), with every reader's plan kept.
+
+Migration 0009 made the annotations' three audit-keyed indexes one (audit, type, severity)
+and dropped the trace lines' audit index (their unique (audit, position) leads with it).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from audits.models import AlertRule, Annotation, AuditRun, TraceLine
+from audits.review.alerts import matching_audits
+from audits.selectors import AuditFilters, filter_audits
+from tests.factories import annotation, make_audit, result
+
+BEFORE, LEAN = ("audits", "0008_surfacing_policies_and_collision_families"), (
+    "audits", "0009_leaner_child_indexes")
+
+
+def _indexes(table: str) -> dict[str, list[str]]:
+    """The table's indexes (unique constraints' included): name -> columns."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    return {name: info["columns"] for name, info in constraints.items()
+            if (info["index"] or info["unique"]) and not info["primary_key"]}
+
+
+def _plan(qs) -> str:
+    return qs.explain()
+
+
+@pytest.mark.django_db
+def test_annotations_and_trace_lines_keep_one_index_per_reader():
+    annotations = _indexes(Annotation._meta.db_table)
+    assert sorted(annotations.values()) == sorted([
+        ["audit_id", "type", "severity"],  # by audit, and the list/alert filters
+        ["result_id"],  # a result's annotations (prefetch, cascade)
+        ["audit_created_at", "type", "severity"],  # the trends page
+    ])
+    assert list(_indexes(TraceLine._meta.db_table).values()) == [["audit_id", "position"]]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("filters", [
+    AuditFilters(type="dismissive"),
+    AuditFilters(severity="critical"),
+    AuditFilters(type="dismissive", severity="warning"),
+])
+def test_list_filters_on_annotations_are_a_covering_seek_per_audit(filters):
+    plan = _plan(filter_audits(filters).order_by("-created_at", "-id")[:50])
+    assert "COVERING INDEX annotation_audit_idx (audit_id=?" in plan, plan
+
+
+@pytest.mark.django_db
+def test_alert_rules_match_annotations_through_the_audit_index():
+    rule = AlertRule(name="r", annotation_type="dismissive", min_severity="warning",
+                     webhook_url="https://hooks.example/x")
+    plan = _plan(matching_audits(rule, timezone.now() - timedelta(days=1)))
+    assert "annotation_audit_idx (audit_id=? AND type=?" in plan, plan
+
+
+@pytest.mark.django_db
+def test_readers_by_audit_seek_an_index():
+    run = make_audit(results=[result("tone", 0.5, [annotation("dismissive")])],
+                     trace=["[AUDIT] a", "[AUDIT] b"])
+    for qs in (
+        Annotation.objects.filter(audit_id=run.pk, result__surfaced=True),
+        Annotation.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        TraceLine.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        TraceLine.objects.filter(audit_id=run.pk, position__gt=0).order_by("position"),
+    ):
+        plan = _plan(qs)
+        assert "SCAN audits_annotation" not in plan and "SCAN audits_traceline" not in plan, plan
+    assert [t.text for t in run.trace_lines.order_by("position")] == ["[AUDIT] a", "[AUDIT] b"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])
+    before = {t: _indexes(t) for t in ("audits_annotation", "audits_traceline")}
+    assert "annotation_type_idx" in before["audits_annotation"]
+    assert ["audit_id"] in before["audits_traceline"].values()
+    old = executor.loader.project_state([BEFORE]).apps
+    run = old.get_model("audits", "AuditRun").objects.create(status="complete")
+    record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
+        audit_id=run.pk, analyzer_id="tone", audit_created_at=run.created_at)
+    old.get_model("audits", "Annotation").objects.create(
+        audit_id=run.pk, result_id=record.pk, analyzer_id="tone", type="dismissive",
+        audit_created_at=run.created_at)
+    old.get_model("audits", "TraceLine").objects.create(audit_id=run.pk, position=0, text="x")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([LEAN])
+    assert "annotation_type_idx" not in _indexes("audits_annotation")
+    assert ["audit_id"] not in _indexes("audits_traceline").values()
+    assert Annotation.objects.get().type == "dismissive"
+    assert TraceLine.objects.get().audit_id == run.pk
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])  # back: the same indexes, by the same names
+    assert {t: _indexes(t) for t in before} == before
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert AuditRun.objects.count() == 1
