@@ -229,7 +229,10 @@ class AnalyzerRunRecord(models.Model):
         FAILED = "failed"
         TIMEOUT = "timeout"
 
-    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="results")
+    audit = models.ForeignKey(
+        AuditRun, on_delete=models.CASCADE, related_name="results",
+        db_index=False,  # result_audit_idx leads with it
+    )
     position = models.PositiveIntegerField(default=0)
     analyzer_id = models.CharField(max_length=100)
     category = models.CharField(max_length=100, blank=True, default="")
@@ -249,7 +252,10 @@ class AnalyzerRunRecord(models.Model):
         ordering = ["audit", "position", "id"]
         verbose_name = "analyzer result"
         indexes = [
-            models.Index(fields=["analyzer_id", "surfaced"], name="result_analyzer_idx"),
+            # An audit's results, and the "surfaced by this analyzer" filters (EXISTS per
+            # audit: a covering seek; the former (analyzer_id, surfaced) index had the
+            # planner walk every surfaced result of the analyzer for each audit).
+            models.Index(fields=["audit", "analyzer_id", "surfaced"], name="result_audit_idx"),
             # Covering index of the trends page's per-analyzer figures.
             models.Index(
                 fields=["audit_created_at", "analyzer_id", "status", "surfaced", "duration_ms"],

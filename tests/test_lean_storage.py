@@ -1,7 +1,8 @@
 """Fewer index entries per stored audit (issue 18), with every reader's plan kept.
 
-Migration 0009 made the annotations' three audit-keyed indexes one (audit, type, severity)
-and dropped the trace lines' audit index (their unique (audit, position) leads with it).
+Migration 0009 made the annotations' three audit-keyed indexes one (audit, type, severity),
+the results' two one (audit, analyzer_id, surfaced), and dropped the trace lines' audit
+index (their unique (audit, position) leads with it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from audits.models import AlertRule, Annotation, AuditRun, TraceLine
+from audits.models import AlertRule, AnalyzerRunRecord, Annotation, AuditRun, TraceLine
 from audits.review.alerts import matching_audits
 from audits.selectors import AuditFilters, filter_audits
 from tests.factories import annotation, make_audit, result
@@ -42,6 +43,10 @@ def test_annotations_and_trace_lines_keep_one_index_per_reader():
         ["result_id"],  # a result's annotations (prefetch, cascade)
         ["audit_created_at", "type", "severity"],  # the trends page
     ])
+    assert sorted(_indexes(AnalyzerRunRecord._meta.db_table).values()) == sorted([
+        ["audit_id", "analyzer_id", "surfaced"],  # by audit, and the analyzer filters
+        ["audit_created_at", "analyzer_id", "status", "surfaced", "duration_ms"],  # trends
+    ])
     assert list(_indexes(TraceLine._meta.db_table).values()) == [["audit_id", "position"]]
 
 
@@ -57,6 +62,15 @@ def test_list_filters_on_annotations_are_a_covering_seek_per_audit(filters):
 
 
 @pytest.mark.django_db
+def test_the_analyzer_filter_is_a_covering_seek_per_audit():
+    plan = _plan(filter_audits(AuditFilters(analyzer="tone")).order_by("-created_at", "-id")[:50])
+    assert "COVERING INDEX result_audit_idx (audit_id=? AND analyzer_id=? AND surfaced=?)" in plan, plan
+    rule = AlertRule(name="r", analyzer_id="tone", webhook_url="https://hooks.example/x")
+    plan = _plan(matching_audits(rule, timezone.now() - timedelta(days=1)))
+    assert "COVERING INDEX result_audit_idx (audit_id=? AND analyzer_id=? AND surfaced=?)" in plan, plan
+
+
+@pytest.mark.django_db
 def test_alert_rules_match_annotations_through_the_audit_index():
     rule = AlertRule(name="r", annotation_type="dismissive", min_severity="warning",
                      webhook_url="https://hooks.example/x")
@@ -69,13 +83,15 @@ def test_readers_by_audit_seek_an_index():
     run = make_audit(results=[result("tone", 0.5, [annotation("dismissive")])],
                      trace=["[AUDIT] a", "[AUDIT] b"])
     for qs in (
+        AnalyzerRunRecord.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        AnalyzerRunRecord.objects.filter(audit_id=run.pk, surfaced=True),
         Annotation.objects.filter(audit_id=run.pk, result__surfaced=True),
         Annotation.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
         TraceLine.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
         TraceLine.objects.filter(audit_id=run.pk, position__gt=0).order_by("position"),
     ):
         plan = _plan(qs)
-        assert "SCAN audits_annotation" not in plan and "SCAN audits_traceline" not in plan, plan
+        assert "SCAN audits_" not in plan, plan
     assert [t.text for t in run.trace_lines.order_by("position")] == ["[AUDIT] a", "[AUDIT] b"]
 
 
@@ -83,8 +99,10 @@ def test_readers_by_audit_seek_an_index():
 def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
     executor = MigrationExecutor(connection)
     executor.migrate([BEFORE])
-    before = {t: _indexes(t) for t in ("audits_annotation", "audits_traceline")}
+    tables = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline")
+    before = {t: _indexes(t) for t in tables}
     assert "annotation_type_idx" in before["audits_annotation"]
+    assert "result_analyzer_idx" in before["audits_analyzerrunrecord"]
     assert ["audit_id"] in before["audits_traceline"].values()
     old = executor.loader.project_state([BEFORE]).apps
     run = old.get_model("audits", "AuditRun").objects.create(status="complete")
@@ -98,8 +116,11 @@ def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
     executor = MigrationExecutor(connection)
     executor.migrate([LEAN])
     assert "annotation_type_idx" not in _indexes("audits_annotation")
+    assert "result_analyzer_idx" not in _indexes("audits_analyzerrunrecord")
+    assert ["audit_id"] not in _indexes("audits_analyzerrunrecord").values()
     assert ["audit_id"] not in _indexes("audits_traceline").values()
     assert Annotation.objects.get().type == "dismissive"
+    assert AnalyzerRunRecord.objects.get().audit_id == run.pk
     assert TraceLine.objects.get().audit_id == run.pk
 
     executor = MigrationExecutor(connection)

@@ -3,6 +3,10 @@
 - Annotations: the audit foreign key's own index and the (type, audit) and (severity,
   audit) indexes become one (audit, type, severity) index. Every query that used them
   looks annotations up by audit (the list filters are an EXISTS per audit).
+- Results: the audit foreign key's own index and the (analyzer_id, surfaced) index become
+  one (audit, analyzer_id, surfaced) index. The "surfaced by this analyzer" filters (list,
+  alert rules) are an EXISTS per audit: with the old index the planner walked every
+  surfaced result of the analyzer for each audit; now it is one covering seek.
 - Trace lines: the audit foreign key's own index goes; the unique (audit, position)
   constraint leads with the same column.
 
@@ -28,14 +32,14 @@ def _single_column_indexes(schema_editor, model, column):
 
 
 def drop_audit_indexes(apps, schema_editor):
-    for name in ("Annotation", "TraceLine"):
+    for name in ("AnalyzerRunRecord", "Annotation", "TraceLine"):
         model = apps.get_model("audits", name)
         for index in _single_column_indexes(schema_editor, model, "audit_id"):
             schema_editor.execute(schema_editor._delete_index_sql(model, index))
 
 
 def create_audit_indexes(apps, schema_editor):
-    for name in ("Annotation", "TraceLine"):
+    for name in ("AnalyzerRunRecord", "Annotation", "TraceLine"):
         model = apps.get_model("audits", name)
         if not _single_column_indexes(schema_editor, model, "audit_id"):
             field = model._meta.get_field("audit")
@@ -61,8 +65,21 @@ class Migration(migrations.Migration):
             model_name='annotation',
             index=models.Index(fields=['audit', 'type', 'severity'], name='annotation_audit_idx'),
         ),
+        migrations.RemoveIndex(
+            model_name='analyzerrunrecord',
+            name='result_analyzer_idx',
+        ),
+        migrations.AddIndex(
+            model_name='analyzerrunrecord',
+            index=models.Index(fields=['audit', 'analyzer_id', 'surfaced'], name='result_audit_idx'),
+        ),
         migrations.SeparateDatabaseAndState(
             state_operations=[
+                migrations.AlterField(
+                    model_name='analyzerrunrecord',
+                    name='audit',
+                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='results', to='audits.auditrun'),
+                ),
                 migrations.AlterField(
                     model_name='annotation',
                     name='audit',
