@@ -8,6 +8,7 @@ links) in this process, on a fresh SQLite file, and prints per audit:
 - the index entries those rows write (each row writes its table's b-tree plus one entry
   per index: the repeatable measure of what an insert costs SQLite);
 - the database pages those commits wrote (frames of SQLite's write-ahead log);
+- Python function calls per audit in storing (cProfile; repeatable on a loaded machine);
 - CPU time in the claim, in the engine and in storing (median of the batches), and
   storing against the engine's time in the same run (the baseline).
 
@@ -63,7 +64,8 @@ def main() -> None:
             cursor.execute(statement)
     config, snapshot = load_config_with_snapshot()
     runs = []
-    for i in range(args.audits + args.batch):  # the first batch warms up (auditor, registry)
+    profiled = 4 * args.batch  # then counted under cProfile (not timed)
+    for i in range(args.audits + args.batch + profiled):  # the first batch warms up
         body = audit_body(i)
         runs.append(AuditRun(
             user_input=body["user_input"], response=body["response"], sources=body["sources"],
@@ -71,6 +73,7 @@ def main() -> None:
         ))
     AuditRun.objects.bulk_create(runs)
     ids = [run.pk for run in runs]
+    ids, profiled_ids = ids[:-profiled], ids[-profiled:]
 
     phases = {"claim+read": 0.0, "engine": 0.0, "store": 0.0}
     phase_fns = {"claim+read": ["_claim_many", "_nothing_stored"], "engine": ["_analyse"],
@@ -119,6 +122,7 @@ def main() -> None:
             per_batch[name].append(1000 * phases[name] / len(batch))
         per_batch.setdefault("total", []).append(1000 * total / len(batch))
 
+    calls = _calls_storing(services, profiled_ids, args.batch)
     n = args.audits
     print(f"tree: {root}")
     print(f"{n} audits in batches of {args.batch}, SQLite {db}")
@@ -133,11 +137,38 @@ def main() -> None:
               f"{entries:.0f} b-tree entries)")
     print(f"b-tree entries written per audit (inserts): {written:.0f}")
     print(f"database pages written per audit (WAL frames, commits included): {frames / n:.1f}")
+    print(f"Python function calls per audit in storing (cProfile, {profiled} more audits): "
+          f"{calls:.0f}")
     medians = {name: statistics.median(values) for name, values in per_batch.items()}
     for name, value in medians.items():
         print(f"CPU ms per audit, {name}: {value:.2f}")
     print(f"storing / engine (baseline of the same run): "
           f"{medians['store'] / medians['engine']:.2f}x")
+
+
+def _calls_storing(services, ids: list, batch: int) -> float:
+    """Function calls per audit inside `services.store_reports` (a repeatable CPU figure:
+    the same on a loaded machine)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    store = services.store_reports
+
+    def profiled(*a, **kw):
+        profile.enable()
+        try:
+            return store(*a, **kw)
+        finally:
+            profile.disable()
+
+    services.store_reports = profiled
+    try:
+        for start in range(0, len(ids), batch):
+            services.execute_runs(ids[start:start + batch])
+    finally:
+        services.store_reports = store
+    return pstats.Stats(profile).total_calls / len(ids)
 
 
 def _wal_frames(connection, mode: str) -> int:

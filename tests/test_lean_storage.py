@@ -130,3 +130,42 @@ def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
     assert AuditRun.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeypatch):
+    from audits import services
+
+    responses = [
+        "Everyone agrees Acme is the best search engine, obviously. See https://a.example/x.",
+        "Namedrop: Decathlon. Decathlon grew conversion by 50%.",
+        "Read [this article](https://random-blog.example.org/tips) first.",
+    ]
+    runs = [services.submit_audit(user_input="Which retailers use Acme?", response=text,
+                                  enqueue=False) for text in responses]
+    reports = {}
+    store = services.store_reports
+
+    def recording(pairs, **kwargs):
+        reports.update({run.pk: report for run, report in pairs})
+        return store(pairs, **kwargs)
+
+    monkeypatch.setattr(services, "store_reports", recording)
+    assert set(services.execute_runs([r.pk for r in runs]).values()) == {"complete"}
+    assert len(reports) == 3
+    for run in runs:
+        report = reports[run.pk]
+        stored = list(AnalyzerRunRecord.objects.filter(audit=run).order_by("position"))
+        assert [r.analyzer_id for r in stored] == [r.analyzer_id for r in report.results]
+        for record, result in zip(stored, report.results, strict=True):
+            assert [(a.type, a.start, a.end) for a in
+                    record.annotations.order_by("position")] == [
+                (a.type, a.start, a.end) for a in result.annotations]
+            assert set(record.annotations.values_list("audit_id", flat=True)) <= {run.pk}
+            assert record.audit_created_at == AuditRun.objects.get(pk=run.pk).created_at
+        assert list(run.trace_lines.order_by("position").values_list("text", flat=True)) == (
+            list(report.trace))
+        assert list(run.links.order_by("position").values_list("url", flat=True)) == [
+            link.url for link in report.links]
+    assert Annotation.objects.count() == sum(
+        len(r.annotations) for report in reports.values() for r in report.results) > 0
