@@ -157,10 +157,10 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
         report = reports[run.pk]
         stored = list(AnalyzerRunRecord.objects.filter(audit=run).order_by("position"))
         assert [r.analyzer_id for r in stored] == [r.analyzer_id for r in report.results]
-        for record, result in zip(stored, report.results, strict=True):
+        for record, outcome in zip(stored, report.results, strict=True):
             assert [(a.type, a.start, a.end) for a in
                     record.annotations.order_by("position")] == [
-                (a.type, a.start, a.end) for a in result.annotations]
+                (a.type, a.start, a.end) for a in outcome.annotations]
             assert set(record.annotations.values_list("audit_id", flat=True)) <= {run.pk}
             assert record.audit_created_at == AuditRun.objects.get(pk=run.pk).created_at
         assert list(run.trace_lines.order_by("position").values_list("text", flat=True)) == (
