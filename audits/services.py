@@ -765,9 +765,8 @@ def store_reports(
             AnalyzerRunRecord, RESULT_COLUMNS,
             [
                 (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
-                 r.score, r.should_surface, flags[i], r.supplementary, created_at)
+                 r.score, r.should_surface, surfaced[run.pk][i], r.supplementary, created_at)
                 for run, report, audit_id, created_at in keys
-                for flags in (surfaced[run.pk],)
                 for i, r in enumerate(report.results)
             ],
             using=using, prepared=PREPARED,
