@@ -1,8 +1,5 @@
-"""Fewer indexes on the rows every stored audit writes most of (issue 18).
+"""Fewer indexes on the rows every stored audit writes (issue 18).
 
-- Annotations: the audit foreign key's own index and the (type, audit) and (severity,
-  audit) indexes become one (audit, type, severity) index. Every query that used them
-  looks annotations up by audit (the list filters are an EXISTS per audit).
 - Results: the audit foreign key's own index and the (analyzer_id, surfaced) index become
   one (audit, analyzer_id, surfaced) index. The "surfaced by this analyzer" filters (list,
   alert rules) are an EXISTS per audit: with the old index the planner walked every
@@ -32,14 +29,14 @@ def _single_column_indexes(schema_editor, model, column):
 
 
 def drop_audit_indexes(apps, schema_editor):
-    for name in ("AnalyzerRunRecord", "Annotation", "TraceLine"):
+    for name in ("AnalyzerRunRecord", "TraceLine"):
         model = apps.get_model("audits", name)
         for index in _single_column_indexes(schema_editor, model, "audit_id"):
             schema_editor.execute(schema_editor._delete_index_sql(model, index))
 
 
 def create_audit_indexes(apps, schema_editor):
-    for name in ("AnalyzerRunRecord", "Annotation", "TraceLine"):
+    for name in ("AnalyzerRunRecord", "TraceLine"):
         model = apps.get_model("audits", name)
         if not _single_column_indexes(schema_editor, model, "audit_id"):
             field = model._meta.get_field("audit")
@@ -54,18 +51,6 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RemoveIndex(
-            model_name='annotation',
-            name='annotation_type_idx',
-        ),
-        migrations.RemoveIndex(
-            model_name='annotation',
-            name='annotation_severity_idx',
-        ),
-        migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['audit', 'type', 'severity'], name='annotation_audit_idx'),
-        ),
-        migrations.RemoveIndex(
             model_name='analyzerrunrecord',
             name='result_analyzer_idx',
         ),
@@ -79,11 +64,6 @@ class Migration(migrations.Migration):
                     model_name='analyzerrunrecord',
                     name='audit',
                     field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='results', to='audits.auditrun'),
-                ),
-                migrations.AlterField(
-                    model_name='annotation',
-                    name='audit',
-                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='annotations', to='audits.auditrun'),
                 ),
                 migrations.AlterField(
                     model_name='traceline',
