@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
+    try:
+        run()
+    finally:
+        shutil.rmtree(DB_DIR, ignore_errors=True)
+
+
+DB_DIR = Path(tempfile.mkdtemp(prefix="bench-store-"))
+
+
+def run() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--audits", type=int, default=640)
     parser.add_argument("--batch", type=int, default=32)
@@ -38,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
 
     root = args.root.resolve()
-    db = Path(tempfile.mkdtemp(prefix="bench-store-")) / "store.sqlite3"
+    db = DB_DIR / "store.sqlite3"
     os.environ["DATABASE_URL"] = f"sqlite:///{db}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
     os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-any-server-0123456789abcdef")
