@@ -15,7 +15,7 @@ that matters). No signals are sent, as with `bulk_create`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from django.db import connections, router
@@ -29,8 +29,9 @@ _PLAIN = frozenset({
 })
 
 
-def _converter(field, connection):
-    """A function turning one Python value of `field` into the driver's value."""
+def converter(field, connection):
+    """A function turning one Python value of `field` into the driver's value (None: the
+    driver takes the Python value as it is)."""
     target = field.target_field if field.is_relation else field
     if target.get_internal_type() in _PLAIN:
         return None
@@ -54,10 +55,13 @@ def insert_rows(
     rows: Iterable[Sequence[Any]],
     *,
     using: str | None = None,
+    prepared: Collection[str] = (),
 ) -> int:
     """INSERT `rows` (tuples of Python values, in the order of `columns`, field names or
     attnames like `audit_id`) into `model`'s table; returns how many. The primary key is
-    left to the database unless it is one of `columns`."""
+    left to the database unless it is one of `columns`. The `prepared` columns hold the
+    driver's values already (`db_value`: e.g. an audit id converted once per audit, not
+    once per row of each table)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not rows:
         return 0
@@ -73,7 +77,8 @@ def insert_rows(
         if field.attname not in given and field is not meta.auto_field
     ]
     defaults = [field.get_db_prep_save(field.get_default(), connection) for field in rest]
-    converters = [_converter(field, connection) for field in fields]
+    converters = [None if name in prepared else converter(field, connection)
+                  for name, field in zip(columns, fields, strict=True)]
     if any(converters):
         pairs = [(i, c) for i, c in enumerate(converters) if c is not None]
         prepared = []
@@ -93,3 +98,9 @@ def insert_rows(
     with connection.cursor() as cursor:
         cursor.executemany(sql, prepared)
     return len(prepared)
+
+
+def db_value(model: type[Model], name: str, value: Any, *, using: str | None = None) -> Any:
+    """`value` of field `name` of `model` as the driver takes it (for `prepared` columns)."""
+    connection = connections[using or router.db_for_write(model)]
+    return model._meta.get_field(name).get_db_prep_save(value, connection)

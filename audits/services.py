@@ -27,7 +27,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
 from . import people_first, workers
-from .bulk import insert_rows
+from .bulk import converter, db_value, insert_rows
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, capturing, has_watchers, publish
 from .heartbeats import running_run
@@ -757,40 +757,41 @@ def store_reports(
             AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
             TraceLine.objects.using(using).filter(audit__in=runs).delete()
             LinkCheck.objects.using(using).filter(audit__in=runs).delete()
+        # Each audit's id and creation time converted once, not once per row and table.
+        keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
+                 db_value(AuditRun, "created_at", run.created_at, using=using))
+                for run, report in pairs]
         insert_rows(
             AnalyzerRunRecord, RESULT_COLUMNS,
             [
-                (run.pk, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
-                 r.score, r.should_surface, surfaced[run.pk][i], r.supplementary,
-                 run.created_at)
-                for run, report in pairs
+                (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
+                 r.score, r.should_surface, surfaced[run.pk][i], r.supplementary, created_at)
+                for run, report, audit_id, created_at in keys
                 for i, r in enumerate(report.results)
             ],
-            using=using,
+            using=using, prepared=PREPARED,
         )
-        result_ids = {
-            (audit_id, position): pk
-            for pk, audit_id, position in AnalyzerRunRecord.objects.using(using)
-            .filter(audit__in=runs).values_list("pk", "audit_id", "position")
-        }
+        result_ids = _result_ids([audit_id for _, _, audit_id, _ in keys], using)
         annotations, trace, links = [], [], []
-        for run, report in pairs:
+        for _, report, audit_id, created_at in keys:
             for i, r in enumerate(report.results):
-                result_id = result_ids[(run.pk, i)]
+                result_id = result_ids[(audit_id, i)]
                 annotations.extend(
-                    (run.pk, result_id, j, r.analyzer_id, a.type, a.label, a.severity,
-                     a.description, a.evidence, a.start, a.end, run.created_at)
+                    (audit_id, result_id, j, r.analyzer_id, a.type, a.label, a.severity,
+                     a.description, a.evidence, a.start, a.end, created_at)
                     for j, a in enumerate(r.annotations)
                 )
-            trace.extend((run.pk, i, t) for i, t in enumerate(report.trace))
+            trace.extend((audit_id, i, t) for i, t in enumerate(report.trace))
             links.extend(
-                (run.pk, i, link.url, link.label, link.decision, link.reason,
+                (audit_id, i, link.url, link.label, link.decision, link.reason,
                  link.http_status, link.healthy)
                 for i, link in enumerate(report.links)
             )
-        insert_rows(Annotation, ANNOTATION_COLUMNS, annotations, using=using)
-        insert_rows(TraceLine, ("audit_id", "position", "text"), trace, using=using)
-        insert_rows(LinkCheck, LINK_COLUMNS, links, using=using)
+        insert_rows(Annotation, ANNOTATION_COLUMNS, annotations, using=using,
+                    prepared=PREPARED)
+        insert_rows(TraceLine, ("audit_id", "position", "text"), trace, using=using,
+                    prepared=PREPARED)
+        insert_rows(LinkCheck, LINK_COLUMNS, links, using=using, prepared=PREPARED)
         now = timezone.now()
         for run, report in pairs:
             run.cleaned_response = report.cleaned_response
@@ -803,6 +804,7 @@ def store_reports(
     after_store(policy)
 
 
+PREPARED = ("audit_id", "audit_created_at")  # converted once per audit (db_value)
 RESULT_COLUMNS = (
     "audit_id", "position", "analyzer_id", "category", "status", "error", "duration_ms",
     "score", "should_surface", "surfaced", "supplementary", "audit_created_at",
@@ -821,6 +823,23 @@ _FINISHED_FIELDS = (
 )
 
 
+def _result_ids(audit_ids: list[Any], using: str) -> dict[tuple[Any, int], int]:
+    """{(audit id as stored, position): result id} of these audits' results: one query,
+    the audit ids compared as the driver gives them (no model, no UUID per row)."""
+    from django.db import connections
+
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('id')}, {quote('audit_id')}, {quote('position')} "
+        f"FROM {quote(AnalyzerRunRecord._meta.db_table)} "
+        f"WHERE {quote('audit_id')} IN ({', '.join(['%s'] * len(audit_ids))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, audit_ids)
+        return {(audit_id, position): pk for pk, audit_id, position in cursor.fetchall()}
+
+
 def _update_finished(runs: list[AuditRun], using: str) -> None:
     """Write the finished runs' fields: one UPDATE statement run for every run."""
     from django.db import connections
@@ -833,10 +852,13 @@ def _update_finished(runs: list[AuditRun], using: str) -> None:
         + ", ".join(f"{quote(f.column)} = %s" for f in fields)
         + f" WHERE {quote(AuditRun._meta.pk.column)} = %s"
     )
-    pk = AuditRun._meta.pk
+    # Only the columns whose type needs it are converted (dates, the id), and the same
+    # value (the batch's finish time) once.
+    converters = [converter(f, connection) for f in [*fields, AuditRun._meta.pk]]
     rows = [
-        [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
-        + [pk.get_db_prep_save(run.pk, connection)]
+        [value if convert is None else convert(value)
+         for value, convert in zip(
+             [*(getattr(run, f.attname) for f in fields), run.pk], converters, strict=True)]
         for run in runs
     ]
     with connection.cursor() as cursor:

@@ -55,3 +55,21 @@ def test_a_primary_key_without_a_database_default_must_be_given():
     with pytest.raises(ValueError, match="primary key"):
         insert_rows(AuditRun, ["user_input"], [("q",)])
     assert not AuditRun.objects.exists()
+
+
+def test_prepared_columns_are_passed_to_the_driver_as_they_are():
+    import json
+
+    from audits.bulk import db_value
+
+    run = AuditRun.objects.create(user_input="q", response="r")
+    audit_id = db_value(AuditRun, "id", run.pk)  # converted once, e.g. for every table
+    created = db_value(AuditRun, "created_at", run.created_at)
+    insert_rows(AnalyzerRunRecord, ["audit_id", "position", "analyzer_id", "supplementary",
+                                    "audit_created_at"],
+                [(audit_id, 0, "tone", json.dumps({"k": [1, 2]}), created)],
+                prepared=("audit_id", "supplementary", "audit_created_at"))
+    record = run.results.get()
+    # Encoded once: a second conversion would have stored the JSON text as a JSON string.
+    assert record.supplementary == {"k": [1, 2]}
+    assert record.audit_created_at == run.created_at

@@ -1,0 +1,200 @@
+"""What storing a batch of analysed audits costs, in figures that do not depend on the load.
+
+Runs `services.execute_runs` (claim, read, analyse, store) on batches of the end-to-end
+benchmark's audits (bench/throughput.audit_body: 300-character input, 2 KB response with
+links) in this process, on a fresh SQLite file, and prints per audit:
+
+- SQL statements, and rows written per table (`executemany` counts each row);
+- the index entries those rows write (each row writes its table's b-tree plus one entry
+  per index: the repeatable measure of what an insert costs SQLite);
+- the database pages those commits wrote (frames of SQLite's write-ahead log);
+- Python function calls per audit in storing (cProfile; repeatable on a loaded machine);
+- CPU time in the claim, in the engine and in storing (median of the batches), and
+  storing against the engine's time in the same run (the baseline).
+
+    .venv/bin/python bench/bench_store.py [--audits 640] [--batch 32] [--root OTHER_TREE]
+
+`--root` measures another source tree (e.g. main's, for a before/after in one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    try:
+        run()
+    finally:
+        shutil.rmtree(DB_DIR, ignore_errors=True)
+
+
+DB_DIR = Path(tempfile.mkdtemp(prefix="bench-store-"))
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--audits", type=int, default=640)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--root", type=Path, default=HERE.parent)
+    args = parser.parse_args()
+
+    root = args.root.resolve()
+    db = DB_DIR / "store.sqlite3"
+    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-any-server-0123456789abcdef")
+    os.environ["AUDITOR_ANALYSIS_PROCESSES"] = "0"
+    sys.path.insert(0, str(root))
+    sys.path.insert(1, str(HERE))
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from throughput import audit_body
+
+    from analyzers.config_store import load_config_with_snapshot
+    from audits import services
+    from audits.models import AuditRun
+
+    call_command("migrate", verbosity=0)
+    for statement in filter(None, os.environ.get("BENCH_STORE_EXPERIMENT", "").split(";")):
+        with connection.cursor() as cursor:
+            cursor.execute(statement)
+    config, snapshot = load_config_with_snapshot()
+    runs = []
+    profiled = 4 * args.batch  # then counted under cProfile (not timed)
+    for i in range(args.audits + args.batch + profiled):  # the first batch warms up
+        body = audit_body(i)
+        runs.append(AuditRun(
+            user_input=body["user_input"], response=body["response"], sources=body["sources"],
+            metadata=body["metadata"], threshold=config.threshold, config_snapshot=snapshot,
+        ))
+    AuditRun.objects.bulk_create(runs)
+    ids = [run.pk for run in runs]
+    ids, profiled_ids = ids[:-profiled], ids[-profiled:]
+
+    phases = {"claim+read": 0.0, "engine": 0.0, "store": 0.0}
+    phase_fns = {"claim+read": ["_claim_many", "_nothing_stored"], "engine": ["_analyse"],
+                 "store": ["store_reports"]}
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            start = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases[name] += time.process_time() - start
+        return wrapper
+
+    for name, fns in phase_fns.items():
+        for fn in fns:
+            if hasattr(services, fn):
+                setattr(services, fn, timed(name, getattr(services, fn)))
+
+    services.execute_runs(ids[:args.batch])
+    per_batch: dict[str, list[float]] = {name: [] for name in phases}
+    statements = 0
+    frames = 0
+    rows: dict[str, int] = {}
+    for start in range(args.batch, len(ids), args.batch):
+        batch = ids[start:start + args.batch]
+        for name in phases:
+            phases[name] = 0.0
+        _wal_frames(connection, "TRUNCATE")  # (not timed) the batch's pages, counted below
+        begin = time.process_time()
+        with CaptureQueriesContext(connection) as queries:
+            outcome = services.execute_runs(batch)
+        total = time.process_time() - begin
+        frames += _wal_frames(connection, "PASSIVE")
+        assert set(outcome.values()) == {"complete"}, outcome
+        statements += len(queries.captured_queries)
+        for query in queries.captured_queries:
+            sql, times = query["sql"], 1
+            if " times: " in sql.split("INSERT", 1)[0]:  # executemany: "N times: INSERT ..."
+                head, sql = sql.split(" times: ", 1)
+                times = int(head)
+            if sql.startswith("INSERT INTO"):
+                table = sql.split()[2].strip('"')
+                rows[table] = rows.get(table, 0) + times
+        for name in phases:
+            per_batch[name].append(1000 * phases[name] / len(batch))
+        per_batch.setdefault("total", []).append(1000 * total / len(batch))
+
+    calls = _calls_storing(services, profiled_ids, args.batch)
+    n = args.audits
+    print(f"tree: {root}")
+    print(f"{n} audits in batches of {args.batch}, SQLite {db}")
+    print(f"SQL statements per audit: {statements / n:.2f}")
+    indexes = _index_count(connection)
+    written = 0.0
+    for table, count in sorted(rows.items()):
+        per = count / n
+        entries = per * (1 + indexes.get(table, 0))
+        written += entries
+        print(f"  rows into {table}: {per:.1f} per audit ({indexes.get(table, 0)} indexes: "
+              f"{entries:.0f} b-tree entries)")
+    print(f"b-tree entries written per audit (inserts): {written:.0f}")
+    print(f"database pages written per audit (WAL frames, commits included): {frames / n:.1f}")
+    print(f"Python function calls per audit in storing (cProfile, {profiled} more audits): "
+          f"{calls:.0f}")
+    medians = {name: statistics.median(values) for name, values in per_batch.items()}
+    for name, value in medians.items():
+        print(f"CPU ms per audit, {name}: {value:.2f}")
+    print(f"storing / engine (baseline of the same run): "
+          f"{medians['store'] / medians['engine']:.2f}x")
+
+
+def _calls_storing(services, ids: list, batch: int) -> float:
+    """Function calls per audit inside `services.store_reports` (a repeatable CPU figure:
+    the same on a loaded machine)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    store = services.store_reports
+
+    def profiled(*a, **kw):
+        profile.enable()
+        try:
+            return store(*a, **kw)
+        finally:
+            profile.disable()
+
+    services.store_reports = profiled
+    try:
+        for start in range(0, len(ids), batch):
+            services.execute_runs(ids[start:start + batch])
+    finally:
+        services.store_reports = store
+    return pstats.Stats(profile).total_calls / len(ids)
+
+
+def _wal_frames(connection, mode: str) -> int:
+    """Frames in the write-ahead log (pages written since the last checkpoint); checkpoints."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA wal_checkpoint({mode})")
+        return cursor.fetchone()[1]
+
+
+def _index_count(connection) -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'index' "
+                       "GROUP BY tbl_name")
+        return dict(cursor.fetchall())
+
+
+if __name__ == "__main__":
+    main()

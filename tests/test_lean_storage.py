@@ -1,0 +1,157 @@
+"""Fewer index entries per stored audit (issue 18), with every reader's plan kept.
+
+Migration 0009 made the results' two audit-related indexes one (audit, analyzer_id,
+surfaced), and dropped the trace lines' audit index (their unique (audit, position) leads
+with it). The annotations keep theirs: the list filters on a rare type or severity need
+the (type, audit) and (severity, audit) indexes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from audits.models import AlertRule, AnalyzerRunRecord, Annotation, AuditRun, TraceLine
+from audits.review.alerts import matching_audits
+from audits.selectors import AuditFilters, filter_audits
+from tests.factories import annotation, make_audit, result
+
+BEFORE, LEAN = ("audits", "0008_surfacing_policies_and_collision_families"), (
+    "audits", "0009_leaner_child_indexes")
+
+
+def _indexes(table: str) -> dict[str, list[str]]:
+    """The table's indexes (unique constraints' included): name -> columns."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    return {name: info["columns"] for name, info in constraints.items()
+            if (info["index"] or info["unique"]) and not info["primary_key"]}
+
+
+def _plan(qs) -> str:
+    return qs.explain()
+
+
+@pytest.mark.django_db
+def test_results_and_trace_lines_keep_one_index_per_reader():
+    assert sorted(_indexes(AnalyzerRunRecord._meta.db_table).values()) == sorted([
+        ["audit_id", "analyzer_id", "surfaced"],  # by audit, and the analyzer filters
+        ["audit_created_at", "analyzer_id", "status", "surfaced", "duration_ms"],  # trends
+    ])
+    assert list(_indexes(TraceLine._meta.db_table).values()) == [["audit_id", "position"]]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("filters", "seek"), [
+    (AuditFilters(type="dismissive"), "annotation_type_idx (type=? AND audit_id=?)"),
+    (AuditFilters(severity="critical"), "annotation_severity_idx (severity=? AND audit_id=?)"),
+])
+def test_list_filters_on_annotations_seek_the_value_first(filters, seek):
+    """A rare type or severity: its few entries are together, one cheap probe per audit."""
+    plan = _plan(filter_audits(filters).order_by("-created_at", "-id")[:50])
+    assert f"COVERING INDEX {seek}" in plan, plan
+
+
+@pytest.mark.django_db
+def test_the_analyzer_filter_is_a_covering_seek_per_audit():
+    plan = _plan(filter_audits(AuditFilters(analyzer="tone")).order_by("-created_at", "-id")[:50])
+    assert "COVERING INDEX result_audit_idx (audit_id=? AND analyzer_id=? AND surfaced=?)" in plan, plan
+    rule = AlertRule(name="r", analyzer_id="tone", webhook_url="https://hooks.example/x")
+    plan = _plan(matching_audits(rule, timezone.now() - timedelta(days=1)))
+    assert "COVERING INDEX result_audit_idx (audit_id=? AND analyzer_id=? AND surfaced=?)" in plan, plan
+
+
+@pytest.mark.django_db
+def test_readers_by_audit_seek_an_index():
+    run = make_audit(results=[result("tone", 0.5, [annotation("dismissive")])],
+                     trace=["[AUDIT] a", "[AUDIT] b"])
+    for qs in (
+        AnalyzerRunRecord.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        AnalyzerRunRecord.objects.filter(audit_id=run.pk, surfaced=True),
+        Annotation.objects.filter(audit_id=run.pk, result__surfaced=True),
+        Annotation.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        TraceLine.objects.filter(audit_id__in=[run.pk]).order_by("audit_id", "position"),
+        TraceLine.objects.filter(audit_id=run.pk, position__gt=0).order_by("position"),
+    ):
+        plan = _plan(qs)
+        assert "SCAN audits_" not in plan, plan
+    assert [t.text for t in run.trace_lines.order_by("position")] == ["[AUDIT] a", "[AUDIT] b"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])
+    tables = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline")
+    before = {t: _indexes(t) for t in tables}
+    assert "result_analyzer_idx" in before["audits_analyzerrunrecord"]
+    assert ["audit_id"] in before["audits_traceline"].values()
+    old = executor.loader.project_state([BEFORE]).apps
+    run = old.get_model("audits", "AuditRun").objects.create(status="complete")
+    record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
+        audit_id=run.pk, analyzer_id="tone", audit_created_at=run.created_at)
+    old.get_model("audits", "Annotation").objects.create(
+        audit_id=run.pk, result_id=record.pk, analyzer_id="tone", type="dismissive",
+        audit_created_at=run.created_at)
+    old.get_model("audits", "TraceLine").objects.create(audit_id=run.pk, position=0, text="x")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([LEAN])
+    assert _indexes("audits_annotation") == before["audits_annotation"]
+    assert "result_analyzer_idx" not in _indexes("audits_analyzerrunrecord")
+    assert ["audit_id"] not in _indexes("audits_analyzerrunrecord").values()
+    assert ["audit_id"] not in _indexes("audits_traceline").values()
+    assert Annotation.objects.get().type == "dismissive"
+    assert AnalyzerRunRecord.objects.get().audit_id == run.pk
+    assert TraceLine.objects.get().audit_id == run.pk
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])  # back: the same indexes, by the same names
+    assert {t: _indexes(t) for t in before} == before
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert AuditRun.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeypatch):
+    from audits import services
+
+    responses = [
+        "Everyone agrees Acme is the best search engine, obviously. See https://a.example/x.",
+        "Namedrop: Decathlon. Decathlon grew conversion by 50%.",
+        "Read [this article](https://random-blog.example.org/tips) first.",
+    ]
+    runs = [services.submit_audit(user_input="Which retailers use Acme?", response=text,
+                                  enqueue=False) for text in responses]
+    reports = {}
+    store = services.store_reports
+
+    def recording(pairs, **kwargs):
+        reports.update({run.pk: report for run, report in pairs})
+        return store(pairs, **kwargs)
+
+    monkeypatch.setattr(services, "store_reports", recording)
+    assert set(services.execute_runs([r.pk for r in runs]).values()) == {"complete"}
+    assert len(reports) == 3
+    for run in runs:
+        report = reports[run.pk]
+        stored = list(AnalyzerRunRecord.objects.filter(audit=run).order_by("position"))
+        assert [r.analyzer_id for r in stored] == [r.analyzer_id for r in report.results]
+        for record, outcome in zip(stored, report.results, strict=True):
+            assert [(a.type, a.start, a.end) for a in
+                    record.annotations.order_by("position")] == [
+                (a.type, a.start, a.end) for a in outcome.annotations]
+            assert set(record.annotations.values_list("audit_id", flat=True)) <= {run.pk}
+            assert record.audit_created_at == AuditRun.objects.get(pk=run.pk).created_at
+        assert list(run.trace_lines.order_by("position").values_list("text", flat=True)) == (
+            list(report.trace))
+        assert list(run.links.order_by("position").values_list("url", flat=True)) == [
+            link.url for link in report.links]
+    assert Annotation.objects.count() == sum(
+        len(r.annotations) for report in reports.values() for r in report.results) > 0
