@@ -251,7 +251,7 @@ def test_repeats_conflicts_and_bad_options_inside_one_group_answer_each_request(
             ({**same, "response": "another body"}, ""),
             ({**plain, "options": {"no_such_analyzer": {}}}, ""),
             ({**plain, "user_input": "last"}, "?wait=true"),
-        ])
+        ], pause=0.3)  # the order is the point: arrivals well apart, even under load
         time.sleep(1.5)
     for thread in threads:
         thread.join()
