@@ -32,7 +32,7 @@ async def connect(path: str, headers) -> tuple[WebsocketCommunicator, bool]:
     return communicator, connected
 
 
-async def receive_until(communicator, needle: str, timeout: float = 5.0) -> str:
+async def receive_until(communicator, needle: str, timeout: float = 15.0) -> str:
     """Concatenated messages until one contains `needle`."""
     seen = []
     deadline = asyncio.get_running_loop().time() + timeout
