@@ -3,6 +3,7 @@ server (uvicorn) on 127.0.0.1 and a scripted upstream (tests/proxy_upstream.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -258,6 +259,48 @@ def test_a_client_that_disconnects_cancels_upstream_and_the_audit_is_incomplete(
     run = finished(audit_id)
     assert run.incomplete
     assert run.response.startswith("Acme search is easy")
+
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_client_that_leaves_once_it_has_the_whole_answer_leaves_a_complete_audit(
+    upstream, key, monkeypatch, stream
+):
+    """The SDKs close the connection at `[DONE]`. A client gone while the proxy is still
+    in its last send (a loaded server) cut nothing: the audit is complete, not incomplete.
+    Driven through the proxy's ASGI app with a client that leaves at the end marker."""
+    from asgiref.sync import sync_to_async
+
+    from audits.api.proxy.app import proxy_endpoint
+
+    monkeypatch.setenv("AUDITOR_UPSTREAM_API_KEY", "sk-upstream-secret")
+    upstream.enqueue(Completion(content=ANSWER))
+    request = json.dumps({"model": "m", "messages": MESSAGES, "stream": stream}).encode()
+    requested, gone, sent = False, asyncio.Event(), []
+
+    async def receive():
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        body = message.get("body", b"")
+        if b"data: [DONE]" in body or (not stream and body):
+            gone.set()  # the client has it all and leaves ...
+            await asyncio.sleep(0.2)  # ... while this send is still under way
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "query_string": b"", "headers": [(b"authorization", f"Bearer {key}".encode()),
+                                              (b"content-type", b"application/json")]}
+    await asyncio.wait_for(proxy_endpoint(scope, receive, send), 30)
+    audit_id = dict(sent[0]["headers"])[b"x-auditor-audit-id"].decode()
+    run = await sync_to_async(finished)(audit_id)
+    assert (run.status, run.incomplete) == ("complete", False)
+    assert run.response == ANSWER
 
 
 # --- observe ------------------------------------------------------------------------------

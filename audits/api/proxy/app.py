@@ -197,6 +197,7 @@ class ChatCall:
         self.stream = bool(body.get("stream"))
         self.recorder = Recorder()
         self.started = False
+        self.delivered = False  # the client was sent the answer's end (`[DONE]`, its body)
         self.complete = False
         self.refused: str | None = None
         self.id_header = (b"x-auditor-audit-id", session.audit_id.encode())
@@ -205,7 +206,9 @@ class ChatCall:
         work = asyncio.create_task(self.answer())
         gone = asyncio.create_task(_disconnect(receive))
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():  # the client left: cancel the upstream request
+        # A client that leaves once it was sent the answer's end (the SDKs close at `[DONE]`)
+        # cut nothing: the rest is local (the last lines' audit, the final send).
+        if not work.done() and not self.delivered:  # it left mid-answer: cancel upstream
             work.cancel()
             self.complete = False
         with contextlib.suppress(asyncio.CancelledError):
@@ -278,7 +281,7 @@ class ChatCall:
                     each.pop("logprobs", None)
             raw = json.dumps(data, ensure_ascii=False).encode()
         self.complete = True
-        self.started = True
+        self.started = self.delivered = True
         kind = response.headers.get("content-type", "application/json").encode("latin-1")
         await _answer(self.send, 200, raw, [self.id_header], content_type=kind)
 
@@ -298,6 +301,7 @@ class ChatCall:
                     await self._clean(response)
         finally:
             await response.aclose()
+        self.delivered = True
         await self.send({"type": "http.response.body", "body": b""})
 
     async def _clean(self, response: httpx.Response) -> None:
@@ -339,8 +343,9 @@ class ChatCall:
 
     async def _body(self, frames: list[bytes]) -> None:
         if frames:
-            await self.send({"type": "http.response.body", "body": b"".join(frames),
-                             "more_body": True})
+            body = b"".join(frames)
+            self.delivered = self.delivered or b"data: [DONE]" in body
+            await self.send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def _error_frame(self, exc: ProxyFailure | StreamError) -> None:
         if isinstance(exc, StreamError):
