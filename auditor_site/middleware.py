@@ -28,8 +28,10 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
+from django.contrib.messages.storage import default_storage
 from django.contrib.sessions import middleware as sessions
 from django.middleware import clickjacking, common, csp, csrf, security
+from django.utils.functional import SimpleLazyObject, empty
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
@@ -98,9 +100,26 @@ class AuthenticationMiddleware(InlineHooks, auth.AuthenticationMiddleware):
 
 
 class MessageMiddleware(InlineHooks, messages.MessageMiddleware):
+    """The message storage is made at its first use (API calls never use it); unused, it
+    has nothing to store, as Django's `update` of an unused storage."""
+
+    def process_request(self, request):
+        request._messages = SimpleLazyObject(lambda: default_storage(request))
+
+    def process_response(self, request, response):
+        if _unused(getattr(request, "_messages", None)):
+            return response
+        return super().process_response(request, response)
+
     def _response_hook_needs_thread(self, request) -> bool:
         storage = getattr(request, "_messages", None)
+        if _unused(storage):
+            return False
         return storage is None or storage.used or storage.added_new
+
+
+def _unused(storage) -> bool:
+    return isinstance(storage, SimpleLazyObject) and storage._wrapped is empty
 
 
 class XFrameOptionsMiddleware(InlineHooks, clickjacking.XFrameOptionsMiddleware):

@@ -198,3 +198,6 @@ def test_protections_hold_over_http(tmp_path, ingest_key, staff_user):
         saved = http.post("/tuning/", data={"threshold": "0.4", "csrfmiddlewaretoken": token},
                           cookies={**session, "csrftoken": token})
         assert saved.status_code == 302
+        # Its message (lazy storage: made when the view adds it) shows on the next page.
+        shown = http.get(saved.headers["Location"], cookies={**session, **saved.cookies})
+        assert "Threshold saved: 0.40 (was" in shown.text
