@@ -1,19 +1,22 @@
 """The request path alone: server CPU and thread hops per API request, one client.
 
-    .venv/bin/python bench/bench_request_path.py [--n 1000] [--rounds 3] [--before PATH]
+    .venv/bin/python bench/bench_request_path.py [--n 1000] [--rounds 3] [--clients 1]
+        [--before PATH] [--verbose]
 
 Starts the shipped server (`python -m auditor_site.serve`) of each source tree (this one,
 and `--before PATH` for a before/after in the same run) on a throwaway SQLite file, with
 the database task backend and no worker (nothing is analysed: the server's CPU is the
 request path), and sends N requests of each kind one after another on one keep-alive
-connection:
+connection (or over `--clients` connections at once):
 
 - `POST /api/audits` (a small audit, 202), the hot ingest route;
 - `GET /api/audits/{id}` with a key (200);
 - `POST /api/audits` with an unknown key (401, an error on the way).
 
 For each kind it prints the server's CPU per request (utime + stime from /proc, median
-of the rounds) and the thread hops per request the event loop made (every
+of the rounds), that of its event loop's thread alone (the request path without the
+database work, which runs on other threads) and the thread hops per request the event
+loop made (every
 `ThreadPoolExecutor.submit` from the loop's thread and every `SyncToAsync` call, counted
 by a bench-only `sitecustomize` put on the server's PYTHONPATH). The CPU figure is
 repeatable on a shared machine where a wall-clock rate is not; the hop counts are exact.
@@ -89,8 +92,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: bool = False) -> float:
+    """CPU time of the process, or of its main thread only (`thread`: the event loop)."""
+    path = f"/proc/{pid}/task/{pid}/stat" if thread else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -138,7 +143,12 @@ def request(method: str, path: str, key: str, body: dict | None = None) -> bytes
     return (head + "\r\n").encode() + payload
 
 
-async def send_all(port: int, raw: bytes, n: int, expect: bytes) -> bytes:
+async def send_all(port: int, raw: bytes, n: int, expect: bytes, clients: int = 1) -> bytes:
+    """`raw` n times over `clients` keep-alive connections, one request in flight on each."""
+    if clients > 1:
+        per = [n // clients + (i < n % clients) for i in range(clients)]
+        done = await asyncio.gather(*(send_all(port, raw, k, expect) for k in per if k))
+        return done[-1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     last = b""
     try:
@@ -162,7 +172,7 @@ BODY = {"user_input": "Which retailers use Acme?",
         "metadata": {"session": "bench"}}
 
 
-def measure(root: Path, key: str, n: int, rounds: int) -> dict:
+def measure(root: Path, key: str, n: int, rounds: int, clients: int) -> dict:
     port = free_port()
     counts_file = TMP / f"counts-{uuid.uuid4().hex}.json"
     proc = start(root, port, counts_file)
@@ -179,17 +189,21 @@ def measure(root: Path, key: str, n: int, rounds: int) -> dict:
             asyncio.run(send_all(port, raw, 100, expect))
         out = {}
         for label, (raw, expect) in kinds.items():
-            cpu_us, hops = [], []
+            cpu_us, loop_us, hops = [], [], []
             for _ in range(rounds):
-                c0, h0 = cpu_seconds(proc.pid), counts(proc, counts_file)
-                asyncio.run(send_all(port, raw, n, expect))
-                c1, h1 = cpu_seconds(proc.pid), counts(proc, counts_file)
+                h0 = counts(proc, counts_file)
+                c0, l0 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, thread=True)
+                asyncio.run(send_all(port, raw, n, expect, clients))
+                c1, l1 = cpu_seconds(proc.pid), cpu_seconds(proc.pid, thread=True)
+                h1 = counts(proc, counts_file)
                 cpu_us.append((c1 - c0) * 1e6 / n)
+                loop_us.append((l1 - l0) * 1e6 / n)
                 hops.append({k: (h1[k] - h0[k]) / n for k in ("submit", "sync_to_async")})
                 by_function = {name: (count - h0["by_function"].get(name, 0)) / n
                                for name, count in h1["by_function"].items()}
                 hops[-1]["by_function"] = {k: v for k, v in by_function.items() if v >= 0.01}
             out[label] = {"cpu_us": statistics.median(cpu_us), "cpu_us_runs": cpu_us,
+                          "loop_us": statistics.median(loop_us), "loop_us_runs": loop_us,
                           "hops": hops[-1]}
         return out
     finally:
@@ -204,6 +218,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="requests per kind and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=1,
+                        help="connections at once (16: the end-to-end bench's clients)")
     parser.add_argument("--before", type=Path, help="another source tree, measured first")
     parser.add_argument("--verbose", action="store_true",
                         help="also the sync_to_async calls per request by function")
@@ -215,21 +231,23 @@ def main() -> None:
     if args.before:
         trees.insert(0, ("before", args.before.resolve()))
     results = {}
-    print(f"== request path ({args.n} requests per kind x {args.rounds} rounds, one client, "
-          "no analysis)")
+    print(f"== request path ({args.n} requests per kind x {args.rounds} rounds, "
+          f"{args.clients} client(s), no analysis)")
     for tree, root in trees:
-        results[tree] = measure(root, key, args.n, args.rounds)
+        results[tree] = measure(root, key, args.n, args.rounds, args.clients)
         for label, r in results[tree].items():
-            runs = ", ".join(f"{c:.0f}" for c in r["cpu_us_runs"])
-            print(f"  [{tree}] {label:34s} server CPU {r['cpu_us']:6.0f} us/request ({runs})  "
+            runs = ", ".join(f"{c:.0f}" for c in r["loop_us_runs"])
+            print(f"  [{tree}] {label:34s} CPU us/request: server {r['cpu_us']:5.0f}, "
+                  f"event loop {r['loop_us']:5.0f} ({runs});  "
                   f"hops/request: {r['hops']['submit']:.2f} submits, "
                   f"{r['hops']['sync_to_async']:.2f} sync_to_async")
             if args.verbose:
                 print(f"      sync_to_async by function: {r['hops']['by_function']}")
     if args.before:
         for label in results["after"]:
-            b, a = results["before"][label]["cpu_us"], results["after"][label]["cpu_us"]
-            print(f"  {label:34s} CPU after/before: {a / b:.2f}")
+            b, a = results["before"][label], results["after"][label]
+            print(f"  {label:34s} after/before: server CPU {a['cpu_us'] / b['cpu_us']:.2f}, "
+                  f"event loop CPU {a['loop_us'] / b['loop_us']:.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

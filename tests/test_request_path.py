@@ -6,6 +6,7 @@ protections are unchanged over real HTTP."""
 from __future__ import annotations
 
 import threading
+import uuid
 
 import httpx
 import pytest
@@ -71,6 +72,20 @@ async def test_an_api_submission_takes_no_request_thread(pool, ingest_key, monke
     login = await asgi("GET", "/accounts/login/")  # a sync view: its thread, once
     assert login.status_code == 200
     assert pool.acquired == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_reading_an_audit_takes_no_request_thread(pool, read_key):
+    headers = {"Authorization": f"Bearer {read_key}"}
+    created = await asgi("POST", "/api/audits", json=AUDIT, headers=headers)
+    audit_id = created.json()["id"]
+    pool.acquired = 0
+    found = await asgi("GET", f"/api/audits/{audit_id}", headers=headers)
+    assert found.status_code == 200 and found.json()["id"] == audit_id
+    assert (await asgi("GET", f"/api/audits/{uuid.uuid4()}", headers=headers)).status_code == 404
+    assert (await asgi("GET", "/api/audits/not-a-uuid", headers=headers)).status_code == 404
+    assert (await asgi("GET", f"/api/audits/{audit_id}")).status_code == 401
+    assert pool.acquired == 0
 
 
 @pytest.mark.django_db(transaction=True)
