@@ -196,7 +196,11 @@ def test_protections_hold_over_http(tmp_path, ingest_key, staff_user):
     client.force_login(staff_user)
     sid = client.cookies[settings.SESSION_COOKIE_NAME].value
     session = {settings.SESSION_COOKIE_NAME: sid}
-    with live_server(tmp_path) as host, httpx.Client(base_url=f"http://{host}", timeout=30) as http:
+    with (
+        live_server(tmp_path) as host,
+        httpx.Client(base_url=f"http://{host}", timeout=30) as http,
+        httpx.Client(base_url=f"http://{host}", timeout=30, cookies=session) as browser,
+    ):
         accepted = http.post("/api/audits", json=AUDIT,
                              headers={"Authorization": f"Bearer {ingest_key}"})
         assert accepted.status_code == 202, accepted.text
@@ -205,14 +209,13 @@ def test_protections_hold_over_http(tmp_path, ingest_key, staff_user):
         anonymous = http.post("/api/audits", json=AUDIT)
         assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"] == "Bearer"
         # A browser's session POST still needs its CSRF token (the check runs in a thread).
-        refused = http.post("/tuning/", data={"threshold": "0.4"}, cookies=session)
+        refused = browser.post("/tuning/", data={"threshold": "0.4"})
         assert refused.status_code == 403
-        page = http.get("/tuning/", cookies=session)
+        page = browser.get("/tuning/")
         assert page.status_code == 200
-        token = page.cookies["csrftoken"]
-        saved = http.post("/tuning/", data={"threshold": "0.4", "csrfmiddlewaretoken": token},
-                          cookies={**session, "csrftoken": token})
+        token = browser.cookies["csrftoken"]
+        saved = browser.post("/tuning/", data={"threshold": "0.4", "csrfmiddlewaretoken": token})
         assert saved.status_code == 302
         # Its message (lazy storage: made when the view adds it) shows on the next page.
-        shown = http.get(saved.headers["Location"], cookies={**session, **saved.cookies})
+        shown = browser.get(saved.headers["Location"])
         assert "Threshold saved: 0.40 (was" in shown.text
