@@ -313,6 +313,7 @@ class ApiKeyAuth(HttpBearer):
 ingest_auth = ApiKeyAuth("ingest")
 ingest_auth_async = ApiKeyAuth("ingest", is_async=True)
 read_auth = ApiKeyAuth("read")
+read_auth_async = ApiKeyAuth("read", is_async=True)
 review_auth = ApiKeyAuth("review")
 admin_auth = ApiKeyAuth("admin")
 

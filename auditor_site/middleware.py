@@ -10,7 +10,9 @@ database run in a thread as before:
 - the session's `process_response` when the session was used (it may save it);
 - the messages' `process_response` when messages were read or added (they may go to the
   session);
-- CSRF hooks when `CSRF_USE_SESSIONS` is on.
+- CSRF hooks when `CSRF_USE_SESSIONS` is on;
+- the CSRF check of a view (`process_view`) unless it accepts at once (the view is
+  exempt, like the API's, or the method is safe).
 
 In a sync (WSGI, test client) stack they behave exactly like Django's classes.
 
@@ -26,8 +28,10 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
+from django.contrib.messages.storage import default_storage
 from django.contrib.sessions import middleware as sessions
 from django.middleware import clickjacking, common, csp, csrf, security
+from django.utils.functional import SimpleLazyObject, empty
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
@@ -68,11 +72,27 @@ class CommonMiddleware(InlineHooks, common.CommonMiddleware):
     pass
 
 
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")  # RFC 9110, as Django's CSRF check
+
+
 class CsrfViewMiddleware(InlineHooks, csrf.CsrfViewMiddleware):
     async def __acall__(self, request):
         if settings.CSRF_USE_SESSIONS:
             return await csrf.CsrfViewMiddleware.__acall__(self, request)
         return await super().__acall__(request)
+
+    async def process_view(self, request, callback, callback_args, callback_kwargs):
+        """Django's check, inline when it accepts without reading anything (a view
+        exempt from CSRF, like the API's, or a safe method); else in a thread (it may
+        read the form body or the session)."""
+        args = (request, callback, callback_args, callback_kwargs)
+        if (
+            getattr(request, "csrf_processing_done", False)
+            or getattr(callback, "csrf_exempt", False)
+            or request.method in SAFE_METHODS
+        ):
+            return super().process_view(*args)
+        return await sync_to_async(super().process_view)(*args)
 
 
 class AuthenticationMiddleware(InlineHooks, auth.AuthenticationMiddleware):
@@ -80,9 +100,26 @@ class AuthenticationMiddleware(InlineHooks, auth.AuthenticationMiddleware):
 
 
 class MessageMiddleware(InlineHooks, messages.MessageMiddleware):
+    """The message storage is made at its first use (API calls never use it); unused, it
+    has nothing to store, as Django's `update` of an unused storage."""
+
+    def process_request(self, request):
+        request._messages = SimpleLazyObject(lambda: default_storage(request))
+
+    def process_response(self, request, response):
+        if _unused(getattr(request, "_messages", None)):
+            return response
+        return super().process_response(request, response)
+
     def _response_hook_needs_thread(self, request) -> bool:
         storage = getattr(request, "_messages", None)
+        if _unused(storage):
+            return False
         return storage is None or storage.used or storage.added_new
+
+
+def _unused(storage) -> bool:
+    return isinstance(storage, SimpleLazyObject) and storage._wrapped is empty
 
 
 class XFrameOptionsMiddleware(InlineHooks, clickjacking.XFrameOptionsMiddleware):

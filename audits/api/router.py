@@ -23,6 +23,7 @@ from analyzers.auth import (
     ingest_auth,
     ingest_auth_async,
     read_auth,
+    read_auth_async,
     review_auth,
     staff_export_auth,
 )
@@ -537,9 +538,11 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
 
 @router.get(
     "/audits/{audit_id}",
-    auth=read_auth,
+    auth=read_auth_async,
     response={200: AuditOut, 404: ErrorOut, **ERRORS},
     summary="Get one audit",
 )
-def get_audit(request: HttpRequest, audit_id: str):
-    return _full(_audit_id(audit_id))
+async def get_audit(request: HttpRequest, audit_id: str):
+    # An async view: a cached key costs no thread hop; the queries run on a pooled
+    # database thread (audits.api.db_pool), not on a request thread of their own.
+    return await run_in_db_thread(request, _full, _audit_id(audit_id))
