@@ -50,7 +50,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
 sys.path.insert(0, str(BASE_DIR))
 
 import django  # noqa: E402
-from raw_http import read_accepted  # noqa: E402  (bench/ is on the path)
+from raw_http import read_answer  # noqa: E402  (bench/ is on the path)
 
 django.setup()
 
@@ -175,7 +175,7 @@ def _ingest_run(url: str, key: str, n: int, path: str, batch: int) -> float:
         try:
             for _ in range(requests):
                 writer.write(request)
-                await read_accepted(reader)
+                await read_answer(reader)
                 accepted += batch
         finally:
             writer.close()

@@ -52,6 +52,7 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
+from raw_http import read_answer  # noqa: E402  (bench/ is on the path)
 
 from analyzers.models import ApiKey  # noqa: E402
 
@@ -154,14 +155,7 @@ async def send_all(port: int, raw: bytes, n: int, expect: bytes, clients: int = 
     try:
         for _ in range(n):
             writer.write(raw)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            last = await reader.readexactly(length)
-            if head[9:12] != expect:
-                raise SystemExit(f"unexpected answer: {head!r} {last[:300]!r}")
+            last = await read_answer(reader, expect)
     finally:
         writer.close()
     return last

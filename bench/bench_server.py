@@ -44,7 +44,7 @@ os.environ["AUDITOR_RATE_LIMIT_PER_MINUTE"] = "0"
 os.environ["SECRET_KEY"] = "bench-server-" + "k" * 50
 
 import django  # noqa: E402
-from raw_http import read_accepted  # noqa: E402  (bench/ is on the path)
+from raw_http import read_answer  # noqa: E402  (bench/ is on the path)
 
 django.setup()
 
@@ -98,7 +98,7 @@ def ingest_rate(port: int, key: str, n: int) -> float:
         try:
             for _ in range(requests):
                 writer.write(request)
-                await read_accepted(reader)
+                await read_answer(reader)
         finally:
             writer.close()
 
