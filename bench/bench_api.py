@@ -460,6 +460,9 @@ def _probe_scenario(key: str, args, engine_ms: float, cookie: str, backend: str,
           f"{pct(probe['complete_ms'], 50):.0f} ms, p95 {pct(probe['complete_ms'], 95):.0f} ms "
           f"({len(probe['card_ms'])} audits; {probe.get('missed', 0)} cards never came "
           "within 60 s)")
+    print(f"  [live probe] of which the lone POST's own answer: p50 {pct(probe['post_ms'], 50):.0f} ms, "
+          f"p95 {pct(probe['post_ms'], 95):.0f} ms; the page watching everything got "
+          f"{probe.get('feed_messages', 0)} updates")
     if r["complete"] != r["stored"] or r["stored"] != args.e2e:
         raise SystemExit(f"audits lost in the live probe: {r['stored']} stored, "
                          f"{r['complete']} complete of {args.e2e}")

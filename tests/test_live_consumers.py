@@ -174,13 +174,14 @@ async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filte
     assert hub.task is None and not hub.watchers  # the last page gone: unsubscribed
 
 
-async def test_a_burst_of_events_is_rendered_in_few_rounds_and_none_is_dropped(
+async def test_a_burst_is_rendered_in_few_rounds_and_shows_its_newest_cards(
     staff_user, monkeypatch
 ):
     """While one round renders, the hub keeps draining its channel (the in-memory layer
     drops what does not fit in a channel's 100 messages) and renders what came meanwhile
-    in one round: every card, each once."""
-    from audits.live import consumers
+    in one round. A round never renders more cards than the page shows: of a burst, the
+    newest LIVE_ROWS, which replace the list (`data-live-reset`)."""
+    from audits.live import consumers, fragments
 
     rounds = []
     render = consumers.LiveFeedConsumer._render
@@ -200,13 +201,52 @@ async def test_a_burst_of_events_is_rendered_in_few_rounds_and_none_is_dropped(
     for run in runs:
         await apublish({"type": "audit_submitted", "audit_id": str(run.pk)})
         await asyncio.sleep(0)  # as the outbox lets the loop run between its sends
-    html = await receive_until(page, f'id="audit-card-{runs[-1].pk}"')
+    newest = await sync_to_async(lambda: [str(pk) for pk in AuditRun.objects.order_by(
+        "-created_at", "-id").values_list("pk", flat=True)[:fragments.LIVE_ROWS]])()
+    html = await receive_until(page, f'id="audit-card-{newest[0]}"')
     html += await drain(page)
     assert len(rounds) <= 3
-    shown = set(re.findall(r'id="audit-card-([0-9a-f-]+)"', html))
-    assert shown == {str(run.pk) for run in runs}
-    assert sum(len(ids) for ids in rounds) == count  # each audit rendered once
+    assert sorted(i for ids in rounds for i in ids) == sorted(str(r.pk) for r in runs)
+    burst = html[html.index("data-live-reset"):]
+    assert re.findall(r'id="audit-card-([0-9a-f-]+)"', burst) == newest  # newest on top
     await page.disconnect()
+
+
+async def test_the_counters_go_out_at_most_once_a_second_and_after_a_burst(staff_user):
+    """Two rounds within a second: the second has its card but no counters; they follow
+    on their own once the second is over, without another event."""
+    headers = await sync_to_async(session_headers)(staff_user)
+    page, connected = await connect("/ws/audits/", headers)
+    assert connected
+    first, second = await sync_to_async(lambda: [make_run(), make_run()])()
+    await apublish({"type": "audit_submitted", "audit_id": str(first.pk)})
+    one = await receive_until(page, f'id="audit-card-{first.pk}"')
+    assert 'id="live-status"' in one
+    await apublish({"type": "audit_submitted", "audit_id": str(second.pk)})
+    two = await receive_until(page, f'id="audit-card-{second.pk}"')
+    assert 'id="live-status"' not in two
+    later = await receive_until(page, 'id="live-status"', timeout=3)
+    assert "audit-card-" not in later
+    await page.disconnect()
+
+
+def test_a_round_looks_at_the_latest_news_only():
+    """The hub's pending news is bounded: the oldest news goes first, and news about an
+    audit already pending makes it the latest again."""
+    from audits.live.hub import PENDING_CAP, FeedHub
+
+    async def go():
+        hub = FeedHub(layer=None)
+        for i in range(PENDING_CAP + 10):
+            hub.note({"type": "audit_submitted", "audit_id": f"a{i}"})
+        hub.note({"type": "audit_finished", "audit_id": "a10"})
+        hub.note({"type": "audit_finished", "audit_id": "a-new"})
+        return list(hub.pending)
+
+    pending = asyncio.run(go())
+    assert len(pending) == PENDING_CAP
+    assert pending[-2:] == ["a10", "a-new"]
+    assert "a11" not in pending and "a12" in pending
 
 
 async def test_messages_for_an_audit_reach_its_group_only(staff_user):

@@ -140,16 +140,15 @@ class LiveFeedConsumer(QuietWhenClosed):
         return fragments.feed_rows(cards) + fragments.feed_status(now)
 
     async def render_events(self, audit_ids: list[str]) -> str:
-        """The fragment of news about `audit_ids` for pages with these filters."""
+        """The cards of news about `audit_ids` for pages with these filters (the hub
+        adds the counters and the cursor)."""
         return await self._render(self.filters, audit_ids)
 
     @staticmethod
     @database_sync_to_async
     def _render(filters, audit_ids: list[str]) -> str:
         with people_first.waiting():  # someone watches: the analysis makes way
-            now = timezone.now()
-            cards = fragments.matching_cards(filters, audit_ids)
-            return fragments.feed_rows(cards) + fragments.feed_status(now)
+            return fragments.news_rows(filters, audit_ids)
 
 
 class AuditConsumer(LiveConsumer):

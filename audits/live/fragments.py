@@ -68,10 +68,22 @@ def counters() -> dict[str, Any]:
     }
 
 
-def matching_cards(filters: cards.ListFilters, ids: list[Any]) -> list[AuditRun]:
+def matching_cards(filters: cards.ListFilters, ids: list[Any], limit: int) -> list[AuditRun]:
+    """The cards of `ids` that match `filters`, newest on top, at most `limit`."""
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
-    rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")  # newest on top
+    rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")[:limit]
     return [cards.prepare_card(run) for run in rows]
+
+
+def news_rows(filters: cards.ListFilters, ids: list[Any]) -> str:
+    """The cards of the audits `ids` (news since the last update) for a page with these
+    filters. More of them than the page shows (a burst): only the newest `LIVE_ROWS`,
+    and the page shows just those (`reset`), as it would after a reload. They would push
+    every older row off the page anyway, so the work stays bounded by what is visible."""
+    found = matching_cards(filters, ids, limit=LIVE_ROWS + 1)
+    if len(found) > LIVE_ROWS:
+        return feed_rows(found[:LIVE_ROWS], reset=True)
+    return feed_rows(found)
 
 
 def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]:
@@ -84,12 +96,14 @@ def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]
     return [cards.prepare_card(run) for run in rows]
 
 
-def feed_rows(cards: list[AuditRun]) -> str:
-    """New or changed cards (newest first), inserted at the top of the Live list."""
+def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
+    """New or changed cards (newest first), inserted at the top of the Live list; with
+    `reset`, they replace the whole list (static/js/live.js)."""
     if not cards:
         return ""
     inner = "".join(render_to_string("audits/list.html#audit-card", {"audit": c}) for c in cards)
-    return f'<div hx-swap-oob="afterbegin:#live-rows">{inner}</div>'
+    marker = " data-live-reset" if reset else ""
+    return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{inner}</div>'
 
 
 def feed_status(now: datetime | None = None) -> str:

@@ -11,15 +11,22 @@ Redis layer it receives what other processes publish too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from .. import people_first
 from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
+from . import fragments
 
 logger = logging.getLogger(__name__)
+
+PENDING_CAP = 1000  # audits with news a round looks at, at most (the latest news)
+STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
 
 
 class Watcher(Protocol):
@@ -35,8 +42,11 @@ class FeedHub:
     """Receiving and rendering are two tasks: the receiver only notes which audits have
     news (the channel is drained as fast as events come, so the layer's bounded channel
     never fills and drops them), the renderer renders every audit noted since its last
-    round in one query and one fragment per set of filters. Under load the rounds grow;
-    when idle a round is one card, sent at once."""
+    round in one query and one fragment per set of filters. Under load the rounds grow,
+    but never past what a page shows (`fragments.news_rows`); when idle a round is one
+    card, sent at once. The counters and the cursor (one aggregate query, the same for
+    every page) go out at most once per `STATUS_INTERVAL_S`, and once more after a burst
+    ends, so they are never staler than that."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
@@ -47,6 +57,8 @@ class FeedHub:
         self.lock = asyncio.Lock()
         self.pending: dict[str, None] = {}  # audit ids with news since the last round
         self.news = asyncio.Event()
+        self.status_due = 0.0  # loop time from which the next status may go out
+        self.status_owed = False  # cards went out since the last status
 
     async def join(self, watcher: Watcher) -> None:
         """Once this returns, every later event reaches `watcher`."""
@@ -88,12 +100,16 @@ class FeedHub:
         """Remember that `event`'s audit has news for the next round."""
         if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
             return
-        self.pending[str(event["audit_id"])] = None
+        audit_id = str(event["audit_id"])
+        self.pending.pop(audit_id, None)  # kept in the order of the latest news
+        self.pending[audit_id] = None
+        if len(self.pending) > PENDING_CAP:  # a round shows the newest cards only
+            del self.pending[next(iter(self.pending))]
         self.news.set()
 
     async def _render(self) -> None:
         while True:
-            await self.news.wait()
+            await self._news_or_status_due()
             self.news.clear()
             audit_ids, self.pending = list(self.pending), {}
             try:
@@ -103,17 +119,39 @@ class FeedHub:
             except Exception:
                 logger.exception("live feed: could not deliver %d cards", len(audit_ids))
 
-    async def deliver(self, audit_ids: list[str]) -> None:
-        if not audit_ids:
+    async def _news_or_status_due(self) -> None:
+        if not self.status_owed:
+            await self.news.wait()
             return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.news.wait(), self.status_due - self.loop.time())
+
+    async def deliver(self, audit_ids: list[str]) -> None:
+        now = self.loop.time()
+        with_status = now >= self.status_due
+        if not audit_ids and not with_status:
+            return
+        if with_status:
+            self.status_due, self.status_owed = now + STATUS_INTERVAL_S, False
+        else:
+            self.status_owed = True
+        # The status first: its cursor must not be later than the cards' reading.
+        status = await _render_status() if with_status else ""
         by_filters: dict[str, list[Watcher]] = {}
         for watcher in list(self.watchers):
             by_filters.setdefault(watcher.filter_key, []).append(watcher)
         for watchers in by_filters.values():
-            html = await watchers[0].render_events(audit_ids)
+            rows = await watchers[0].render_events(audit_ids) if audit_ids else ""
+            html = rows + status
             for watcher in watchers:  # the same text for each: no per-page work
                 if html:
                     await _send(watcher, html)
+
+
+@database_sync_to_async
+def _render_status() -> str:
+    with people_first.waiting():
+        return fragments.feed_status()
 
 
 async def _send(watcher: Watcher, html: str) -> None:

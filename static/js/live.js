@@ -2,7 +2,8 @@
 // hx-swap-oob fragments; this file adds what htmx does not do by itself:
 // - says what it has already seen when a socket opens, so the server sends what was missed;
 // - turns an insert of an element the page already shows into a replacement (no duplicates);
-// - pause/resume of the feed, a cap on visible rows, the connection indicator;
+// - pause/resume of the feed, a cap on visible rows, a burst that replaces the list,
+//   the connection indicator;
 // - reconnects after a clean server shutdown too (the extension only retries 1006/1011-1013).
 (function () {
   "use strict";
@@ -10,6 +11,7 @@
   var RETRY_CODES = [1006, 1011, 1012, 1013];
   var paused = false;
   var queued = [];
+  var resetQueued = false; // a burst came while paused: the queued rows replace the list
 
   function liveRoot(elt) {
     return elt && elt.closest ? elt.closest("[data-live-feed], [data-live-audit]") : null;
@@ -90,13 +92,17 @@
     // DocumentFragment and need nothing from us.
     if (!target || !fragment || fragment.nodeType !== 1) return;
     var children = Array.prototype.slice.call(fragment.children);
+    // A burst: the server sent only the newest rows, which replace the list.
+    var reset = target.id === "live-rows" && fragment.hasAttribute("data-live-reset");
     if (paused && target.id === "live-rows") {
       // Oldest first, so replaying with prepend puts the newest on top.
-      queued = queued.concat(children.reverse());
+      queued = (reset ? [] : queued).concat(children.reverse());
+      if (reset) resetQueued = true;
       children.forEach(function (child) { child.remove(); });
       showQueued();
       return;
     }
+    if (reset) target.replaceChildren();
     children.forEach(function (child) {
       if (child.id && document.getElementById(child.id)) {
         child.remove();
@@ -149,6 +155,8 @@
       var rows = document.getElementById("live-rows");
       var items = queued;
       queued = [];
+      if (resetQueued) rows.replaceChildren();
+      resetQueued = false;
       items.forEach(function (child) { placeOrReplace(child, rows, true); });
       tidy();
     }

@@ -190,3 +190,35 @@ def test_live_reconnects_after_a_server_restart_and_catches_up(
     # While the server was down, failed attempts were logged by Chromium ("WebSocket
     # connection ... failed") and by htmx (its htmx:wsError event, "[object Event]").
     assert not [e for e in page.errors if "WebSocket" not in e and e != "[object Event]"]
+
+
+def test_a_burst_replaces_the_live_list_also_while_paused(staff_page):
+    """The hub sends only a burst's newest cards, marked `data-live-reset`: they replace
+    the list (static/js/live.js); while paused they replace what was queued, and the list
+    on resume. The fragments go through htmx's own out-of-band swap, as from the socket."""
+    page = staff_page
+    page.goto("/live/")
+    page.wait_for_selector("[data-live-indicator][data-state=connected]")
+
+    def send(ids: list[str], reset: bool) -> None:
+        rows = "".join(f'<li id="audit-card-{i}">{i}</li>' for i in ids)
+        marker = " data-live-reset" if reset else ""
+        page.evaluate("html => htmx.swap('#live-rows', html, {swapStyle: 'none'})",
+                      f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{rows}</div>')
+
+    def shown() -> list[str]:
+        return page.eval_on_selector_all(
+            "#live-rows > li", "items => items.map(li => li.id.replace('audit-card-', ''))")
+
+    send(["a2", "a1"], reset=False)
+    assert shown()[:2] == ["a2", "a1"]
+    send(["b3", "b2", "b1"], reset=True)
+    assert shown() == ["b3", "b2", "b1"]
+
+    page.click("[data-live-pause]")
+    send(["c2", "c1"], reset=True)
+    send(["d1"], reset=False)
+    assert shown() == ["b3", "b2", "b1"]  # paused: nothing moves
+    page.click("[data-live-pause]")
+    assert shown() == ["d1", "c2", "c1"]
+    assert not [e for e in page.errors if "WebSocket" not in e]
