@@ -17,8 +17,9 @@ never hold the children small audits wait for.
   when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
   their tasks here, on the parent's backend).
 - People first (audits.people_first): a child does not share the server's lock; it only
-  competes for a core. The parent makes way before it dispatches each batch (at most
-  `MAX_PAUSE_S` per batch), not between the audits of a batch. `AUDITOR_ANALYSIS_NICE`
+  competes for a core. It follows the parent's count of people waiting (shared memory)
+  and makes way between its audits, as a task thread does (at most `MAX_PAUSE_S` per
+  audit). `AUDITOR_ANALYSIS_NICE`
   can lower the children's CPU priority (default 0: niced writers starved under other
   load and kept SQLite's write lock while descheduled, so everything waited).
 - Nothing lost: the parent's heartbeat covers the runs while a child has them
@@ -92,7 +93,6 @@ def stay_in_thread() -> None:
 def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     """`services.execute_runs(run_ids)` in a child process; its events published here."""
     ids = [str(run_id) for run_id in run_ids]
-    people_first.make_way_sync()
     watched = [i for i in ids if events.has_watchers(events.audit_group(i))]
     with contextlib.ExitStack() as stack:
         for run_id in ids:
@@ -130,12 +130,13 @@ def _pool() -> ProcessPoolExecutor:
 
             databases = {alias: connections[alias].settings_dict["NAME"]
                          for alias in connections}
+            context = multiprocessing.get_context("spawn")
             _executor = ProcessPoolExecutor(
                 max_workers=_processes,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=context,
                 initializer=_child_setup,
                 initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
-                          databases, os.getpid()),
+                          databases, os.getpid(), people_first.shared_count(context)),
             )
         return _executor
 
@@ -176,7 +177,8 @@ def _capture(event: dict[str, Any]) -> None:
         _sink.append(event)  # list.append: safe from the engine loop's thread
 
 
-def _child_setup(settings_module: str, databases: dict[str, str], parent: int) -> None:
+def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
+                 waiting: Any) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     from django.conf import settings
 
@@ -190,6 +192,7 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int) -
     if nice > 0:
         os.nice(nice)
     events.capture(_capture)
+    people_first.follow(waiting)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
                      daemon=True).start()
 

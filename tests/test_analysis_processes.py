@@ -152,20 +152,29 @@ def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_ta
     assert any(e["type"] == "analyzer_finished" for e in progress)
 
 
-def test_a_batch_waits_for_the_page_being_served_before_it_goes_to_a_child(process_tasks):
-    """People first across processes: the server makes way before it dispatches."""
+def _someone_waiting_in_the_child() -> bool:
+    from audits import people_first
+
+    return people_first.someone_waiting()
+
+
+def test_a_child_makes_way_between_its_audits_while_a_page_is_served(process_tasks):
+    """People first across processes: a child follows this process's count of people
+    waiting (shared memory) and makes way before each audit, as a task thread does."""
     from django.utils import timezone
 
     from audits import people_first
 
     run = submit_audit(**INPUT, enqueue=False)
-    analysis_processes._submit(os.getpid)  # the child is up: only the page can delay it
+    assert analysis_processes._submit(_someone_waiting_in_the_child) is False  # and it is up
+    with people_first.waiting():
+        assert analysis_processes._submit(_someone_waiting_in_the_child) is True
     started, page_done = threading.Event(), []
 
     def page() -> None:
         with people_first.waiting():
             started.set()
-            time.sleep(0.05)  # well under the 100 ms a batch waits at most
+            time.sleep(0.05)  # well under the 100 ms an audit waits at most
             page_done.append(timezone.now())
 
     thread = threading.Thread(target=page)
@@ -174,7 +183,7 @@ def test_a_batch_waits_for_the_page_being_served_before_it_goes_to_a_child(proce
     assert analysis_processes.execute_runs([run.pk]) == {str(run.pk): "complete"}
     thread.join()
     run.refresh_from_db()
-    assert run.started_at >= page_done[0]  # claimed by the child after the page was served
+    assert run.finished_at >= page_done[0]  # analysed once the page was served
 
 
 def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_rebuilt(
