@@ -183,3 +183,38 @@ def test_one_pass_over_simple_runs_finds_what_the_run_by_run_scan_finds(parts):
     scanned: list = []
     autolinks._scan_bare_urls(text, 0, len(text), ALLOWED, None, {}, scanned)
     assert fast == scanned
+
+
+# The regex passes that `_simple_runs` and `RUN_START` replaced, kept as the reference.
+_REFERENCE_SIMPLE_RUN = re.compile(r"[\s<>]" + autolinks._SIMPLE_RUN_BODY)
+_REFERENCE_RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
+
+
+def reference_simple_runs(text: str) -> list:
+    first = autolinks._SIMPLE_RUN_FIRST.match(text)
+    runs = [(0, first.end(), first.group(1), first.group(2))] if first else []
+    for m in _REFERENCE_SIMPLE_RUN.finditer(text):
+        runs.append((m.start() + 1, m.end(), *m.groups()))
+    return runs
+
+
+RUN_PIECES = st.sampled_from(
+    ["http://", "https://", "www.", "hhttp://", "ahttps://", "://", "a.example", "/p", "?q=1",
+     "www.www.", "x", "h", "ttps", " ", "\n", "<", ">", "\u2003", ".", "-", ":8080", "é"]
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.one_of(RUN_PIECES, CORES, GAPS), max_size=20).map("".join))
+def test_simple_runs_by_find_are_the_regex_passes_runs(text):
+    assert list(autolinks._simple_runs(text)) == reference_simple_runs(text)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.one_of(RUN_PIECES, GAPS), max_size=20).map("".join),
+       st.integers(0, 60), st.integers(0, 60))
+def test_run_start_from_the_end_is_the_forward_match(text, pos, length):
+    pos = min(pos, len(text))
+    endpos = min(len(text), pos + length)
+    fast = autolinks.RUN_START.match(text, pos, endpos)
+    assert (fast.end() if fast else pos) == _REFERENCE_RUN_START.match(text, pos, endpos).end()

@@ -119,9 +119,20 @@ class SharedRun:
         return run
 
     async def ensure_health(self, timeout_s: float | None = None) -> None:
+        """Check the kept links once per audit. With none (every link stripped, or no
+        link at all) the check could find nothing and remove nothing: then it is not
+        started, and the analyzers go on without a trip through the event loop."""
         if self._health is None:
+            if not self._urls_to_check():
+                return
             self._health = asyncio.ensure_future(self._check(timeout_s or self.timeout_s))
         await asyncio.shield(self._health)
+
+    def _urls_to_check(self) -> list[str]:
+        """The links kept or replaced, built or only counted (past the limits)."""
+        caps = self.result.caps
+        unchecked = caps.unchecked if caps is not None else []  # links not built
+        return [r.url for r in self.result.links if r.decision != "strip"] + unchecked
 
     async def _check(self, timeout_s: float) -> None:
         checker = self.context.services.get("link_checker")
@@ -129,7 +140,7 @@ class SharedRun:
             checker = LinkChecker(timeout_s=timeout_s)
         caps = self.result.caps
         unchecked = caps.unchecked if caps is not None else []  # links not built
-        urls = [r.url for r in self.result.links if r.decision != "strip"] + unchecked
+        urls = self._urls_to_check()
         deadline = max(timeout_s, self.context.config.analyzer_timeout_s - 1.0)
         health = await checker.check_many(urls, timeout_s=timeout_s, deadline_s=deadline)
         for record in self.result.links:

@@ -49,8 +49,10 @@ _MARKER = re.compile(r"//|@|[wW][wW][wW]\.|(?:[^\W_]|[$+=^`|~]|[^\x00-\x7f\s])\.
 _PRE_MARKER = re.compile(r"//|@|\.(?:[^\W\d_]|(?<=[wW]\.))")
 _RUN_END = re.compile(r"[\s<>]")
 _SPACE = re.compile(r"\s")
-# matched from where the scan stands to a marker: ends where the marker's run starts
-_RUN_START = re.compile(r"(?:[^\s<>]*[\s<>])*")
+# matched from where the scan stands, up to a marker: ends where the marker's run starts
+# (after the last blank or angle bracket; no match: the run starts where the scan stands).
+# `.*` jumps to the end and backs up, so it costs the run's length, not the window's.
+RUN_START = re.compile(r".*[\s<>]", re.DOTALL)
 _TRAILING = ".,:;!?*_~'\")]}"
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
 # (the local part as linkify reads it: also ; : & = $ , and ")
@@ -321,19 +323,46 @@ _SIMPLE_RUN_BODY = (
     r"(?:/[A-Za-z0-9=&%+\-]++)*+/?(?:\?[A-Za-z0-9=&%+\-]++)?(?![^\s<>])"
 )
 _SIMPLE_RUN_FIRST = re.compile(_SIMPLE_RUN_BODY)
-# after the blank or bracket that starts the run: the search then skips from blank to blank
-_SIMPLE_RUN = re.compile(r"[\s<>]" + _SIMPLE_RUN_BODY)
 
 
 def _simple_runs(text: str):
     """(start, end, "ttp://" / "ttps://" / None for `www.`, authority) of each run of
-    `text` that `_SIMPLE_RUN_BODY` matches whole, in order."""
-    first = _SIMPLE_RUN_FIRST.match(text)
-    if first is not None:
-        yield 0, first.end(), first.group(1), first.group(2)
-    for m in _SIMPLE_RUN.finditer(text):
-        scheme, authority = m.groups()
-        yield m.start() + 1, m.end(), scheme, authority
+    `text` that `_SIMPLE_RUN_BODY` matches whole, in order.
+
+    Such a run starts at 0 or after a blank or angle bracket, with "http://", "https://"
+    or "www.": the places it can start are found from each "://" and "www." by
+    `str.find` (a memchr), and only there is the body matched (a regex search would
+    test every position of the text)."""
+    match = _SIMPLE_RUN_FIRST.match
+    blank = _RUN_END.match  # a blank or angle bracket
+    last_end = 0
+    for p in _simple_run_starts(text):
+        if p < last_end or (p > 0 and blank(text, p - 1) is None):
+            continue  # inside the run found before, or not where a run starts
+        m = match(text, p)
+        if m is not None:
+            last_end = m.end()
+            yield p, last_end, m.group(1), m.group(2)
+
+
+def _simple_run_starts(text: str) -> list[int]:
+    """Where `_SIMPLE_RUN_BODY` can match, sorted: each "http" or "https" right before
+    a "://", and each "www."."""
+    find = text.find
+    starts = []
+    k = find("://")
+    while k >= 0:
+        if k >= 5 and text.startswith("https", k - 5):
+            starts.append(k - 5)
+        elif k >= 4 and text.startswith("http", k - 4):
+            starts.append(k - 4)
+        k = find("://", k + 3)
+    k = find("www.")
+    while k >= 0:
+        starts.append(k)
+        k = find("www.", k + 1)
+    starts.sort()
+    return starts
 
 
 # texts shorter than this are scanned run by run only (one pass is enough for them)
@@ -366,7 +395,8 @@ def _scan_bare_urls(
                 pos = span[1]
                 continue
         # the run around the marker
-        start = _RUN_START.match(text, limit, k).end()
+        b = RUN_START.match(text, limit, k)
+        start = b.end() if b is not None else limit
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1

@@ -11,6 +11,7 @@ from ..contract import Annotation
 from .autolinks import (
     DOMAIN,
     EMAIL,
+    RUN_START,
     defang,
     escape_dots,
     find_bare_urls,
@@ -635,7 +636,8 @@ def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> 
     windows: list[tuple[int, int]] = []
     lo = 0
     for start, end in touched:
-        a = _RUN_BEFORE.match(text, lo, start).end()  # `lo`: linear time in all
+        before = RUN_START.match(text, lo, start)  # `lo`: linear time in all
+        a = before.end() if before is not None else lo
         lo = end
         m = _RUN_AFTER.search(text, end)
         b = m.start() if m else n
@@ -656,7 +658,6 @@ def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> 
     _apply_bare_edits(ctx, text, edits)
 
 
-_RUN_BEFORE = re.compile(r"(?:[^\s<>]*[\s<>])*")
 _RUN_AFTER = re.compile(r"[\s<>]")
 
 
