@@ -230,23 +230,46 @@ async def test_the_counters_go_out_at_most_once_a_second_and_after_a_burst(staff
     await page.disconnect()
 
 
-def test_a_round_looks_at_the_latest_news_only():
-    """The hub's pending news is bounded: the oldest news goes first, and news about an
-    audit already pending makes it the latest again."""
-    from audits.live.hub import PENDING_CAP, FeedHub
+def test_a_page_s_next_update_looks_at_the_latest_news_only():
+    """The news pending for a set of filters is bounded: the oldest news goes first, and
+    news about an audit already pending makes it the latest again."""
+    from audits.live.hub import PENDING_CAP, FilterGroup
 
-    async def go():
-        hub = FeedHub(layer=None)
-        for i in range(PENDING_CAP + 10):
-            hub.note({"type": "audit_submitted", "audit_id": f"a{i}"})
-        hub.note({"type": "audit_finished", "audit_id": "a10"})
-        hub.note({"type": "audit_finished", "audit_id": "a-new"})
-        return list(hub.pending)
-
-    pending = asyncio.run(go())
+    group = FilterGroup()
+    for i in range(PENDING_CAP + 10):
+        group.note(f"a{i}")
+    group.note("a10")
+    group.note("a-new")
+    pending = list(group.pending)
     assert len(pending) == PENDING_CAP
     assert pending[-2:] == ["a10", "a-new"]
     assert "a11" not in pending and "a12" in pending
+
+
+async def test_a_page_in_a_burst_is_paced_and_a_quiet_filtered_page_is_not(
+    staff_user, monkeypatch
+):
+    """After a burst, the pages watching everything wait BURST_INTERVAL_S for their next
+    update; a page whose filters the burst does not match gets its card at once."""
+    from audits.live import hub as live_hub
+
+    monkeypatch.setattr(live_hub, "BURST_INTERVAL_S", 3.0)
+    headers = await sync_to_async(session_headers)(staff_user)
+    everything, _ = await connect("/ws/audits/", headers)
+    filtered, _ = await connect("/ws/audits/?q=needle", headers)
+    runs = await sync_to_async(lambda: [make_run(user_input=f"q{i}") for i in range(60)])()
+    for run in runs:  # all noted before the renderer runs: one update, a burst
+        live_hub.feed_hub().note({"type": "audit_submitted", "audit_id": str(run.pk)})
+    await receive_until(everything, "data-live-reset")
+    burst_at = asyncio.get_running_loop().time()
+    needle = await sync_to_async(make_run)(user_input="a needle")
+    await apublish({"type": "audit_submitted", "audit_id": str(needle.pk)})
+    await receive_until(filtered, f'id="audit-card-{needle.pk}"', timeout=2.5)
+    assert asyncio.get_running_loop().time() - burst_at < 2.5  # not held up by the burst
+    await receive_until(everything, f'id="audit-card-{needle.pk}"', timeout=10)
+    assert asyncio.get_running_loop().time() - burst_at >= 2.9  # paced
+    await everything.disconnect()
+    await filtered.disconnect()
 
 
 async def test_messages_for_an_audit_reach_its_group_only(staff_user):

@@ -23,6 +23,7 @@ from ..models import AuditRun, TraceLine
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
 TRACE_BATCH = 500  # trace lines one update appends at most (the next one continues)
+RESET_MARKER = " data-live-reset"  # on feed rows that replace the list (static/js/live.js)
 CURSOR_MARGIN = timedelta(seconds=2)  # catch-up overlaps a little: duplicates are harmless
 
 
@@ -102,8 +103,13 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
     if not cards:
         return ""
     inner = "".join(render_to_string("audits/list.html#audit-card", {"audit": c}) for c in cards)
-    marker = " data-live-reset" if reset else ""
+    marker = RESET_MARKER if reset else ""
     return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{inner}</div>'
+
+
+def is_burst(rows: str) -> bool:
+    """Whether `rows` (from `news_rows`) are a burst's newest, replacing the list."""
+    return rows.startswith('<div hx-swap-oob="afterbegin:#live-rows"' + RESET_MARKER)
 
 
 def feed_status(now: datetime | None = None) -> str:

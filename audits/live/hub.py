@@ -25,8 +25,14 @@ from . import fragments
 
 logger = logging.getLogger(__name__)
 
-PENDING_CAP = 1000  # audits with news a round looks at, at most (the latest news)
+PENDING_CAP = 1000  # audits with news a page's next update looks at, at most (the latest)
 STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
+BURST_INTERVAL_S = 0.5  # a page in a burst (more news than it shows) is updated this often
+
+
+PENDING_CAP = 1000  # audits with news a page's next update looks at, at most (the latest)
+STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
+BURST_INTERVAL_S = 0.5  # a page in a burst (more news than it shows) is updated this often
 
 
 class Watcher(Protocol):
@@ -38,24 +44,42 @@ class Watcher(Protocol):
                    close: bool = False) -> None: ...
 
 
+class FilterGroup:
+    """The pages that watch with one set of filters, and the news they have not had."""
+
+    def __init__(self) -> None:
+        self.watchers: list[Watcher] = []
+        self.pending: dict[str, None] = {}  # audit ids, in the order of their latest news
+        self.not_before = 0.0  # loop time: after a burst, the next update waits until then
+
+    def note(self, audit_id: str) -> None:
+        self.pending.pop(audit_id, None)
+        self.pending[audit_id] = None
+        if len(self.pending) > PENDING_CAP:  # an update shows the newest cards only
+            del self.pending[next(iter(self.pending))]
+
+
 class FeedHub:
     """Receiving and rendering are two tasks: the receiver only notes which audits have
     news (the channel is drained as fast as events come, so the layer's bounded channel
-    never fills and drops them), the renderer renders every audit noted since its last
-    round in one query and one fragment per set of filters. Under load the rounds grow,
-    but never past what a page shows (`fragments.news_rows`); when idle a round is one
-    card, sent at once. The counters and the cursor (one aggregate query, the same for
-    every page) go out at most once per `STATUS_INTERVAL_S`, and once more after a burst
-    ends, so they are never staler than that."""
+    never fills and drops them), the renderer renders every audit noted since a set of
+    filters' last update in one query and one fragment, sent to all its pages. When idle
+    an update is one card, sent at once. Under load an update never renders more than a
+    page shows (`fragments.news_rows`: a burst's newest cards replace the list), and a set
+    of filters in a burst is updated at most every `BURST_INTERVAL_S`: nobody reads cards
+    faster, and the other sets (a filtered page in a quiet corner) are not held up. The
+    counters and the cursor (one aggregate query, the same for every page) go out at most
+    every `STATUS_INTERVAL_S`, and once more after the last update, so they are never
+    staler than that."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.loop = asyncio.get_running_loop()
         self.watchers: dict[Watcher, None] = {}  # insertion-ordered set
+        self.groups: dict[str, FilterGroup] = {}  # by filter_key
         self.channel: str | None = None
         self.task: asyncio.Task | None = None
         self.lock = asyncio.Lock()
-        self.pending: dict[str, None] = {}  # audit ids with news since the last round
         self.news = asyncio.Event()
         self.status_due = 0.0  # loop time from which the next status may go out
         self.status_owed = False  # cards went out since the last status
@@ -68,19 +92,23 @@ class FeedHub:
             # Again at every join: group membership expires (channels' group_expiry).
             await self.layer.group_add(ALL_AUDITS_GROUP, self.channel)
             self.watchers[watcher] = None
+            self.groups.setdefault(watcher.filter_key, FilterGroup()).watchers.append(watcher)
             if self.task is None:
                 self.task = asyncio.create_task(self._run())
 
     async def leave(self, watcher: Watcher) -> None:
         async with self.lock:
-            self.watchers.pop(watcher, None)
+            if self.watchers.pop(watcher, None) is not None:
+                group = self.groups[watcher.filter_key]
+                group.watchers.remove(watcher)
+                if not group.watchers:
+                    del self.groups[watcher.filter_key]
             if self.watchers or self.task is None:
                 return
             self.task.cancel()
             self.task = None
             await self.layer.group_discard(ALL_AUDITS_GROUP, self.channel)
             self.channel = None
-            self.pending.clear()
 
     async def _run(self) -> None:
         assert self.channel is not None
@@ -97,55 +125,62 @@ class FeedHub:
                 logger.exception("live feed: could not receive an event")
 
     def note(self, event: dict[str, Any]) -> None:
-        """Remember that `event`'s audit has news for the next round."""
+        """Remember that `event`'s audit has news for every set of filters."""
         if event.get("type") not in FEED_EVENTS or not event.get("audit_id"):
             return
         audit_id = str(event["audit_id"])
-        self.pending.pop(audit_id, None)  # kept in the order of the latest news
-        self.pending[audit_id] = None
-        if len(self.pending) > PENDING_CAP:  # a round shows the newest cards only
-            del self.pending[next(iter(self.pending))]
+        for group in self.groups.values():
+            group.note(audit_id)
         self.news.set()
 
     async def _render(self) -> None:
         while True:
-            await self._news_or_status_due()
-            self.news.clear()
-            audit_ids, self.pending = list(self.pending), {}
+            await self._until_something_is_due()
             try:
-                await self.deliver(audit_ids)
+                await self.deliver()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("live feed: could not deliver %d cards", len(audit_ids))
+                logger.exception("live feed: could not deliver an update")
 
-    async def _news_or_status_due(self) -> None:
-        if not self.status_owed:
-            await self.news.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.news.wait(), self.status_due - self.loop.time())
+    async def _until_something_is_due(self) -> None:
+        """Until a set of filters with news may be updated, or the counters are owed."""
+        while True:
+            self.news.clear()  # before looking: news from now on wakes the wait below
+            due = [group.not_before for group in self.groups.values() if group.pending]
+            if self.status_owed:
+                due.append(self.status_due)
+            wait = min(due) - self.loop.time() if due else None
+            if wait is not None and wait <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.news.wait(), wait)
 
-    async def deliver(self, audit_ids: list[str]) -> None:
+    async def deliver(self) -> None:
+        """One update: the cards of every set of filters that has news and may be updated
+        now (the news noted until now; what comes meanwhile goes in the next update), and
+        the status when due."""
         now = self.loop.time()
-        with_status = now >= self.status_due
-        if not audit_ids and not with_status:
-            return
-        if with_status:
+        news: dict[FilterGroup, list[str]] = {}
+        for group in self.groups.values():
+            if group.pending and group.not_before <= now:
+                news[group], group.pending = list(group.pending), {}
+        status = ""
+        if now >= self.status_due and (news or self.status_owed):
             self.status_due, self.status_owed = now + STATUS_INTERVAL_S, False
-        else:
+            # The status first: its cursor must not be later than the cards' reading.
+            status = await _render_status()
+        elif news:
             self.status_owed = True
-        # The status first: its cursor must not be later than the cards' reading.
-        status = await _render_status() if with_status else ""
-        by_filters: dict[str, list[Watcher]] = {}
-        for watcher in list(self.watchers):
-            by_filters.setdefault(watcher.filter_key, []).append(watcher)
-        for watchers in by_filters.values():
-            rows = await watchers[0].render_events(audit_ids) if audit_ids else ""
-            html = rows + status
-            for watcher in watchers:  # the same text for each: no per-page work
-                if html:
-                    await _send(watcher, html)
+        for group in list(self.groups.values()):
+            rows = ""
+            if group in news and group.watchers:
+                rows = await group.watchers[0].render_events(news[group])
+                if fragments.is_burst(rows):
+                    group.not_before = self.loop.time() + BURST_INTERVAL_S
+            if rows or status:
+                for watcher in list(group.watchers):  # the same text for each
+                    await _send(watcher, rows + status)
 
 
 @database_sync_to_async
