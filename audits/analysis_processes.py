@@ -17,9 +17,10 @@ never hold the children small audits wait for.
   when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
   their tasks here, on the parent's backend).
 - People first (audits.people_first): a child does not share the server's lock; it only
-  competes for a core. It follows the parent's count of people waiting (shared memory)
-  and makes way between its audits, as a task thread does (at most `MAX_PAUSE_S` per
-  audit). `AUDITOR_ANALYSIS_NICE`
+  competes for a core. Enough children to leave a page a core of its own
+  (`children_making_way`: one of two on two cores) follow the parent's count of people
+  waiting (shared memory) and make way between their audits, as a task thread does (at
+  most `MAX_PAUSE_S` per audit); the others go on. `AUDITOR_ANALYSIS_NICE`
   can lower the children's CPU priority (default 0: niced writers starved under other
   load and kept SQLite's write lock while descheduled, so everything waited).
 - Nothing lost: the parent's heartbeat covers the runs while a child has them
@@ -131,14 +132,24 @@ def _pool() -> ProcessPoolExecutor:
             databases = {alias: connections[alias].settings_dict["NAME"]
                          for alias in connections}
             context = multiprocessing.get_context("spawn")
+            # Which child makes way: each takes the next number when it starts.
+            making_way = (people_first.shared_count(context), context.Value("i", 0),
+                          children_making_way(_processes, os.cpu_count() or 1))
             _executor = ProcessPoolExecutor(
                 max_workers=_processes,
                 mp_context=context,
                 initializer=_child_setup,
                 initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
-                          databases, os.getpid(), people_first.shared_count(context)),
+                          databases, os.getpid(), making_way),
             )
         return _executor
+
+
+def children_making_way(processes: int, cores: int) -> int:
+    """How many children make way for a page: enough that the others and the page's
+    thread fit on the cores (2 children on 2 cores: one), so a page gets a core of its
+    own without stopping every child."""
+    return max(0, processes - (cores - 1))
 
 
 def _drop(executor: ProcessPoolExecutor) -> None:
@@ -178,7 +189,7 @@ def _capture(event: dict[str, Any]) -> None:
 
 
 def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
-                 waiting: Any) -> None:
+                 making_way: tuple[Any, Any, int]) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     from django.conf import settings
 
@@ -192,7 +203,11 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
     if nice > 0:
         os.nice(nice)
     events.capture(_capture)
-    people_first.follow(waiting)
+    waiting, numbers, how_many = making_way
+    with numbers.get_lock():
+        number, numbers.value = numbers.value, numbers.value + 1
+    if number < how_many:
+        people_first.follow(waiting)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
                      daemon=True).start()
 

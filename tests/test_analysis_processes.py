@@ -153,12 +153,28 @@ def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_ta
 
 
 def _someone_waiting_in_the_child() -> bool:
+    """(In a child.) Whether it sees someone waiting (it follows the count only when it
+    is one of the children that make way)."""
     from audits import people_first
 
     return people_first.someone_waiting()
 
 
-def test_a_child_makes_way_between_its_audits_while_a_page_is_served(process_tasks):
+def test_enough_children_make_way_to_leave_a_page_a_core():
+    assert analysis_processes.children_making_way(2, 2) == 1
+    assert analysis_processes.children_making_way(1, 2) == 0
+    assert analysis_processes.children_making_way(1, 1) == 1
+    assert analysis_processes.children_making_way(4, 2) == 3
+    assert analysis_processes.children_making_way(2, 8) == 0
+
+
+@pytest.fixture
+def one_core(monkeypatch):
+    """This machine has one core, so the one analysis process makes way for pages."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+
+
+def test_a_child_makes_way_between_its_audits_while_a_page_is_served(one_core, process_tasks):
     """People first across processes: a child follows this process's count of people
     waiting (shared memory) and makes way before each audit, as a task thread does."""
     from django.utils import timezone
