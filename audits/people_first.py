@@ -10,8 +10,9 @@ stalls it. An audit already under way is never interrupted.
 
 Analysis processes (audits.analysis_processes) do not share the lock, but they share the
 cores: two of them on two cores left a page a third of a core's time. So the count is
-mirrored into shared memory (`shared_count`, handed to each child when it starts), and a
-child's analysis makes way between its audits exactly as a thread's does.
+mirrored into shared memory (`shared_count`, handed to each child when it starts), and
+the children that make way (`follow`: as many as leave a page a core) do so between their
+audits exactly as a thread does.
 """
 
 from __future__ import annotations
