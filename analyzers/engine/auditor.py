@@ -250,13 +250,7 @@ class Auditor:
             status, error = self._timeout_error(budget_spent)
         except Exception as exc:  # an analyzer never fails the audit
             status, error = "failed", _error_text(exc)
-        run = self._finished_run(analyzer, context, status, error, result, started)
-        if context.progress is not None:
-            await emit(
-                context.progress,
-                {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
-            )
-        return run
+        return await self._announced_run(analyzer, context, status, error, result, started)
 
     def _deadline(self, context: AuditContext) -> tuple[float, bool]:
         """The loop time by which the analyzer must be done, and whether that is the
@@ -271,6 +265,24 @@ class Auditor:
             limit_s = self.config.limits.audit_timeout_s
             return "timeout", f"timed out: the audit's time budget of {limit_s:g} s was spent"
         return "timeout", f"timed out after {self.config.analyzer_timeout_s:g} s"
+
+    async def _announced_run(
+        self,
+        analyzer: Analyzer,
+        context: AuditContext,
+        status: str,
+        error: str | None,
+        result: Any,
+        started: float,
+    ) -> AnalyzerRun:
+        """`_finished_run`, announced to the audit's progress (`analyzer_finished`)."""
+        run = self._finished_run(analyzer, context, status, error, result, started)
+        if context.progress is not None:
+            await emit(
+                context.progress,
+                {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
+            )
+        return run
 
     def _finished_run(
         self,
@@ -362,13 +374,7 @@ class Auditor:
             status, error = self._timeout_error(budget_spent)
         except Exception as exc:  # an analyzer never fails the audit
             status, error = "failed", _error_text(exc)
-        run = self._finished_run(analyzer, context, status, error, result, started)
-        if context.progress is not None:
-            await emit(
-                context.progress,
-                {"type": "analyzer_finished", "analyzer_id": analyzer.id, "run": run},
-            )
-        return run
+        return await self._announced_run(analyzer, context, status, error, result, started)
 
 
 async def _within(coro: Coroutine[Any, Any, Any], deadline: float) -> Any:
