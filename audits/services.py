@@ -680,10 +680,14 @@ def _nothing_stored(runs: list[AuditRun]) -> bool:
 def _claim_many(run_ids: list[Any]) -> list[Any]:
     """Move the pending runs among `run_ids` to running in one transaction; their ids."""
     with transaction.atomic():
-        pending = AuditRun.objects.filter(pk__in=run_ids, status=AuditRun.Status.PENDING)
+        # The status is checked here, not in SQL: with `status = ?` beside the ids, SQLite's
+        # planner walks the status index (every pending run of a deep queue) instead of
+        # seeking the ids.
+        rows = AuditRun.objects.filter(pk__in=run_ids).order_by()
         if _supports_row_locks():
-            pending = pending.select_for_update(skip_locked=True)
-        claimed = list(pending.values_list("pk", flat=True))
+            rows = rows.select_for_update(skip_locked=True)
+        pending = AuditRun.Status.PENDING
+        claimed = [pk for pk, status in rows.values_list("pk", "status") if status == pending]
         AuditRun.objects.filter(pk__in=claimed).update(
             status=AuditRun.Status.RUNNING,
             started_at=timezone.now(),

@@ -265,3 +265,19 @@ def test_the_snapshot_key_is_remembered_and_follows_the_snapshot():
     assert workers.snapshot_text(dict(first)) is text  # an equal snapshot: no encoding
     changed = {**first, "threshold": 0.5}
     assert workers.snapshot_text(changed) == json.dumps(changed, sort_keys=True)
+
+
+@pytest.mark.django_db
+def test_claiming_a_batch_seeks_its_ids_whatever_the_queue_depth():
+    """The claim's SELECT seeks the ids. With `status = ?` in SQL, SQLite's planner took
+    the status index and walked every pending run of the queue for each batch."""
+    runs = [submit_audit(**INPUT, enqueue=False) for _ in range(12)]
+    with CaptureQueriesContext(connection) as queries:
+        claimed = services._claim_many([r.pk for r in runs[:11]] + [runs[0].pk])
+    assert sorted(map(str, claimed)) == sorted(str(r.pk) for r in runs[:11])
+    assert services._claim_many([runs[0].pk, runs[11].pk]) == [runs[11].pk]
+    select = next(q["sql"] for q in queries if q["sql"].startswith("SELECT"))
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {select}")
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "audit_status_idx" not in plan and "sqlite_autoindex" in plan, plan
