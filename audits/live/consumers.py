@@ -30,7 +30,7 @@ from .. import people_first
 from ..events import MESSAGE_TYPE, audit_group, remember_server_loop
 from ..models import AuditRun
 from . import fragments
-from .hub import feed_hub
+from .hub import feed_hub, off_the_shared_thread
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +145,13 @@ class LiveFeedConsumer(QuietWhenClosed):
         return await self._render(self.filters, audit_ids)
 
     @staticmethod
-    @database_sync_to_async
-    def _render(filters, audit_ids: list[str]) -> str:
-        with people_first.waiting():  # someone watches: the analysis makes way
-            return fragments.news_rows(filters, audit_ids)
+    async def _render(filters, audit_ids: list[str]) -> str:
+        return await off_the_shared_thread(_news_rows)(filters, audit_ids)
+
+
+def _news_rows(filters, audit_ids: list[str]) -> str:
+    with people_first.waiting():  # someone watches: the analysis makes way
+        return fragments.news_rows(filters, audit_ids)
 
 
 class AuditConsumer(LiveConsumer):

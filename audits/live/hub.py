@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
@@ -30,11 +31,6 @@ STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this oft
 BURST_INTERVAL_S = 0.5  # a page in a burst (more news than it shows) is updated this often
 
 
-PENDING_CAP = 1000  # audits with news a page's next update looks at, at most (the latest)
-STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
-BURST_INTERVAL_S = 0.5  # a page in a burst (more news than it shows) is updated this often
-
-
 class Watcher(Protocol):
     filter_key: str
 
@@ -45,32 +41,41 @@ class Watcher(Protocol):
 
 
 class FilterGroup:
-    """The pages that watch with one set of filters, and the news they have not had."""
+    """The pages that watch with one set of filters, the news they have not had, and the
+    task that renders their updates."""
 
     def __init__(self) -> None:
         self.watchers: list[Watcher] = []
         self.pending: dict[str, None] = {}  # audit ids, in the order of their latest news
         self.not_before = 0.0  # loop time: after a burst, the next update waits until then
+        self.news = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.delivering = False  # an update is being rendered
+        self.noted = 0.0  # time.monotonic() of the latest news
+        self.status_sent = 0
 
     def note(self, audit_id: str) -> None:
         self.pending.pop(audit_id, None)
         self.pending[audit_id] = None
         if len(self.pending) > PENDING_CAP:  # an update shows the newest cards only
             del self.pending[next(iter(self.pending))]
+        self.noted = time.monotonic()
+        self.news.set()
 
 
 class FeedHub:
-    """Receiving and rendering are two tasks: the receiver only notes which audits have
-    news (the channel is drained as fast as events come, so the layer's bounded channel
-    never fills and drops them), the renderer renders every audit noted since a set of
-    filters' last update in one query and one fragment, sent to all its pages. When idle
-    an update is one card, sent at once. Under load an update never renders more than a
-    page shows (`fragments.news_rows`: a burst's newest cards replace the list), and a set
-    of filters in a burst is updated at most every `BURST_INTERVAL_S`: nobody reads cards
-    faster, and the other sets (a filtered page in a quiet corner) are not held up. The
-    counters and the cursor (one aggregate query, the same for every page) go out at most
-    every `STATUS_INTERVAL_S`, and once more after the last update, so they are never
-    staler than that."""
+    """Receiving and rendering are separate tasks. The receiver only notes which audits
+    have news (the channel is drained as fast as events come, so the layer's bounded
+    channel never fills and drops them). Each set of filters has its own renderer, which
+    renders every audit noted since its last update in one query and one fragment, sent
+    to all its pages; the sets render side by side (on threads of their own), so a quiet
+    filtered page is never held up by a large update of another. When idle an update is
+    one card, sent at once. Under load an update never renders more than a page shows
+    (`fragments.news_rows`: a burst's newest cards replace the list), and a set of filters
+    in a burst is updated at most every `BURST_INTERVAL_S`: nobody reads cards faster.
+    The counters and the cursor (one aggregate query, the same for every page) go out at
+    most every `STATUS_INTERVAL_S`, and once more after the last update, so they are
+    never staler than that."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
@@ -78,11 +83,13 @@ class FeedHub:
         self.watchers: dict[Watcher, None] = {}  # insertion-ordered set
         self.groups: dict[str, FilterGroup] = {}  # by filter_key
         self.channel: str | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task | None = None  # receiving, and the counters when owed
         self.lock = asyncio.Lock()
-        self.news = asyncio.Event()
         self.status_due = 0.0  # loop time from which the next status may go out
-        self.status_owed = False  # cards went out since the last status
+        self.status_owed = asyncio.Event()  # cards went out since the last status
+        self.status_render: asyncio.Future[str] | None = None  # the one under way
+        self.status_read_at = -1.0  # time.monotonic() when the last status began to read
+        self.status_count = 0  # statuses rendered (a group's `status_sent`: the last it got)
 
     async def join(self, watcher: Watcher) -> None:
         """Once this returns, every later event reaches `watcher`."""
@@ -92,7 +99,11 @@ class FeedHub:
             # Again at every join: group membership expires (channels' group_expiry).
             await self.layer.group_add(ALL_AUDITS_GROUP, self.channel)
             self.watchers[watcher] = None
-            self.groups.setdefault(watcher.filter_key, FilterGroup()).watchers.append(watcher)
+            group = self.groups.get(watcher.filter_key)
+            if group is None:
+                group = self.groups[watcher.filter_key] = FilterGroup()
+                group.task = asyncio.create_task(self._serve(group))
+            group.watchers.append(watcher)
             if self.task is None:
                 self.task = asyncio.create_task(self._run())
 
@@ -103,6 +114,7 @@ class FeedHub:
                 group.watchers.remove(watcher)
                 if not group.watchers:
                     del self.groups[watcher.filter_key]
+                    group.task.cancel()
             if self.watchers or self.task is None:
                 return
             self.task.cancel()
@@ -112,7 +124,7 @@ class FeedHub:
 
     async def _run(self) -> None:
         assert self.channel is not None
-        await asyncio.gather(self._receive(self.channel), self._render())
+        await asyncio.gather(self._receive(self.channel), self._owed_status())
 
     async def _receive(self, channel: str) -> None:
         while True:
@@ -131,62 +143,109 @@ class FeedHub:
         audit_id = str(event["audit_id"])
         for group in self.groups.values():
             group.note(audit_id)
-        self.news.set()
 
-    async def _render(self) -> None:
+    async def _serve(self, group: FilterGroup) -> None:
         while True:
-            await self._until_something_is_due()
+            await _until_due(group, self.loop)
             try:
-                await self.deliver()
+                await self.deliver(group)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("live feed: could not deliver an update")
 
-    async def _until_something_is_due(self) -> None:
-        """Until a set of filters with news may be updated, or the counters are owed."""
-        while True:
-            self.news.clear()  # before looking: news from now on wakes the wait below
-            due = [group.not_before for group in self.groups.values() if group.pending]
-            if self.status_owed:
-                due.append(self.status_due)
-            wait = min(due) - self.loop.time() if due else None
-            if wait is not None and wait <= 0:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.news.wait(), wait)
+    async def deliver(self, group: FilterGroup) -> None:
+        """One update of `group`: the cards of the news noted until now (what comes
+        meanwhile goes in the next update), with the status when due (then the pages of
+        the other sets of filters get it too, unless an update of theirs carries it)."""
+        ids, group.pending, noted = list(group.pending), {}, group.noted
+        group.delivering = True
+        try:
+            status = await self._status_if_due(noted)
+            rows = await group.watchers[0].render_events(ids) if group.watchers else ""
+        finally:
+            group.delivering = False
+        if fragments.is_burst(rows):
+            group.not_before = self.loop.time() + BURST_INTERVAL_S
+        if status:
+            group.status_sent = self.status_count
+        if rows or status:
+            await _send_all(group.watchers, rows + status)
+        if status:
+            for other in list(self.groups.values()):
+                if other.status_sent != self.status_count and not other.delivering:
+                    other.status_sent = self.status_count
+                    await _send_all(other.watchers, status)
 
-    async def deliver(self) -> None:
-        """One update: the cards of every set of filters that has news and may be updated
-        now (the news noted until now; what comes meanwhile goes in the next update), and
-        the status when due."""
+    async def _status_if_due(self, noted: float) -> str:
+        """The counters and cursor if they may go out now (rendered before the cards, so
+        the cursor is never later than the cards' reading), or the ones being rendered
+        for another set's update; else they are owed if news `noted` then is newer than
+        the last ones read."""
+        if self.status_render is not None:
+            return await asyncio.shield(self.status_render)
         now = self.loop.time()
-        news: dict[FilterGroup, list[str]] = {}
-        for group in self.groups.values():
-            if group.pending and group.not_before <= now:
-                news[group], group.pending = list(group.pending), {}
-        status = ""
-        if now >= self.status_due and (news or self.status_owed):
-            self.status_due, self.status_owed = now + STATUS_INTERVAL_S, False
-            # The status first: its cursor must not be later than the cards' reading.
-            status = await _render_status()
-        elif news:
-            self.status_owed = True
-        for group in list(self.groups.values()):
-            rows = ""
-            if group in news and group.watchers:
-                rows = await group.watchers[0].render_events(news[group])
-                if fragments.is_burst(rows):
-                    group.not_before = self.loop.time() + BURST_INTERVAL_S
-            if rows or status:
-                for watcher in list(group.watchers):  # the same text for each
-                    await _send(watcher, rows + status)
+        if now < self.status_due:
+            if noted >= self.status_read_at:  # (time.monotonic, as `noted`)
+                self.status_owed.set()
+            return ""
+        self.status_due, self.status_read_at = now + STATUS_INTERVAL_S, time.monotonic()
+        self.status_count += 1
+        self.status_owed.clear()
+        self.status_render = asyncio.ensure_future(_render_status())
+        try:
+            return await asyncio.shield(self.status_render)
+        finally:
+            self.status_render = None
+
+    async def _owed_status(self) -> None:
+        """The status owed after an update that went without it, once it may go out."""
+        while True:
+            try:
+                await self.status_owed.wait()
+                await asyncio.sleep(max(0.0, self.status_due - self.loop.time()))
+                if self.status_owed.is_set():
+                    status = await self._status_if_due(time.monotonic())
+                    if status:
+                        for group in list(self.groups.values()):
+                            group.status_sent = self.status_count
+                        await _send_all(list(self.watchers), status)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("live feed: could not deliver the counters")
 
 
-@database_sync_to_async
-def _render_status() -> str:
+async def _until_due(group: FilterGroup, loop: asyncio.AbstractEventLoop) -> None:
+    """Until `group` has news and may be updated."""
+    while True:
+        group.news.clear()  # before looking: news from now on wakes the wait below
+        wait = group.not_before - loop.time() if group.pending else None
+        if wait is not None and wait <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(group.news.wait(), wait)
+
+
+def off_the_shared_thread(func: Callable[..., str]) -> Callable[..., Awaitable[str]]:
+    """`func` as a database call on a thread of the loop's pool: not on asgiref's one
+    thread for thread-sensitive calls, where the renders of all sets of filters (and the
+    server's other thread-sensitive work) would wait for each other."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+async def _render_status() -> str:
+    return await off_the_shared_thread(_status)()
+
+
+def _status() -> str:
     with people_first.waiting():
         return fragments.feed_status()
+
+
+async def _send_all(watchers: list[Watcher], html: str) -> None:
+    for watcher in list(watchers):  # the same text for each
+        await _send(watcher, html)
 
 
 async def _send(watcher: Watcher, html: str) -> None:
