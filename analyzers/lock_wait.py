@@ -12,20 +12,34 @@ sync code. A wrapper on every SQLite connection (installed when it is created) s
 `PRAGMA busy_timeout` when the wanted wait differs from the connection's current one, so
 a pooled connection serves a request and a task with their own waits. Other databases
 keep their own lock handling.
+
+Requests go first. The server's analysis processes (audits.analysis_processes) write in
+batches that hold the lock for tens of ms; a request polling beside two of them could
+lose several turns in a row. So the server counts its requests waiting for the lock in
+shared memory (`shared_requests_waiting`, handed to each child), and a child that
+`defers_to` it holds its own BEGIN while the count is not zero, at most `MAX_DEFER_S`
+per transaction, so a stream of requests slows the analysis but never stalls it.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from django.db import OperationalError
 from django.db.backends.signals import connection_created
 
 POLL_S = 0.001  # between two tries of a BEGIN while another connection writes
+MAX_DEFER_S = 0.05  # an analysis process's BEGIN held for the server's requests, at most
+
+_count_lock = threading.Lock()
+_requests_waiting: Any = None  # multiprocessing RawValue("i"), made in the server
+_deferring = False  # in an analysis process: let the server's requests go first
 
 # Milliseconds; None: the connection's configured timeout.
 lock_wait: ContextVar[int | None] = ContextVar("db_lock_wait_ms", default=None)
@@ -51,12 +65,14 @@ def _busy_timeout(execute, sql, params, many, context):
     wanted = lock_wait.get()
     ms = _configured_ms(connection) if wanted is None else wanted
     if sql.startswith("BEGIN") and ms > 0:
-        return _begin(execute, sql, params, many, context, ms)
+        if _deferring:
+            _let_requests_first()
+        return _begin(execute, sql, params, many, context, ms, request=wanted is not None)
     _set_busy_timeout(connection, ms)
     return execute(sql, params, many, context)
 
 
-def _begin(execute, sql, params, many, context, ms: int):
+def _begin(execute, sql, params, many, context, ms: int, request: bool = False):
     """A transaction's BEGIN (IMMEDIATE: it takes the write lock) tried every `POLL_S`
     for up to `ms`. SQLite's own wait sleeps in growing steps (1, 2, 5, 10 … 100 ms) and
     overslept the lock's release by tens of ms under load (a lone audit's POST waited
@@ -75,16 +91,55 @@ def _begin(execute, sql, params, many, context, ms: int):
         # The retries on the driver's connection: a failed try through Django's layers
         # (its error wrapping, a traceback) cost ~50x the CPU, and these may be many.
         raw = connection.connection
-        while time.monotonic() < deadline:
-            time.sleep(POLL_S)
-            try:
-                return raw.execute(sql)
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc):
-                    raise OperationalError(*exc.args) from exc
+        with _counted(request):
+            while time.monotonic() < deadline:
+                time.sleep(POLL_S)
+                try:
+                    return raw.execute(sql)
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc):
+                        raise OperationalError(*exc.args) from exc
         raise error
     finally:
         _set_busy_timeout(connection, ms)
+
+
+@contextmanager
+def _counted(request: bool) -> Iterator[None]:
+    """A request's wait for the lock, counted where the analysis processes see it."""
+    shared = _requests_waiting if request else None
+    if shared is None:
+        yield
+        return
+    with _count_lock:
+        shared.value += 1
+    try:
+        yield
+    finally:
+        with _count_lock:
+            shared.value -= 1
+
+
+def _let_requests_first() -> None:
+    deadline = time.monotonic() + MAX_DEFER_S
+    while _requests_waiting.value > 0 and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
+def shared_requests_waiting(context: Any) -> Any:
+    """In the server: its count of requests waiting for the lock, in shared memory (made
+    once, with `context`'s RawValue), for `defer_to`."""
+    global _requests_waiting
+    with _count_lock:
+        if _requests_waiting is None:
+            _requests_waiting = context.RawValue("i", 0)
+        return _requests_waiting
+
+
+def defer_to(shared: Any) -> None:
+    """In an analysis process: hold BEGINs while the server's requests wait (`shared`)."""
+    global _requests_waiting, _deferring
+    _requests_waiting, _deferring = shared, True
 
 
 def _set_busy_timeout(connection, ms: int) -> None:

@@ -43,6 +43,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from analyzers import lock_wait
+
 from . import events, people_first
 from .heartbeats import running_run
 
@@ -140,7 +142,8 @@ def _pool() -> ProcessPoolExecutor:
                 mp_context=context,
                 initializer=_child_setup,
                 initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
-                          databases, os.getpid(), making_way),
+                          databases, os.getpid(), making_way,
+                          lock_wait.shared_requests_waiting(context)),
             )
         return _executor
 
@@ -189,7 +192,7 @@ def _capture(event: dict[str, Any]) -> None:
 
 
 def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
-                 making_way: tuple[Any, Any, int]) -> None:
+                 making_way: tuple[Any, Any, int], requests_waiting: Any) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     from django.conf import settings
 
@@ -208,6 +211,7 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
         number, numbers.value = numbers.value, numbers.value + 1
     if number < how_many:
         people_first.follow(waiting)
+    lock_wait.defer_to(requests_waiting)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
                      daemon=True).start()
 

@@ -202,6 +202,26 @@ def test_a_child_makes_way_between_its_audits_while_a_page_is_served(one_core, p
     assert run.finished_at >= page_done[0]  # analysed once the page was served
 
 
+def _requests_waiting_seen_by_the_child() -> tuple[bool, int]:
+    """(In a child.) Whether it defers its transactions, and the count it sees."""
+    from analyzers import lock_wait
+
+    return lock_wait._deferring, lock_wait._requests_waiting.value
+
+
+def test_a_child_sees_the_server_s_requests_waiting_for_the_write_lock(process_tasks):
+    from analyzers import lock_wait
+
+    assert analysis_processes._submit(_requests_waiting_seen_by_the_child) == (True, 0)
+    shared = lock_wait._requests_waiting  # made with the pool
+    shared.value += 1
+    try:
+        assert analysis_processes._submit(_requests_waiting_seen_by_the_child) == (True, 1)
+    finally:
+        shared.value -= 1
+    assert lock_wait._deferring is False  # the server itself never defers
+
+
 def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_rebuilt(
     settings, monkeypatch
 ):

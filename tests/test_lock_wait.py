@@ -58,3 +58,70 @@ def test_a_transaction_gives_up_at_its_bound_and_other_statements_keep_theirs():
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA busy_timeout")
         assert cursor.fetchone()[0] == int(connection.settings_dict["OPTIONS"]["timeout"] * 1000)
+
+
+class FakeShared:
+    """The shared count as the server hands it to its analysis processes (a RawValue)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+@pytest.fixture
+def shared(monkeypatch):
+    from analyzers import lock_wait
+
+    count = FakeShared()
+    monkeypatch.setattr(lock_wait, "_requests_waiting", count)
+    monkeypatch.setattr(lock_wait, "_deferring", False)
+    return count
+
+
+def test_a_request_waiting_for_the_lock_is_counted_where_the_analysis_sees_it(shared):
+    released, holding = [], threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(0.3, released, holding))
+    thread.start()
+    holding.wait(5)
+    seen = []
+    watcher = threading.Thread(target=lambda: (time.sleep(0.1), seen.append(shared.value)))
+    watcher.start()
+    with waiting_at_most(5000), transaction.atomic():  # a request (its wait is bounded)
+        AuditRun.objects.create(user_input="q", response="r")
+    thread.join()
+    watcher.join()
+    assert seen == [1] and shared.value == 0
+    # a task's transaction (no request bound) waits uncounted
+    thread = threading.Thread(target=hold_write_lock, args=(0.3, released, holding))
+    holding.clear()
+    thread.start()
+    holding.wait(5)
+    watcher = threading.Thread(target=lambda: (time.sleep(0.1), seen.append(shared.value)))
+    watcher.start()
+    with transaction.atomic():
+        AuditRun.objects.create(user_input="q", response="r")
+    thread.join()
+    watcher.join()
+    assert seen == [1, 0]
+
+
+def test_an_analysis_process_lets_waiting_requests_go_first_for_a_bounded_time(
+    shared, monkeypatch
+):
+    from analyzers import lock_wait
+
+    monkeypatch.setattr(lock_wait, "_deferring", True)
+    monkeypatch.setattr(lock_wait, "MAX_DEFER_S", 5.0)
+    shared.value = 1  # a request of the server waits for the lock
+    threading.Timer(0.2, lambda: setattr(shared, "value", 0)).start()
+    began = time.monotonic()
+    with transaction.atomic():
+        started = time.monotonic()
+        AuditRun.objects.create(user_input="q", response="r")
+    assert 0.19 <= started - began < 0.4
+    shared.value = 1  # never goes away: the analysis goes on after MAX_DEFER_S
+    monkeypatch.setattr(lock_wait, "MAX_DEFER_S", 0.3)
+    began = time.monotonic()
+    with transaction.atomic():
+        AuditRun.objects.create(user_input="q", response="r")
+    assert 0.29 <= time.monotonic() - began < 1.0
+    assert AuditRun.objects.count() == 2
