@@ -288,3 +288,32 @@ def test_a_paragraph_with_nothing_to_find_gets_what_the_rules_give(parts, base):
         assert (fast_caps.trace_kept, fast_caps.trace_omitted) == (
             full_caps.trace_kept, full_caps.trace_omitted)
         assert not full.annotations and not full.links and full.text == text
+
+
+# -- bare URLs: one verdict per run, memoised (bounded) -----------------------------------
+
+
+def _reference_verdict(core: str):
+    """The worst destination of the run, as the scan reported it before verdicts were
+    memoised whole."""
+    dests = autolinks._destinations(core, ALLOWED)
+    if dests is None:
+        return core, "", autolinks.LINK, False, False
+    if not dests:
+        return None
+    bad = [d for d in dests if not d[3]]
+    url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
+    if any(d[2] != autolinks.DOMAIN for d in dests) and kind == autolinks.DOMAIN:
+        kind = autolinks.LINK
+    return url, host, kind, not bad, unsafe
+
+
+@settings(max_examples=500, deadline=None)
+@given(core=st.lists(CORES, min_size=1, max_size=3).map("".join))
+def test_a_runs_memoised_verdict_is_its_worst_destination(core):
+    assert autolinks._run_verdict(core, ALLOWED) == _reference_verdict(core)
+    assert autolinks._verdict(core, ALLOWED) == _reference_verdict(core)
+
+
+def test_the_run_verdicts_are_a_bounded_cache():
+    assert autolinks._run_verdict.cache_info().maxsize == 8192

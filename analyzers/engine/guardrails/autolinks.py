@@ -280,10 +280,6 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
 
 
 _UNSEEN = object()
-
-# Runs up to this long have their destinations kept across audits (a bounded LRU: the
-# same URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
-CACHED_RUN_MAX = 512
 _cached_destinations = lru_cache(maxsize=8192)(_destinations)
 
 
@@ -404,31 +400,48 @@ def _scan_bare_urls(
         # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
         end_m = _RUN_END.search(text, m.end())
         end = end_m.start() if end_m else n
-        s, e = _trim(text, start, end)
-        pos = max(end, k + 1)
+        if text[start].isalnum() and text[end - 1] not in _TRAILING:
+            s, e = start, end  # (what `_trim` returns for it)
+        else:
+            s, e = _trim(text, start, end)
+        pos = end if end > k else k + 1
         if s >= e:
             continue
         core = text[s:e]
-        if _SIMPLE_URL.fullmatch(core) is not None:  # (cheaper than a cache look-up)
-            dests = _simple_destinations(core, allowed)
-        elif len(core) <= CACHED_RUN_MAX:
-            dests = _cached_destinations(core, allowed)
+        if e - s <= CACHED_RUN_MAX:
+            verdict = _run_verdict(core, allowed)
         elif memo is None:
-            dests = _destinations(core, allowed)
-        else:
-            dests = memo.get(core, _UNSEEN)
-            if dests is _UNSEEN:
-                dests = memo[core] = _destinations(core, allowed)
-        if dests is None:
-            out.append(BareURL(s, e, text[s:e], "", LINK, False))
-            continue
-        if not dests:
-            continue
-        bad = [d for d in dests if not d[3]]
-        url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
-        if any(d[2] != DOMAIN for d in dests) and kind == DOMAIN:
-            kind = LINK  # escaping dots would leave the other destinations linkable
-        out.append(BareURL(s, e, url, host, kind, not bad, unsafe))
+            verdict = _verdict(core, allowed)
+        else:  # a long run: judged once per paragraph
+            verdict = memo.get(core, _UNSEEN)
+            if verdict is _UNSEEN:
+                verdict = memo[core] = _verdict(core, allowed)
+        if verdict is not None:
+            out.append(BareURL(s, e, *verdict))
+
+
+def _verdict(core: str, allowed: tuple[str, ...]) -> tuple[str, str, str, bool, bool] | None:
+    """(url, host, kind, allowed, unsafe scheme) of the candidate `core` as a whole (the
+    worst of its destinations), or None when it holds none."""
+    dests = _destinations(core, allowed)
+    if dests is None:  # too many markers to judge: refused whole
+        return core, "", LINK, False, False
+    if not dests:
+        return None
+    if len(dests) == 1:  # (most runs: the worst is the only one)
+        url, host, kind, ok, unsafe, _ = dests[0]
+        return url, host, kind, ok, unsafe
+    bad = [d for d in dests if not d[3]]
+    url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
+    if kind == DOMAIN and any(d[2] != DOMAIN for d in dests):
+        kind = LINK  # escaping dots would leave the other destinations linkable
+    return url, host, kind, not bad, unsafe
+
+
+# Runs up to this long have their verdicts kept across audits (a bounded LRU: the same
+# URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
+CACHED_RUN_MAX = 512
+_run_verdict = lru_cache(maxsize=8192)(_verdict)
 
 
 _ESCAPABLE = re.compile(r"[!-/:-@\[-`{-~]")
