@@ -97,6 +97,11 @@ def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Matc
         if p is None:
             return None
         s = p.start()
+        if text[s] != ".":
+            # "//" or "@": a marker itself, and no marker starts before it (each holds
+            # a pre-scan match in its first four characters, and none of those is a "/"
+            # or an "@" past its start): the same match as `_MARKER` finds
+            return p
         m = _MARKER.search(text, s - 3 if s - 3 > pos else pos, s + 3 if s + 3 < n else n)
         if m is not None:
             return m
