@@ -21,7 +21,7 @@ ALLOWED = ("acme.example", ".docs.example")
 CORES = url_cores(extra=("<", ">"))
 GAPS = st.sampled_from([" ", "  ", "\n", " <", "> ", " x ", ", ", " (", ") ", "\t"])
 
-# -- bare URLs: short texts that may hold a simple run take the one-pass scan -------------
+# -- bare URLs: short texts are scanned run by run --------------------------------------
 
 
 @settings(max_examples=700, deadline=None)
@@ -34,18 +34,6 @@ def test_short_texts_find_what_the_run_by_run_scan_finds(parts, prose):
     scanned: list = []
     autolinks._scan_bare_urls(text, 0, len(text), ALLOWED, None, {}, scanned)
     assert found == scanned
-
-
-_SIMPLE_RUN_ANYWHERE = re.compile(autolinks._SIMPLE_RUN_BODY)
-
-
-@settings(max_examples=1000, deadline=None)
-@given(text=st.lists(CORES | GAPS, max_size=10).map("".join))
-def test_the_one_pass_choice_misses_no_text_with_a_simple_run(text):
-    """The choice is not a skip (both scans find the same), yet it is also conservative:
-    a text with a simple run is never left to the run-by-run scan for want of a marker."""
-    if _SIMPLE_RUN_ANYWHERE.search(text) is not None:
-        assert autolinks._may_hold_simple_run(text)
 
 
 def test_a_short_text_with_bare_urls_is_judged_whole():

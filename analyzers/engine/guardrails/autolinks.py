@@ -297,7 +297,7 @@ def find_bare_urls(
     `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
     removals meets the same runs again, and judges them once."""
     out: list[BareURL] = []
-    if skip or (len(text) < SIMPLE_RUNS_FROM and not _may_hold_simple_run(text)):
+    if skip or len(text) < SIMPLE_RUNS_FROM:
         _scan_bare_urls(text, 0, len(text), allowed, skip, memo, out)
         return out
     # Plain text (no code, no link): the runs that are one simple URL (most, in a text
@@ -366,16 +366,10 @@ def _simple_run_starts(text: str) -> list[int]:
     return starts
 
 
-# texts shorter than this are scanned run by run only (one pass is enough for them)
-# unless they may hold a simple run: then the one regex pass over them is cheaper from
-# the first URL on (both ways find the same, see tests/engine/test_guardrails_speed.py)
+# texts shorter than this are scanned run by run only (with the memoised verdicts of
+# runs, cheaper than the one regex pass over simple runs); both ways find the same (see
+# tests/engine/test_guardrails_speed.py)
 SIMPLE_RUNS_FROM = 4096
-
-
-def _may_hold_simple_run(text: str) -> bool:
-    """False when `_SIMPLE_RUN_BODY` cannot match in `text` (it needs "://" or "www.");
-    only chooses between two scans that find the same."""
-    return "://" in text or "www." in text
 
 
 def _scan_bare_urls(
