@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass
 
 from .heuristics import Finding, Rule, dedupe, find, rule
-from .heuristics_gate import Probe, any_clause, may_match, required_literals
+from .heuristics_gate import (
+    Probe,
+    anchored_search,
+    any_clause,
+    leading_literals,
+    may_match,
+    required_literals,
+)
 
 _PRAISE = (
     r"(?:brilliant|genius|fantastic|excellent|amazing|smart|clever|great|wonderful|perfect"
@@ -71,15 +78,21 @@ CORRECTIONS = tuple(
 # holds whenever any phrase can match (heuristics_gate.any_clause): one test for all
 _CORRECTIONS_CLAUSE = any_clause([words for _, words in CORRECTIONS])
 CORRECTIONS_GATE = (_CORRECTIONS_CLAUSE,) if _CORRECTIONS_CLAUSE is not None else ()
+# where each phrase can start (heuristics_gate.anchored_search)
+_CORRECTION_STARTS = {pattern: leading_literals(pattern) for pattern, _ in CORRECTIONS}
 
 
 def corrects_user(probe: Probe) -> bool:
-    """`CORRECTION.search(probe.text)`, as a bool: one gated search per phrase."""
+    """`CORRECTION.search(probe.text)`, as a bool: one gated search per phrase, tried
+    only where the phrase can start."""
     if CORRECTIONS_GATE and not may_match(CORRECTIONS_GATE, probe):
         return False  # no phrase can match
-    return any(
-        may_match(words, probe) and pattern.search(probe.text) for pattern, words in CORRECTIONS
-    )
+    for pattern, words in CORRECTIONS:
+        if may_match(words, probe) and anchored_search(
+            pattern, _CORRECTION_STARTS[pattern], probe
+        ):
+            return True
+    return False
 
 
 # The user asks for confirmation of something they assert.

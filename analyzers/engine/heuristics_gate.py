@@ -346,3 +346,79 @@ def _minimal(clause: Clause) -> Clause:
             continue
         kept.add((is_token, word))
     return frozenset(kept)
+
+
+# -- where a match can start --------------------------------------------------------------
+
+
+def leading_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """ASCII prefixes, lower case, one of which the folded text holds wherever a match of
+    `pattern` starts; None when the pattern does not start with literal text.
+
+    (An IGNORECASE literal matches a character whose fold is the literal's lower case:
+    `FOLD` covers every non-ASCII twin of an ASCII letter.)"""
+    if _parser is None or not isinstance(pattern.pattern, str):
+        return None
+    try:
+        found = _leading(_parser.parse(pattern.pattern, pattern.flags).data)
+    except Exception:  # pragma: no cover - unknown parser shape: no anchors, same results
+        return None
+    if not found:
+        return None
+    # a prefix holding a shorter one finds nothing more
+    return tuple(sorted(p for p in found if not any(q != p and p.startswith(q) for q in found)))
+
+
+def _leading(items: list) -> set[str] | None:
+    i = 0
+    while i < len(items) and items[i][0] is _c.AT:  # zero-width: `\b`, `^`
+        i += 1
+    if i == len(items):
+        return None
+    op, av = items[i]
+    if op is _c.LITERAL:
+        run = []
+        while i < len(items) and items[i][0] is _c.LITERAL and chr(items[i][1]).isascii():
+            run.append(chr(items[i][1]).lower())
+            i += 1
+        return {"".join(run)} if run else None
+    if op is _c.SUBPATTERN:
+        return _leading(av[-1].data)
+    if op is _c.ATOMIC_GROUP:
+        return _leading(av.data)
+    if op is _c.BRANCH:
+        found: set[str] = set()
+        for alternative in av[1]:
+            lead = _leading(alternative.data)
+            if lead is None:
+                return None
+            found |= lead
+        return found
+    return None
+
+
+# Past this many tries at candidate starts, one plain search is cheaper (and bounded).
+MAX_ANCHORED_TRIES = 64
+
+
+def anchored_search(
+    pattern: re.Pattern[str], prefixes: tuple[str, ...] | None, probe: Probe
+) -> bool:
+    """`pattern.search(probe.text) is not None`, trying the pattern only where the folded
+    text holds one of its `leading_literals`: `re` tries a pattern that starts with `\\b`
+    at every position of the text, `str.find` jumps to the few candidates."""
+    text, folded = probe.text, probe.folded
+    if prefixes is None or len(folded) != len(text):
+        return pattern.search(text) is not None
+    match, find = pattern.match, folded.find
+    tries = 0
+    for prefix in prefixes:
+        at = find(prefix)
+        while at >= 0:
+            if match(text, at) is not None:
+                return True
+            tries += 1
+            if tries > MAX_ANCHORED_TRIES:
+                return pattern.search(text) is not None
+            at = find(prefix, at + 1)
+    return False

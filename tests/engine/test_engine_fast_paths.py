@@ -21,7 +21,7 @@ ALLOWED = ("acme.example", ".docs.example")
 CORES = url_cores(extra=("<", ">"))
 GAPS = st.sampled_from([" ", "  ", "\n", " <", "> ", " x ", ", ", " (", ") ", "\t"])
 
-# -- bare URLs: short texts that may hold a simple run take the one-pass scan -------------
+# -- bare URLs: short texts are scanned run by run --------------------------------------
 
 
 @settings(max_examples=700, deadline=None)
@@ -34,18 +34,6 @@ def test_short_texts_find_what_the_run_by_run_scan_finds(parts, prose):
     scanned: list = []
     autolinks._scan_bare_urls(text, 0, len(text), ALLOWED, None, {}, scanned)
     assert found == scanned
-
-
-_SIMPLE_RUN_ANYWHERE = re.compile(autolinks._SIMPLE_RUN_BODY)
-
-
-@settings(max_examples=1000, deadline=None)
-@given(text=st.lists(CORES | GAPS, max_size=10).map("".join))
-def test_the_one_pass_choice_misses_no_text_with_a_simple_run(text):
-    """The choice is not a skip (both scans find the same), yet it is also conservative:
-    a text with a simple run is never left to the run-by-run scan for want of a marker."""
-    if _SIMPLE_RUN_ANYWHERE.search(text) is not None:
-        assert autolinks._may_hold_simple_run(text)
 
 
 def test_a_short_text_with_bare_urls_is_judged_whole():
@@ -288,3 +276,32 @@ def test_a_paragraph_with_nothing_to_find_gets_what_the_rules_give(parts, base):
         assert (fast_caps.trace_kept, fast_caps.trace_omitted) == (
             full_caps.trace_kept, full_caps.trace_omitted)
         assert not full.annotations and not full.links and full.text == text
+
+
+# -- bare URLs: one verdict per run, memoised (bounded) -----------------------------------
+
+
+def _reference_verdict(core: str):
+    """The worst destination of the run, as the scan reported it before verdicts were
+    memoised whole."""
+    dests = autolinks._destinations(core, ALLOWED)
+    if dests is None:
+        return core, "", autolinks.LINK, False, False
+    if not dests:
+        return None
+    bad = [d for d in dests if not d[3]]
+    url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
+    if any(d[2] != autolinks.DOMAIN for d in dests) and kind == autolinks.DOMAIN:
+        kind = autolinks.LINK
+    return url, host, kind, not bad, unsafe
+
+
+@settings(max_examples=500, deadline=None)
+@given(core=st.lists(CORES, min_size=1, max_size=3).map("".join))
+def test_a_runs_memoised_verdict_is_its_worst_destination(core):
+    assert autolinks._run_verdict(core, ALLOWED) == _reference_verdict(core)
+    assert autolinks._verdict(core, ALLOWED) == _reference_verdict(core)
+
+
+def test_the_run_verdicts_are_a_bounded_cache():
+    assert autolinks._run_verdict.cache_info().maxsize == 8192

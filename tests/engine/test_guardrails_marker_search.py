@@ -16,6 +16,7 @@ def test_marker_search_equals_plain_search(text, pos, length):
     plain = _MARKER.search(text, pos, endpos)
     fast = marker_search(text, pos, endpos)
     assert (plain and (plain.start(), plain.end())) == (fast and (fast.start(), fast.end()))
+    assert (plain and plain.group(0)) == (fast and fast.group(0))
     assert (plain is None) == (marker_search(text[pos:endpos]) is None)
 
 

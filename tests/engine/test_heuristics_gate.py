@@ -172,3 +172,50 @@ def test_the_phrase_by_phrase_correction_search_agrees_with_the_whole_pattern(da
 def test_searching_for_a_token_agrees_with_the_token_set(text, word):
     searched = Probe(text).has_token(word.encode())
     assert searched == (word.encode() in Probe(text).tokens)
+
+
+# -- anchored searches: the pattern tried only where one of its leading literals is ------
+
+from analyzers.engine.heuristics_gate import (  # noqa: E402
+    anchored_search,
+    leading_literals,
+)
+
+ANCHORED = [p for p, _ in GATED_SEARCHES] + [r.pattern for r in RULES]
+
+
+def test_leading_literals_of_the_correction_phrases():
+    starts = [leading_literals(p) for p, _ in heuristics_bias.CORRECTIONS]
+    assert starts[2] == ("not ",)
+    assert starts[4] == ("that",)
+    assert leading_literals(re.compile(r"\b(?:a|\w+)")) is None  # a class starts a match
+    assert leading_literals(re.compile(r"(?:x)?y")) is None  # an optional group
+
+
+@pytest.mark.parametrize("pattern", ANCHORED, ids=lambda p: p.pattern[:30])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_an_anchored_search_finds_what_the_search_finds(pattern, data):
+    matched = smuggle_twins(data.draw(st.from_regex(pattern)), data)
+    text = data.draw(TEXTS) + matched + data.draw(TEXTS)
+    probe = Probe(text)
+    assert anchored_search(pattern, leading_literals(pattern), probe) == bool(
+        pattern.search(text)
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=TEXTS)
+def test_an_anchored_search_agrees_on_prose(text):
+    probe = Probe(text)
+    for pattern in ANCHORED:
+        assert anchored_search(pattern, leading_literals(pattern), probe) == bool(
+            pattern.search(text)
+        )
+
+
+def test_an_anchored_search_gives_up_on_many_candidates():
+    pattern = heuristics_bias.CORRECTIONS[2][0]  # "not ..."
+    text = "not " * 500 + "not quite"
+    assert anchored_search(pattern, leading_literals(pattern), Probe(text))
+    assert not anchored_search(pattern, leading_literals(pattern), Probe("not " * 500))

@@ -97,6 +97,11 @@ def marker_search(text: str, pos: int = 0, endpos: int | None = None) -> re.Matc
         if p is None:
             return None
         s = p.start()
+        if text[s] != ".":
+            # "//" or "@": a marker itself, and no marker starts before it (each holds
+            # a pre-scan match in its first four characters, and none of those is a "/"
+            # or an "@" past its start): the same match as `_MARKER` finds
+            return p
         m = _MARKER.search(text, s - 3 if s - 3 > pos else pos, s + 3 if s + 3 < n else n)
         if m is not None:
             return m
@@ -280,10 +285,6 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
 
 
 _UNSEEN = object()
-
-# Runs up to this long have their destinations kept across audits (a bounded LRU: the
-# same URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
-CACHED_RUN_MAX = 512
 _cached_destinations = lru_cache(maxsize=8192)(_destinations)
 
 
@@ -296,7 +297,7 @@ def find_bare_urls(
     `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
     removals meets the same runs again, and judges them once."""
     out: list[BareURL] = []
-    if skip or (len(text) < SIMPLE_RUNS_FROM and not _may_hold_simple_run(text)):
+    if skip or len(text) < SIMPLE_RUNS_FROM:
         _scan_bare_urls(text, 0, len(text), allowed, skip, memo, out)
         return out
     # Plain text (no code, no link): the runs that are one simple URL (most, in a text
@@ -365,16 +366,10 @@ def _simple_run_starts(text: str) -> list[int]:
     return starts
 
 
-# texts shorter than this are scanned run by run only (one pass is enough for them)
-# unless they may hold a simple run: then the one regex pass over them is cheaper from
-# the first URL on (both ways find the same, see tests/engine/test_guardrails_speed.py)
+# texts shorter than this are scanned run by run only (with the memoised verdicts of
+# runs, cheaper than the one regex pass over simple runs); both ways find the same (see
+# tests/engine/test_guardrails_speed.py)
 SIMPLE_RUNS_FROM = 4096
-
-
-def _may_hold_simple_run(text: str) -> bool:
-    """False when `_SIMPLE_RUN_BODY` cannot match in `text` (it needs "://" or "www.");
-    only chooses between two scans that find the same."""
-    return "://" in text or "www." in text
 
 
 def _scan_bare_urls(
@@ -404,31 +399,48 @@ def _scan_bare_urls(
         # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
         end_m = _RUN_END.search(text, m.end())
         end = end_m.start() if end_m else n
-        s, e = _trim(text, start, end)
-        pos = max(end, k + 1)
+        if text[start].isalnum() and text[end - 1] not in _TRAILING:
+            s, e = start, end  # (what `_trim` returns for it)
+        else:
+            s, e = _trim(text, start, end)
+        pos = end if end > k else k + 1
         if s >= e:
             continue
         core = text[s:e]
-        if _SIMPLE_URL.fullmatch(core) is not None:  # (cheaper than a cache look-up)
-            dests = _simple_destinations(core, allowed)
-        elif len(core) <= CACHED_RUN_MAX:
-            dests = _cached_destinations(core, allowed)
+        if e - s <= CACHED_RUN_MAX:
+            verdict = _run_verdict(core, allowed)
         elif memo is None:
-            dests = _destinations(core, allowed)
-        else:
-            dests = memo.get(core, _UNSEEN)
-            if dests is _UNSEEN:
-                dests = memo[core] = _destinations(core, allowed)
-        if dests is None:
-            out.append(BareURL(s, e, text[s:e], "", LINK, False))
-            continue
-        if not dests:
-            continue
-        bad = [d for d in dests if not d[3]]
-        url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
-        if any(d[2] != DOMAIN for d in dests) and kind == DOMAIN:
-            kind = LINK  # escaping dots would leave the other destinations linkable
-        out.append(BareURL(s, e, url, host, kind, not bad, unsafe))
+            verdict = _verdict(core, allowed)
+        else:  # a long run: judged once per paragraph
+            verdict = memo.get(core, _UNSEEN)
+            if verdict is _UNSEEN:
+                verdict = memo[core] = _verdict(core, allowed)
+        if verdict is not None:
+            out.append(BareURL(s, e, *verdict))
+
+
+def _verdict(core: str, allowed: tuple[str, ...]) -> tuple[str, str, str, bool, bool] | None:
+    """(url, host, kind, allowed, unsafe scheme) of the candidate `core` as a whole (the
+    worst of its destinations), or None when it holds none."""
+    dests = _destinations(core, allowed)
+    if dests is None:  # too many markers to judge: refused whole
+        return core, "", LINK, False, False
+    if not dests:
+        return None
+    if len(dests) == 1:  # (most runs: the worst is the only one)
+        url, host, kind, ok, unsafe, _ = dests[0]
+        return url, host, kind, ok, unsafe
+    bad = [d for d in dests if not d[3]]
+    url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
+    if kind == DOMAIN and any(d[2] != DOMAIN for d in dests):
+        kind = LINK  # escaping dots would leave the other destinations linkable
+    return url, host, kind, not bad, unsafe
+
+
+# Runs up to this long have their verdicts kept across audits (a bounded LRU: the same
+# URLs recur from answer to answer); longer ones only within one paragraph (`memo`).
+CACHED_RUN_MAX = 512
+_run_verdict = lru_cache(maxsize=8192)(_verdict)
 
 
 _ESCAPABLE = re.compile(r"[!-/:-@\[-`{-~]")

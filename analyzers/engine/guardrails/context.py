@@ -86,7 +86,7 @@ class Ctx:
         # a renderer reads NUL as U+FFFD (CommonMark): one character for one, so the
         # offsets still map onto the original
         self.doc = Doc(text.replace("\x00", "\ufffd") if "\x00" in text else text, base)
-        self.out = ParagraphResult(text, trace=[PARAGRAPH_IN])
+        self.out = ParagraphResult(text, [], [], [PARAGRAPH_IN], [], [])  # (no factories)
         self._code: tuple[str, SpanSet, list[tuple[int, int]]] | None = None
         self._links: tuple[str, list[MdLink]] | None = None
         self.closing_memo: dict = {}  # see markup._find_closing

@@ -107,7 +107,7 @@ def _audit_paragraph(
     open_fence: str | None,
 ) -> ParagraphResult:
     if nothing_to_find(text, settings):  # what the rules below would return for it
-        out = ParagraphResult(text, trace=[PARAGRAPH_IN, PARAGRAPH_OUT])
+        out = ParagraphResult(text, [], [], [PARAGRAPH_IN, PARAGRAPH_OUT], [], [])
         if caps is not None:
             caps.take_trace(out.trace, 0)
         return out
