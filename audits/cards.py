@@ -227,31 +227,32 @@ def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
 # --- cards --------------------------------------------------------------------------------
 
 
+# The columns a card or a table row shows (and the cursor reads): nothing else is loaded.
+CARD_FIELDS = (
+    "id", "status", "user_input", "response", "threshold", "overall_score", "top_score",
+    "top_analyzer", "has_card", "created_at",
+)
+
+
 def card_queryset() -> QuerySet[AuditRun]:
-    """Audits with what a card shows prefetched (2 extra queries per page, not per card)."""
-    return AuditRun.objects.defer(
-        "cleaned_response", "sources", "config_snapshot", "options", "collision_key"
-    ).prefetch_related(
-        Prefetch(
-            "results",
-            queryset=AnalyzerRunRecord.objects.filter(surfaced=True)
-            .only("id", "audit_id", "analyzer_id", "score", "should_surface", "position")
-            .order_by("-score", "position"),
-            to_attr="surfaced_list",
-        ),
-        Prefetch(
-            "annotations",
-            queryset=Annotation.objects.filter(result__surfaced=True)
-            .only("id", "audit_id", "type", "label", "severity", "position")
-            .order_by("position", "id"),
-            to_attr="surfaced_annotations",
-        ),
-        Prefetch(
-            "reviews",
-            queryset=Review.objects.filter(is_current=True, annotation__isnull=True),
-            to_attr="audit_verdicts",
-        ),
-    )
+    """Audits with the columns a card shows; `prepare_cards` reads the rest."""
+    return AuditRun.objects.only(*CARD_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class SurfacedResult:
+    """What a card reads of a surfaced result (`scoring.headline` takes it)."""
+
+    analyzer_id: str
+    score: float
+    should_surface: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SurfacedFinding:
+    type: str
+    label: str
+    severity: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,18 +278,46 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
     return badges[:limit], max(0, len(badges) - limit)
 
 
-def prepare_card(run: AuditRun) -> AuditRun:
-    run.badges, run.more_badges = card_badges(run)
-    run.headline = scoring.headline(
-        run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
-    )
-    run.current_verdict = run.audit_verdicts[0] if run.audit_verdicts else None
-    return run
+def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
+    """`runs` with what their cards show: surfaced results, badges, headline and verdict.
+
+    Three queries for any number of runs (rows as tuples, not model instances: the
+    prefetches they replace cost more than the rest of the page's queries)."""
+    ids = [run.pk for run in runs]
+    results: dict[Any, list[SurfacedResult]] = {pk: [] for pk in ids}
+    findings: dict[Any, list[SurfacedFinding]] = {pk: [] for pk in ids}
+    verdicts: dict[Any, Review] = {}
+    if ids:
+        for audit_id, *values in (
+            AnalyzerRunRecord.objects.filter(audit_id__in=ids, surfaced=True)
+            .order_by("-score", "position")
+            .values_list("audit_id", "analyzer_id", "score", "should_surface")
+        ):
+            results[audit_id].append(SurfacedResult(*values))
+        for audit_id, *values in (
+            Annotation.objects.filter(audit_id__in=ids, result__surfaced=True)
+            .order_by("position", "id")
+            .values_list("audit_id", "type", "label", "severity")
+        ):
+            findings[audit_id].append(SurfacedFinding(*values))
+        for review in Review.objects.filter(
+            audit_id__in=ids, is_current=True, annotation__isnull=True
+        ).only("id", "audit_id", "verdict", "comment", "reviewer_name", "created_at"):
+            verdicts[review.audit_id] = review
+    for run in runs:
+        run.surfaced_list = results[run.pk]
+        run.surfaced_annotations = findings[run.pk]
+        run.badges, run.more_badges = card_badges(run)
+        run.headline = scoring.headline(
+            run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
+        )
+        run.current_verdict = verdicts.get(run.pk)
+    return runs
 
 
 def get_card(audit_id: Any) -> AuditRun:
     """One audit ready for the `audits/list.html#audit-card` partial (live feed, htmx)."""
-    return prepare_card(card_queryset().get(pk=audit_id))
+    return prepare_cards([card_queryset().get(pk=audit_id)])[0]
 
 
 @dataclass(slots=True)
@@ -308,9 +337,7 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
         qs = selectors.after_cursor(qs, None, sort)
     rows = list(qs[: size + 1])
     more = len(rows) > size
-    rows = rows[:size]
-    for run in rows:
-        prepare_card(run)
+    rows = prepare_cards(rows[:size])
     return Page(rows, selectors.encode_cursor(rows[-1], sort) if more and rows else None)
 
 

@@ -73,7 +73,7 @@ def matching_cards(filters: cards.ListFilters, ids: list[Any], limit: int) -> li
     """The cards of `ids` that match `filters`, newest on top, at most `limit`."""
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
     rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")[:limit]
-    return [cards.prepare_card(run) for run in rows]
+    return cards.prepare_cards(list(rows))
 
 
 def news_rows(filters: cards.ListFilters, ids: list[Any]) -> str:
@@ -93,8 +93,7 @@ def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset()).filter(
         Q(created_at__gt=since) | Q(started_at__gt=since) | Q(finished_at__gt=since)
     )
-    rows = list(qs.order_by("-created_at", "-id")[:LIVE_ROWS])
-    return [cards.prepare_card(run) for run in rows]
+    return cards.prepare_cards(list(qs.order_by("-created_at", "-id")[:LIVE_ROWS]))
 
 
 def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
