@@ -256,6 +256,19 @@ class SurfacedFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class CardVerdict:
+    """A card's current verdict on the whole audit (what its verdict form shows)."""
+
+    verdict: str
+    comment: str
+    reviewer_name: str
+    created_at: datetime
+
+    def get_verdict_display(self) -> str:
+        return dict(Review.Verdict.choices).get(self.verdict, self.verdict)
+
+
+@dataclass(frozen=True, slots=True)
 class Badge:
     type: str
     label: str
@@ -281,32 +294,47 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
 def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
     """`runs` with what their cards show: surfaced results, badges, headline and verdict.
 
-    Three queries for any number of runs (rows as tuples, not model instances: the
-    prefetches they replace cost more than the rest of the page's queries)."""
+    Two queries for any number of runs, rows as tuples (the three prefetches of model
+    instances they replace cost more than the rest of the page): the surfaced results
+    with their findings (a left join), and the runs' current verdicts."""
     ids = [run.pk for run in runs]
     results: dict[Any, list[SurfacedResult]] = {pk: [] for pk in ids}
-    findings: dict[Any, list[SurfacedFinding]] = {pk: [] for pk in ids}
-    verdicts: dict[Any, Review] = {}
+    findings: dict[Any, list[tuple]] = {pk: [] for pk in ids}
+    verdicts: dict[Any, CardVerdict] = {}
     if ids:
-        for audit_id, *values in (
+        last_result = None
+        for audit_id, result_id, analyzer_id, score, forced, *finding in (
             AnalyzerRunRecord.objects.filter(audit_id__in=ids, surfaced=True)
-            .order_by("-score", "position")
-            .values_list("audit_id", "analyzer_id", "score", "should_surface")
+            .order_by("-score", "position", "annotations__position", "annotations__id")
+            .values_list(
+                "audit_id", "id", "analyzer_id", "score", "should_surface",
+                "annotations__position", "annotations__id", "annotations__type",
+                "annotations__label", "annotations__severity",
+            )
         ):
-            results[audit_id].append(SurfacedResult(*values))
-        for audit_id, *values in (
-            Annotation.objects.filter(audit_id__in=ids, result__surfaced=True)
-            .order_by("position", "id")
-            .values_list("audit_id", "type", "label", "severity")
+            if result_id != last_result:
+                results[audit_id].append(SurfacedResult(analyzer_id, score, forced))
+                last_result = result_id
+            if finding[1] is not None:
+                findings[audit_id].append(finding)
+        # Every current review of the runs, the findings' ones dropped here: on
+        # `annotation_id IS NULL` SQLite would walk the index of all audit-wide reviews.
+        for audit_id, annotation_id, *verdict in (
+            Review.objects.filter(audit_id__in=ids, is_current=True)
+            .order_by()
+            .values_list(
+                "audit_id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at"
+            )
         ):
-            findings[audit_id].append(SurfacedFinding(*values))
-        for review in Review.objects.filter(
-            audit_id__in=ids, is_current=True, annotation__isnull=True
-        ).only("id", "audit_id", "verdict", "comment", "reviewer_name", "created_at"):
-            verdicts[review.audit_id] = review
+            if annotation_id is None:
+                verdicts[audit_id] = CardVerdict(*verdict)
     for run in runs:
         run.surfaced_list = results[run.pk]
-        run.surfaced_annotations = findings[run.pk]
+        # The findings in their order on the detail page (position, then id).
+        run.surfaced_annotations = [
+            SurfacedFinding(kind, label, severity)
+            for _, _, kind, label, severity in sorted(findings[run.pk], key=lambda f: f[:2])
+        ]
         run.badges, run.more_badges = card_badges(run)
         run.headline = scoring.headline(
             run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
