@@ -43,10 +43,10 @@ _URL_SENTINEL = UUID(int=0)
 def text(value: Any) -> str:
     """`value` as `{{ value }}` renders it with autoescape: markup kept, text escaped,
     numbers as the template engine localizes them."""
+    if type(value) is str:
+        return html.escape(value)
     if hasattr(value, "__html__"):
         return value.__html__()
-    if isinstance(value, str):
-        return html.escape(value)
     if isinstance(value, float | int) and not isinstance(value, bool):
         return html.escape(str(formats.localize(value)))
     return html.escape(str(value))
@@ -166,8 +166,9 @@ def card(run: Any, rows: Rows) -> str:
     shown_score = "forced" if h.forced else text(score_text(h.score))
     meter = ""
     if h.score is not None:
+        threshold = text(run.threshold)
         meter = (
-            f'    <meter min="0" max="1" low="{text(run.threshold)}" high="{text(run.threshold)}"'
+            f'    <meter min="0" max="1" low="{threshold}" high="{threshold}"'
             f' optimum="0" value="{text(h.score)}" aria-label="Highest score">'
             f"{text(score_text(h.score))}</meter>\n"
         )

@@ -211,19 +211,19 @@ def test_the_list_page_issues_the_same_queries_for_a_few_rows_or_a_full_page(
     staff_user, view, django_assert_max_num_queries
 ):
     """Session, user, view choice, the configuration's version (the filter choices), the
-    page, and the three queries of `prepare_cards`."""
+    page, and the two queries of `prepare_cards`."""
     DashboardPreference.objects.update_or_create(user=staff_user, defaults={"audit_view": view})
     client = Client()
     client.force_login(staff_user)
     make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])])
     client.get(reverse("audits:list"))  # the configuration loaded once (cached)
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(7):
         assert client.get(reverse("audits:list")).status_code == 200
     for _ in range(60):
         run = make_audit(results=[result("bias", 0.9, [annotation("sycophancy")]),
                                   result("tone", 0.5, [annotation("condescending")])])
         Review.objects.create(audit=run, verdict="confirmed", created_at=run.created_at)
-    with django_assert_max_num_queries(8):
+    with django_assert_max_num_queries(7):
         html = client.get(reverse("audits:list")).content.decode()
     assert html.count('class="card audit-card"' if view == "cards" else 'class="audit-row"') == (
         cards.PAGE_SIZE if view == "cards" else cards.TABLE_PAGE_SIZE
@@ -234,10 +234,10 @@ def test_live_cards_take_a_fixed_number_of_queries(django_assert_max_num_queries
     ids = [make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])]).pk
            for _ in range(12)]
     filters = cards.ListFilters()
-    with django_assert_max_num_queries(4):  # the rows, then `prepare_cards`' three
+    with django_assert_max_num_queries(3):  # the rows, then `prepare_cards`' two
         html = fragments.news_rows(filters, ids)
     assert html.count('class="card audit-card"') == 12
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(3):
         changed = fragments.changed_since(filters, datetime.now(UTC) - timedelta(minutes=5))
     assert len(changed) == 12
 
