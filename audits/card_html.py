@@ -92,6 +92,11 @@ class Rows:
         can_review = None if not perms else bool(perms["audits"]["add_review"])
         return cls(csrf_input, can_review, _around("audits:detail"), _around("audits:review"))
 
+    @classmethod
+    def shared(cls) -> Rows:
+        """For fragments every viewer gets (the Live feed): as a template without a request."""
+        return cls.from_context({})
+
     def detail(self, pk: Any) -> str:
         return f"{self.detail_url[0]}{pk}{self.detail_url[1]}"
 

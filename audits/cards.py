@@ -294,33 +294,37 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
 def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
     """`runs` with what their cards show: surfaced results, badges, headline and verdict.
 
-    Two queries for any number of runs, rows as tuples (the three prefetches of model
-    instances they replace cost more than the rest of the page): the surfaced results
-    with their findings (a left join), and the runs' current verdicts."""
+    At most two queries for any number of runs, rows as tuples (the three prefetches of
+    model instances they replace cost more than the rest of the page): the surfaced
+    results with their findings (a left join: a result's row once per finding), and the
+    current verdicts of the runs that show a verdict form."""
     ids = [run.pk for run in runs]
     results: dict[Any, list[SurfacedResult]] = {pk: [] for pk in ids}
     findings: dict[Any, list[tuple]] = {pk: [] for pk in ids}
     verdicts: dict[Any, CardVerdict] = {}
     if ids:
-        last_result = None
+        seen: set[int] = set()
         for audit_id, result_id, analyzer_id, score, forced, *finding in (
             AnalyzerRunRecord.objects.filter(audit_id__in=ids, surfaced=True)
-            .order_by("-score", "position", "annotations__position", "annotations__id")
+            .order_by("-score", "position", "id")
             .values_list(
                 "audit_id", "id", "analyzer_id", "score", "should_surface",
                 "annotations__position", "annotations__id", "annotations__type",
                 "annotations__label", "annotations__severity",
             )
         ):
-            if result_id != last_result:
+            if result_id not in seen:
+                seen.add(result_id)
                 results[audit_id].append(SurfacedResult(analyzer_id, score, forced))
-                last_result = result_id
             if finding[1] is not None:
                 findings[audit_id].append(finding)
-        # Every current review of the runs, the findings' ones dropped here: on
-        # `annotation_id IS NULL` SQLite would walk the index of all audit-wide reviews.
+    # The verdict forms: on complete audits with a card. Every current review of those,
+    # the findings' ones dropped here (on `annotation_id IS NULL` SQLite would walk the
+    # index of every audit-wide review).
+    judged = [run.pk for run in runs if run.has_card and run.status == AuditRun.Status.COMPLETE]
+    if judged:
         for audit_id, annotation_id, *verdict in (
-            Review.objects.filter(audit_id__in=ids, is_current=True)
+            Review.objects.filter(audit_id__in=judged, is_current=True)
             .order_by()
             .values_list(
                 "audit_id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at"

@@ -242,6 +242,20 @@ def test_live_cards_take_a_fixed_number_of_queries(django_assert_max_num_queries
     assert len(changed) == 12
 
 
+def test_results_alike_on_two_audits_stay_on_their_own_cards():
+    """Equal scores and positions: each card lists its own surfaced result once, and its
+    findings grouped (a result's row comes once per finding)."""
+    def findings():
+        return [annotation("sycophancy", "warning"), annotation("anchoring_bias", "critical"),
+                annotation("sycophancy", "warning")]
+
+    first = make_audit(results=[result("bias", 0.5, findings())])
+    second = make_audit(results=[result("bias", 0.5, findings())])
+    for run in cards.prepare_cards([first, second]):
+        assert [r.analyzer_id for r in run.surfaced_list] == ["bias"]
+        assert [(b.type, b.count) for b in run.badges] == [("anchoring_bias", 1), ("sycophancy", 2)]
+
+
 def test_cards_follow_a_new_verdict_and_a_deletion(staff_user):
     """Nothing is kept between renders: a verdict, a deletion show on the next page."""
     client = Client()

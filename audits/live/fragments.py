@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import cards, selectors
+from .. import card_html, cards, selectors
 from ..detail import detail_context, stream_context
 from ..models import AuditRun, TraceLine
 
@@ -101,7 +101,9 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
     `reset`, they replace the whole list (static/js/live.js)."""
     if not cards:
         return ""
-    inner = "".join(render_to_string("audits/list.html#audit-card", {"audit": c}) for c in cards)
+    # The `audits/list.html#audit-card` markup, built once for all (no CSRF field, no user:
+    # the fragment is shared by every viewer; the verdict view checks permissions).
+    inner = card_html.cards(cards, card_html.Rows.shared())
     marker = RESET_MARKER if reset else ""
     return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{inner}</div>'
 
