@@ -105,7 +105,7 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
     # the fragment is shared by every viewer; the verdict view checks permissions).
     inner = card_html.cards(cards, card_html.Rows.shared())
     marker = RESET_MARKER if reset else ""
-    return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{inner}</div>'
+    return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>\n{inner}</div>'
 
 
 def is_burst(rows: str) -> bool:
