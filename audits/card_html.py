@@ -16,9 +16,10 @@ text is never marked safe.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from uuid import UUID
 
@@ -76,8 +77,11 @@ class Rows:
 
     csrf_input: str  # the hidden CSRF field, or "" (no token: a shared Live fragment)
     can_review: bool | None  # None: no user (Live fragments show the buttons; the view checks)
-    detail_url: tuple[str, str]  # the detail URL around the audit id
+    detail_url: tuple[str, str]  # the detail URL around the audit id, escaped
     review_url: tuple[str, str]
+    decimal_separator: str  # of the active language, as `{{ number }}` renders it
+    timezone: tzinfo  # the current one, as the `date` filter renders a time
+    months: tuple[str, ...]  # the `date` filter's "M" of each month (index 1-12), escaped
 
     @classmethod
     def from_context(cls, context: Any) -> Rows:
@@ -90,17 +94,37 @@ class Rows:
             )
         perms = context.get("perms")
         can_review = None if not perms else bool(perms["audits"]["add_review"])
-        return cls(csrf_input, can_review, _around("audits:detail"), _around("audits:review"))
+        return cls(
+            csrf_input,
+            can_review,
+            _around("audits:detail"),
+            _around("audits:review"),
+            formats.get_format("DECIMAL_SEPARATOR"),
+            timezone.get_current_timezone(),
+            ("",) + tuple(text(str(MONTHS_3[month]).title()) for month in range(1, 13)),
+        )
 
     @classmethod
     def shared(cls) -> Rows:
         """For fragments every viewer gets (the Live feed): as a template without a request."""
         return cls.from_context({})
 
-    def detail(self, pk: Any) -> str:
+    def number(self, value: Any) -> str:
+        """`text(value)` without `localize`'s cost for the card's numbers: below 1000 no
+        digit grouping applies, and a float is `str()` with the decimal separator."""
+        if type(value) is float and math.isfinite(value) and -1000 < value < 1000:
+            digits = str(value)
+            if "e" not in digits:
+                return digits.replace(".", self.decimal_separator)
+        elif type(value) is int and -1000 < value < 1000:
+            return str(value)
+        return text(value)
+
+    def detail(self, pk: str) -> str:
+        """The escaped detail URL of the audit `pk` (its id, escaped)."""
         return f"{self.detail_url[0]}{pk}{self.detail_url[1]}"
 
-    def review(self, pk: Any) -> str:
+    def review(self, pk: str) -> str:
         return f"{self.review_url[0]}{pk}{self.review_url[1]}"
 
 
@@ -111,7 +135,7 @@ def _around(name: str) -> tuple[str, str]:
     before, sentinel, after = url.partition(str(_URL_SENTINEL))
     if not sentinel:
         raise ValueError(f"{name} does not take the audit id in its path")
-    return before, after
+    return text(before), text(after)
 
 
 def when(value: datetime | None, empty: str = "—") -> str:
@@ -123,9 +147,10 @@ def when(value: datetime | None, empty: str = "—") -> str:
     if timezone.is_naive(value):
         value = timezone.make_aware(value, UTC)
     absolute = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    # Digits, dashes, colons and words of our own: nothing to escape.
     return (
-        f'<time datetime="{text(value.isoformat())}" title="{text(absolute)}" data-relative>'
-        f"{text(relative(value))}</time>"
+        f'<time datetime="{value.isoformat()}" title="{absolute}" data-relative>'
+        f"{relative(value)}</time>"
     )
 
 
@@ -147,18 +172,20 @@ def relative(value: datetime, now: datetime | None = None) -> str:
 
 def _badge(badge: Any, tag: str) -> str:
     count = f" ×{text(badge.count)}" if badge.count > 1 else ""
+    severity = text(badge.severity)
+    label = SEVERITY_LABELS.get(badge.severity) or text(severity_label(badge.severity))
     return (
-        f'<{tag} class="badge sev-{text(badge.severity)}" title="{text(badge.label)}">'
-        f'<i class="sev-icon" aria-hidden="true">{text(severity_icon(badge.severity))}</i>'
-        f'<span class="visually-hidden">{text(severity_label(badge.severity))}:</span>'
+        f'<{tag} class="badge sev-{severity}" title="{text(badge.label)}">'
+        f'<i class="sev-icon" aria-hidden="true">{severity_icon(badge.severity)}</i>'
+        f'<span class="visually-hidden">{label}:</span>'
         f"{text(badge.type)}{count}</{tag}>"
     )
 
 
-def _status(status: str) -> str:
+def _status(escaped: str, status: str) -> str:
     return (
-        f'<span class="status status-{text(status)}"><span aria-hidden="true">'
-        f"{text(status_icon(status))}</span> {text(status)}</span>"
+        f'<span class="status status-{escaped}"><span aria-hidden="true">'
+        f"{status_icon(status)}</span> {escaped}</span>"
     )
 
 
@@ -166,16 +193,17 @@ def card(run: Any, rows: Rows) -> str:
     """The `<li>` card of a prepared audit (`cards.prepare_cards`)."""
     h = run.headline
     pk = text(run.pk)
-    mean = text(score_text(run.overall_score))
+    status = text(run.status)
+    mean = score_text(run.overall_score)
     analyzer = f" ({text(h.analyzer)})" if h.analyzer else ""
-    shown_score = "forced" if h.forced else text(score_text(h.score))
+    shown_score = "forced" if h.forced else score_text(h.score)
     meter = ""
     if h.score is not None:
-        threshold = text(run.threshold)
+        threshold = rows.number(run.threshold)
         meter = (
             f'    <meter min="0" max="1" low="{threshold}" high="{threshold}"'
-            f' optimum="0" value="{text(h.score)}" aria-label="Highest score">'
-            f"{text(score_text(h.score))}</meter>\n"
+            f' optimum="0" value="{rows.number(h.score)}" aria-label="Highest score">'
+            f"{score_text(h.score)}</meter>\n"
         )
     if run.response:
         response = text(excerpt(run.response, 220))
@@ -199,7 +227,7 @@ def card(run: Any, rows: Rows) -> str:
     if run.has_card and run.status == "complete":
         verdict = verdict_form(run.pk, run.current_verdict, rows) + "\n"
     return (
-        f'<li id="audit-card-{pk}" class="card audit-card" data-status="{text(run.status)}">\n'
+        f'<li id="audit-card-{pk}" class="card audit-card" data-status="{status}">\n'
         f'  <div class="score {text(h.tone)}" title="Highest analyzer score{analyzer};'
         f' mean of all analyzers {mean}">\n'
         f'    <span class="score-value">{shown_score}</span>\n'
@@ -208,7 +236,7 @@ def card(run: Any, rows: Rows) -> str:
         f'    <span class="small muted score-mean">mean {mean}</span>\n'
         "  </div>\n"
         '  <div class="card-body" hx-disable>\n'
-        f'    <a class="card-link card-title" href="{text(rows.detail(run.pk))}">'
+        f'    <a class="card-link card-title" href="{rows.detail(pk)}">'
         f'{text(excerpt(run.user_input or "", 140) or "(no user input)")}</a>\n'
         f'    <p class="excerpt">{response}</p>\n'
         '    <ul class="badges" aria-label="Surfaced findings">\n'
@@ -216,7 +244,7 @@ def card(run: Any, rows: Rows) -> str:
         "    </ul>\n"
         "  </div>\n"
         '  <div class="card-meta">\n'
-        f"    {_status(run.status)}\n"
+        f"    {_status(status, run.status)}\n"
         f"{surfaced}"
         f"    <div>{when(run.created_at)}</div>\n"
         f"{verdict}"
@@ -240,7 +268,7 @@ def verdict_form(audit_id: Any, current: Any, rows: Rows) -> str:
     """A card's verdict form on the whole audit: `audits/list.html#verdict` with target
     None (which the detail page and the verdict view render)."""
     pk = text(audit_id)
-    url = text(rows.review(audit_id))
+    url = rows.review(pk)
     has = f" has-verdict verdict-{text(current.verdict)}" if current else ""
     if current:
         state = (
@@ -299,15 +327,14 @@ def verdict_form(audit_id: Any, current: Any, rows: Rows) -> str:
 # --- table rows ---------------------------------------------------------------------------
 
 
-def _row_dates(value: datetime) -> tuple[str, str, str]:
-    """The table's three renderings of a time, as the `date` filter gives them ('c',
-    'Y-m-d H:i:s e', 'M j, H:i'; `dateformat` itself costs a tenth of a millisecond)."""
-    local = timezone.localtime(value) if timezone.is_aware(value) else value
-    month = str(MONTHS_3[local.month]).title()
+def _row_dates(value: datetime, rows: Rows) -> tuple[str, str, str]:
+    """The table's three renderings of a time, escaped, as the `date` filter gives them
+    ('c', 'Y-m-d H:i:s e', 'M j, H:i'; `dateformat` costs a tenth of a millisecond)."""
+    local = value.astimezone(rows.timezone) if value.utcoffset() is not None else value
     return (
         local.isoformat(),
-        f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}",
-        f"{month} {local.day}, {local:%H:%M}",
+        text(f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}"),
+        f"{rows.months[local.month]} {local.day}, {local:%H:%M}",
     )
 
 
@@ -315,9 +342,9 @@ def table_row(run: Any, rows: Rows) -> str:
     """One `<tr>` of the table view (a prepared audit, as for its card)."""
     h = run.headline
     pk = text(run.pk)
-    url = text(rows.detail(run.pk))
-    iso, absolute, short = (text(part) for part in _row_dates(run.created_at))
-    shown_score = "forced" if h.forced else text(score_text(h.score))
+    url = rows.detail(pk)
+    iso, absolute, short = _row_dates(run.created_at, rows)
+    shown_score = "forced" if h.forced else score_text(h.score)
     user_input = run.user_input or ""
     chips = "".join(_badge(b, "span") for b in run.badges[:CHIPS])
     more = max(0, len(run.badges) - CHIPS) + run.more_badges
@@ -329,7 +356,7 @@ def table_row(run: Any, rows: Rows) -> str:
     verdict = ""
     if run.has_card and run.status == "complete":
         current = run.current_verdict
-        review = text(rows.review(run.pk))
+        review = rows.review(pk)
         now = (
             f"<strong>{text(capfirst(current.get_verdict_display()))}</strong>"
             if current else '<span class="muted">—</span>'
@@ -351,12 +378,12 @@ def table_row(run: Any, rows: Rows) -> str:
         f' title="{text(excerpt(user_input, 300))}">'
         f'{text(excerpt(user_input, 90) or "(no user input)")}</a></td>\n'
         f'    <td class="col-score {text(h.tone)}" title="mean of all analyzers'
-        f' {text(score_text(run.overall_score))}"><span class="score-value">{shown_score}</span>'
+        f' {score_text(run.overall_score)}"><span class="score-value">{shown_score}</span>'
         f' <span class="muted small">{text(h.analyzer)}</span></td>\n'
         '    <td class="col-types">\n'
         f"      {chips}\n"
         "    </td>\n"
-        f'    <td class="col-status">{_status(run.status)}</td>\n'
+        f'    <td class="col-status">{_status(text(run.status), run.status)}</td>\n'
         '    <td class="col-verdict">\n'
         f"{verdict}"
         "    </td>\n"

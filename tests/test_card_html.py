@@ -13,6 +13,7 @@ from django.template import engines
 from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from audits import card_html, cards
 from audits.live import fragments
@@ -197,13 +198,25 @@ def test_values_render_as_the_template_engine_renders_them(value):
     assert card_html.text(value) == expected
 
 
+@pytest.mark.parametrize(
+    "value", [0.3, 0.713, 1e-05, 2.0, 0.0, -0.5, 999.5, 1234.5, 0, 7, 999, 1000, 1234567, None]
+)
+def test_numbers_render_as_the_template_engine_renders_them(value):
+    expected = engines["django"].from_string("{{ v }}").render({"v": value})
+    assert card_html.Rows.shared().number(value) == expected
+
+
 @pytest.mark.parametrize("day", [1, 9, 28])
 def test_row_times_are_the_date_filters_renderings(day):
     value = datetime(2026, 12, day, 7, 5, 3, 123456, tzinfo=UTC)
     template = engines["django"].from_string(
         "{{ d|date:'c' }}|{{ d|date:'Y-m-d H:i:s e' }}|{{ d|date:'M j, H:i' }}"
     )
-    assert "|".join(card_html._row_dates(value)) == template.render({"d": value})
+    rows = card_html.Rows.shared()
+    assert "|".join(card_html._row_dates(value, rows)) == template.render({"d": value})
+    with timezone.override("Europe/Paris"):  # the current time zone, as the filter uses it
+        rows = card_html.Rows.shared()
+        assert "|".join(card_html._row_dates(value, rows)) == template.render({"d": value})
 
 
 @pytest.mark.parametrize("view", ["cards", "table"])
