@@ -8,13 +8,14 @@ them (`{% audit_cards %}`, `{% audit_card %}`, `{% audit_table_rows %}` in `audi
 the verdict form a card carries is the one `audits/list.html#verdict` renders (a test
 renders both and compares them).
 
-Every value goes through `text` (Django's `escape`: `html.escape` of `str(value)`); only
-markup built here and the `when` tag's `format_html` output are kept as they are. Model
-text is never marked safe.
+Every stored value goes through `text` (Django's `escape`: `html.escape` of `str(value)`,
+as `{{ value }}` renders it with autoescape); only what is written here (markup, icons,
+scores, times) goes out as it is. Model text is never marked safe.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from django.urls import reverse
-from django.utils import formats, timezone
+from django.utils import formats, timezone, translation
 from django.utils.dates import MONTHS_3
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
@@ -101,7 +102,7 @@ class Rows:
             _around("audits:review"),
             formats.get_format("DECIMAL_SEPARATOR"),
             timezone.get_current_timezone(),
-            ("",) + tuple(text(str(MONTHS_3[month]).title()) for month in range(1, 13)),
+            _month_names(translation.get_language()),
         )
 
     @classmethod
@@ -126,6 +127,12 @@ class Rows:
 
     def review(self, pk: str) -> str:
         return f"{self.review_url[0]}{pk}{self.review_url[1]}"
+
+
+@functools.lru_cache(maxsize=32)
+def _month_names(language: str | None) -> tuple[str, ...]:
+    """The `date` filter's "M" of each month (index 1-12) in `language`, escaped."""
+    return ("",) + tuple(text(str(MONTHS_3[month]).title()) for month in range(1, 13))
 
 
 def _around(name: str) -> tuple[str, str]:
