@@ -227,31 +227,45 @@ def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
 # --- cards --------------------------------------------------------------------------------
 
 
+# The columns a card or a table row shows (and the cursor reads): nothing else is loaded.
+CARD_FIELDS = (
+    "id", "status", "user_input", "response", "threshold", "overall_score", "top_score",
+    "top_analyzer", "has_card", "created_at",
+)
+
+
 def card_queryset() -> QuerySet[AuditRun]:
-    """Audits with what a card shows prefetched (2 extra queries per page, not per card)."""
-    return AuditRun.objects.defer(
-        "cleaned_response", "sources", "config_snapshot", "options", "collision_key"
-    ).prefetch_related(
-        Prefetch(
-            "results",
-            queryset=AnalyzerRunRecord.objects.filter(surfaced=True)
-            .only("id", "audit_id", "analyzer_id", "score", "should_surface", "position")
-            .order_by("-score", "position"),
-            to_attr="surfaced_list",
-        ),
-        Prefetch(
-            "annotations",
-            queryset=Annotation.objects.filter(result__surfaced=True)
-            .only("id", "audit_id", "type", "label", "severity", "position")
-            .order_by("position", "id"),
-            to_attr="surfaced_annotations",
-        ),
-        Prefetch(
-            "reviews",
-            queryset=Review.objects.filter(is_current=True, annotation__isnull=True),
-            to_attr="audit_verdicts",
-        ),
-    )
+    """Audits with the columns a card shows; `prepare_cards` reads the rest."""
+    return AuditRun.objects.only(*CARD_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class SurfacedResult:
+    """What a card reads of a surfaced result (`scoring.headline` takes it)."""
+
+    analyzer_id: str
+    score: float
+    should_surface: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SurfacedFinding:
+    type: str
+    label: str
+    severity: str
+
+
+@dataclass(frozen=True, slots=True)
+class CardVerdict:
+    """A card's current verdict on the whole audit (what its verdict form shows)."""
+
+    verdict: str
+    comment: str
+    reviewer_name: str
+    created_at: datetime
+
+    def get_verdict_display(self) -> str:
+        return dict(Review.Verdict.choices).get(self.verdict, self.verdict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,18 +291,65 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
     return badges[:limit], max(0, len(badges) - limit)
 
 
-def prepare_card(run: AuditRun) -> AuditRun:
-    run.badges, run.more_badges = card_badges(run)
-    run.headline = scoring.headline(
-        run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
-    )
-    run.current_verdict = run.audit_verdicts[0] if run.audit_verdicts else None
-    return run
+def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
+    """`runs` with what their cards show: surfaced results, badges, headline and verdict.
+
+    At most two queries for any number of runs, rows as tuples (the three prefetches of
+    model instances they replace cost more than the rest of the page): the surfaced
+    results with their findings (a left join: a result's row once per finding), and the
+    current verdicts of the runs that show a verdict form."""
+    ids = [run.pk for run in runs]
+    results: dict[Any, list[SurfacedResult]] = {pk: [] for pk in ids}
+    findings: dict[Any, list[tuple]] = {pk: [] for pk in ids}
+    verdicts: dict[Any, CardVerdict] = {}
+    if ids:
+        seen: set[int] = set()
+        for audit_id, result_id, analyzer_id, score, forced, *finding in (
+            AnalyzerRunRecord.objects.filter(audit_id__in=ids, surfaced=True)
+            .order_by("-score", "position", "id")
+            .values_list(
+                "audit_id", "id", "analyzer_id", "score", "should_surface",
+                "annotations__position", "annotations__id", "annotations__type",
+                "annotations__label", "annotations__severity",
+            )
+        ):
+            if result_id not in seen:
+                seen.add(result_id)
+                results[audit_id].append(SurfacedResult(analyzer_id, score, forced))
+            if finding[1] is not None:
+                findings[audit_id].append(finding)
+    # The verdict forms: on complete audits with a card. Every current review of those,
+    # the findings' ones dropped here (on `annotation_id IS NULL` SQLite would walk the
+    # index of every audit-wide review).
+    judged = [run.pk for run in runs if run.has_card and run.status == AuditRun.Status.COMPLETE]
+    if judged:
+        for audit_id, annotation_id, *verdict in (
+            Review.objects.filter(audit_id__in=judged, is_current=True)
+            .order_by()
+            .values_list(
+                "audit_id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at"
+            )
+        ):
+            if annotation_id is None:
+                verdicts[audit_id] = CardVerdict(*verdict)
+    for run in runs:
+        run.surfaced_list = results[run.pk]
+        # The findings in their order on the detail page (position, then id).
+        run.surfaced_annotations = [
+            SurfacedFinding(kind, label, severity)
+            for _, _, kind, label, severity in sorted(findings[run.pk], key=lambda f: f[:2])
+        ]
+        run.badges, run.more_badges = card_badges(run)
+        run.headline = scoring.headline(
+            run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
+        )
+        run.current_verdict = verdicts.get(run.pk)
+    return runs
 
 
 def get_card(audit_id: Any) -> AuditRun:
     """One audit ready for the `audits/list.html#audit-card` partial (live feed, htmx)."""
-    return prepare_card(card_queryset().get(pk=audit_id))
+    return prepare_cards([card_queryset().get(pk=audit_id)])[0]
 
 
 @dataclass(slots=True)
@@ -308,9 +369,7 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
         qs = selectors.after_cursor(qs, None, sort)
     rows = list(qs[: size + 1])
     more = len(rows) > size
-    rows = rows[:size]
-    for run in rows:
-        prepare_card(run)
+    rows = prepare_cards(rows[:size])
     return Page(rows, selectors.encode_cursor(rows[-1], sort) if more and rows else None)
 
 

@@ -1,4 +1,5 @@
-"""The table view of the audit list: sortable column headers that keep the filters."""
+"""The table view of the audit list: sortable column headers that keep the filters (the
+rows themselves: `audits.card_html.table_row`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,6 @@ from urllib.parse import urlencode
 from django.urls import reverse
 
 from ..cards import ListFilters
-from ..models import AuditRun
-
-CHIPS = 3  # surfaced finding types a row shows (the most severe first)
 
 # Each sortable column: its descending and ascending sort (the first click: descending).
 SORTABLE = {"time": ("-created_at", "created_at"), "score": ("-top_score", "top_score")}
@@ -44,9 +42,3 @@ def sort_headers(filters: ListFilters) -> dict[str, SortHeader]:
         headers[column] = SortHeader(list_url(filters.params_with(sort=value)), state, arrow)
     return headers
 
-
-def prepare_rows(rows: list[AuditRun]) -> None:
-    """The chips of each row: the first `CHIPS` badges of its card, and how many more."""
-    for run in rows:
-        run.table_badges = run.badges[:CHIPS]
-        run.table_more = max(0, len(run.badges) - CHIPS) + run.more_badges

@@ -49,8 +49,6 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     view = preferences.audit_view(request.user)
     table = view == preferences.AuditView.TABLE
     page = cards.audit_page(filters, cursor, cards.TABLE_PAGE_SIZE if table else cards.PAGE_SIZE)
-    if table:
-        audit_table.prepare_rows(page.audits)
     context = {
         "nav": "audits",
         "filters": filters,

@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import cards, selectors
+from .. import card_html, cards, selectors
 from ..detail import detail_context, stream_context
 from ..models import AuditRun, TraceLine
 
@@ -73,7 +73,7 @@ def matching_cards(filters: cards.ListFilters, ids: list[Any], limit: int) -> li
     """The cards of `ids` that match `filters`, newest on top, at most `limit`."""
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
     rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")[:limit]
-    return [cards.prepare_card(run) for run in rows]
+    return cards.prepare_cards(list(rows))
 
 
 def news_rows(filters: cards.ListFilters, ids: list[Any]) -> str:
@@ -93,8 +93,7 @@ def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]
     qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset()).filter(
         Q(created_at__gt=since) | Q(started_at__gt=since) | Q(finished_at__gt=since)
     )
-    rows = list(qs.order_by("-created_at", "-id")[:LIVE_ROWS])
-    return [cards.prepare_card(run) for run in rows]
+    return cards.prepare_cards(list(qs.order_by("-created_at", "-id")[:LIVE_ROWS]))
 
 
 def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
@@ -102,9 +101,11 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
     `reset`, they replace the whole list (static/js/live.js)."""
     if not cards:
         return ""
-    inner = "".join(render_to_string("audits/list.html#audit-card", {"audit": c}) for c in cards)
+    # The `audits/list.html#audit-card` markup, built once for all (no CSRF field, no user:
+    # the fragment is shared by every viewer; the verdict view checks permissions).
+    inner = card_html.cards(cards, card_html.Rows.shared())
     marker = RESET_MARKER if reset else ""
-    return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{inner}</div>'
+    return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>\n{inner}</div>'
 
 
 def is_burst(rows: str) -> bool:
