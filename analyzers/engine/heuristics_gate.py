@@ -111,10 +111,11 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
             split = _SPLIT.get(clause)
             if split is None:
                 split = _SPLIT[clause] = _split(clause)
-            token_words, substrings = split
+            token_words, substrings, inner = split
             if tokens.isdisjoint(token_words):
-                for w in substrings:  # (a loop: no generator made per clause)
-                    if w in folded:
+                for w, needs in zip(substrings, inner, strict=True):
+                    # a substring is searched for only when the words inside it are tokens
+                    if needs <= tokens and w in folded:
                         break
                 else:
                     return False
@@ -128,7 +129,7 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
     return True
 
 
-_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...]]] = {}
+_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...], tuple[frozenset[bytes], ...]]] = {}
 
 
 def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
@@ -149,11 +150,27 @@ def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
     return frozenset(united) if united else None
 
 
-def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...]]:
-    """A clause as (its token words, its substrings)."""
+def _split(
+    clause: Clause,
+) -> tuple[frozenset[bytes], tuple[str, ...], tuple[frozenset[bytes], ...]]:
+    """A clause as (its token words, its substrings, each substring's inner tokens)."""
     tokens = frozenset(w for is_token, w in clause if is_token)
     substrings = tuple(w for is_token, w in clause if not is_token)
-    return tokens, substrings  # type: ignore[return-value]
+    return tokens, substrings, tuple(inner_tokens(w) for w in substrings)  # type: ignore[return-value,arg-type]
+
+
+_RUN = re.compile(r"[a-z]+")
+
+
+def inner_tokens(substring: str) -> frozenset[bytes]:
+    """The runs of letters a-z inside `substring` with a character that is no such letter
+    on both sides ("you" in "did you "): wherever the substring is in a folded text, each
+    of them is a whole token there, so a text without one of them holds no `substring`."""
+    return frozenset(
+        m.group().encode()
+        for m in _RUN.finditer(substring)
+        if m.start() > 0 and m.end() < len(substring)
+    )
 
 
 # -- reading the clauses out of a pattern -------------------------------------------------
