@@ -45,7 +45,7 @@ def fold(text: str) -> str:
 class Probe:
     """One text, folded once, its letter tokens built on first use."""
 
-    __slots__ = ("text", "folded", "_tokens", "_shape", "_lookups")
+    __slots__ = ("text", "folded", "_tokens", "_shape", "_lookups", "_joined")
 
     # Token questions answered by searching the text before the token set is built: a
     # probe asked a few times (the red-flag analyzer alone) never pays for the set.
@@ -56,6 +56,7 @@ class Probe:
         self.folded = fold(text)
         self._tokens: set[bytes] | None = None
         self._shape: bytes | None = None
+        self._joined: str | None = None
         self._lookups = 0
 
     @property
@@ -74,6 +75,14 @@ class Probe:
             return last
         probe = globals()["_last_probe"] = cls(text)
         return probe
+
+    @property
+    def joined(self) -> str:
+        """The distinct tokens joined by spaces: a text holds a run of letters a-z exactly
+        when this (often a third as long) does."""
+        if self._joined is None:
+            self._joined = b" ".join(self.tokens).decode("ascii")
+        return self._joined
 
     @property
     def tokens(self) -> set[bytes]:
@@ -111,12 +120,24 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
             split = _SPLIT.get(clause)
             if split is None:
                 split = _SPLIT[clause] = _split(clause)
-            token_words, substrings, inner = split
+            token_words, substrings, checks = split
             if tokens.isdisjoint(token_words):
-                for w, needs in zip(substrings, inner, strict=True):
-                    # a substring is searched for only when the words inside it are tokens
-                    if needs <= tokens and w in folded:
-                        break
+                for w, (inner, runs, letters_only) in zip(substrings, checks, strict=True):
+                    # searched for in the text only when the words inside it are tokens
+                    # and its runs of letters are in some token (the short `joined`)
+                    if not inner <= tokens:
+                        continue
+                    joined = probe.joined
+                    if letters_only:
+                        if w in joined:
+                            break
+                        continue
+                    for run in runs:
+                        if run not in joined:
+                            break
+                    else:
+                        if w in folded:
+                            break
                 else:
                     return False
         return True
@@ -129,7 +150,8 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
     return True
 
 
-_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...], tuple[frozenset[bytes], ...]]] = {}
+_Check = tuple[frozenset[bytes], tuple[str, ...], bool]  # (inner tokens, runs, letters only)
+_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...], tuple[_Check, ...]]] = {}
 
 
 def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
@@ -150,13 +172,15 @@ def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
     return frozenset(united) if united else None
 
 
-def _split(
-    clause: Clause,
-) -> tuple[frozenset[bytes], tuple[str, ...], tuple[frozenset[bytes], ...]]:
-    """A clause as (its token words, its substrings, each substring's inner tokens)."""
+def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...], tuple[_Check, ...]]:
+    """A clause as (its token words, its substrings, how to rule each substring out)."""
     tokens = frozenset(w for is_token, w in clause if is_token)
     substrings = tuple(w for is_token, w in clause if not is_token)
-    return tokens, substrings, tuple(inner_tokens(w) for w in substrings)  # type: ignore[return-value,arg-type]
+    checks = tuple(
+        (inner_tokens(w), tuple(_RUN.findall(w)), _RUN.fullmatch(w) is not None)  # type: ignore[arg-type]
+        for w in substrings
+    )
+    return tokens, substrings, checks  # type: ignore[return-value]
 
 
 _RUN = re.compile(r"[a-z]+")
