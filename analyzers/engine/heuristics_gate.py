@@ -45,7 +45,7 @@ def fold(text: str) -> str:
 class Probe:
     """One text, folded once, its letter tokens built on first use."""
 
-    __slots__ = ("text", "folded", "_tokens", "_shape", "_lookups")
+    __slots__ = ("text", "folded", "_tokens", "_shape", "_lookups", "_joined")
 
     # Token questions answered by searching the text before the token set is built: a
     # probe asked a few times (the red-flag analyzer alone) never pays for the set.
@@ -56,6 +56,7 @@ class Probe:
         self.folded = fold(text)
         self._tokens: set[bytes] | None = None
         self._shape: bytes | None = None
+        self._joined: str | None = None
         self._lookups = 0
 
     @property
@@ -74,6 +75,14 @@ class Probe:
             return last
         probe = globals()["_last_probe"] = cls(text)
         return probe
+
+    @property
+    def joined(self) -> str:
+        """The distinct tokens joined by spaces: a text holds a run of letters a-z exactly
+        when this (often a third as long) does."""
+        if self._joined is None:
+            self._joined = b" ".join(self.tokens).decode("ascii")
+        return self._joined
 
     @property
     def tokens(self) -> set[bytes]:
@@ -111,11 +120,24 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
             split = _SPLIT.get(clause)
             if split is None:
                 split = _SPLIT[clause] = _split(clause)
-            token_words, substrings = split
+            token_words, substrings, checks = split
             if tokens.isdisjoint(token_words):
-                for w in substrings:  # (a loop: no generator made per clause)
-                    if w in folded:
-                        break
+                for w, (inner, runs, letters_only) in zip(substrings, checks, strict=True):
+                    # searched for in the text only when the words inside it are tokens
+                    # and its runs of letters are in some token (the short `joined`)
+                    if not inner <= tokens:
+                        continue
+                    joined = probe.joined
+                    if letters_only:
+                        if w in joined:
+                            break
+                        continue
+                    for run in runs:
+                        if run not in joined:
+                            break
+                    else:
+                        if w in folded:
+                            break
                 else:
                     return False
         return True
@@ -128,7 +150,8 @@ def may_match(clauses: Sequence[Clause], probe: Probe) -> bool:
     return True
 
 
-_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...]]] = {}
+_Check = tuple[frozenset[bytes], tuple[str, ...], bool]  # (inner tokens, runs, letters only)
+_SPLIT: dict[Clause, tuple[frozenset[bytes], tuple[str, ...], tuple[_Check, ...]]] = {}
 
 
 def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
@@ -149,11 +172,29 @@ def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
     return frozenset(united) if united else None
 
 
-def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...]]:
-    """A clause as (its token words, its substrings)."""
+def _split(clause: Clause) -> tuple[frozenset[bytes], tuple[str, ...], tuple[_Check, ...]]:
+    """A clause as (its token words, its substrings, how to rule each substring out)."""
     tokens = frozenset(w for is_token, w in clause if is_token)
     substrings = tuple(w for is_token, w in clause if not is_token)
-    return tokens, substrings  # type: ignore[return-value]
+    checks = tuple(
+        (inner_tokens(w), tuple(_RUN.findall(w)), _RUN.fullmatch(w) is not None)  # type: ignore[arg-type]
+        for w in substrings
+    )
+    return tokens, substrings, checks  # type: ignore[return-value]
+
+
+_RUN = re.compile(r"[a-z]+")
+
+
+def inner_tokens(substring: str) -> frozenset[bytes]:
+    """The runs of letters a-z inside `substring` with a character that is no such letter
+    on both sides ("you" in "did you "): wherever the substring is in a folded text, each
+    of them is a whole token there, so a text without one of them holds no `substring`."""
+    return frozenset(
+        m.group().encode()
+        for m in _RUN.finditer(substring)
+        if m.start() > 0 and m.end() < len(substring)
+    )
 
 
 # -- reading the clauses out of a pattern -------------------------------------------------

@@ -87,17 +87,48 @@ def validator_allowed(path: str, prefixes: list[str] | tuple[str, ...]) -> bool:
 
 def count_tokens(text: str) -> int:
     """Whitespace-split tokens, as in the reference."""
-    return len(text.split())
+    normal = _ascii_normal(text)
+    if normal is None:
+        return len(text.split())
+    return normal.count(b" ") + 1 if normal else 0
 
 
 def normalise_for_hash(text: str) -> str:
-    return " ".join(text.split()).casefold()
+    normal = _ascii_normal(text)
+    if normal is None:
+        return " ".join(text.split()).casefold()
+    return normal.lower().decode()  # casefold() of ASCII is lower()
 
 
 def content_digest(text: str, words: list[str] | None = None) -> str:
     """`words`: `text.split()`, when the caller has it already (one split, not two)."""
-    normal = normalise_for_hash(text) if words is None else " ".join(words).casefold()
-    return hashlib.blake2b(normal.encode(), digest_size=16).hexdigest()
+    if words is None:
+        normal = _ascii_normal(text)
+        if normal is not None:
+            return _digest(normal.lower())
+        words = text.split()
+    return _digest(" ".join(words).casefold().encode())
+
+
+def _digest(normal: bytes) -> str:
+    return hashlib.blake2b(normal, digest_size=16).hexdigest()
+
+
+# ASCII whitespace as `str.split()` reads it (`str.isspace`: tab to CR, FS to US, space)
+# as spaces; every other byte as itself.
+_ASCII_SPACES = bytes(32 if chr(i).isspace() else i for i in range(128)) + bytes(range(128, 256))
+
+
+def _ascii_normal(text: str) -> bytes | None:
+    """`" ".join(text.split())`, encoded, for an ASCII text, without making a string per
+    word (a 2 KB answer has 300): whitespace to spaces, runs of spaces halved until single.
+    None for other texts (the plain way: their whitespace includes non-ASCII spaces)."""
+    if not text.isascii():
+        return None
+    normal = text.encode("ascii").translate(_ASCII_SPACES)
+    while b"  " in normal:  # each pass halves every run: log2(longest run) passes
+        normal = normal.replace(b"  ", b" ")
+    return normal.strip(b" ")
 
 
 _NO_JSON = object()
@@ -226,8 +257,11 @@ class RedflagAnalyzer(Analyzer):
         self, audit: AuditInput, settings: RedflagSettings, context: AuditContext
     ) -> AnalyzerResult:
         text = audit.response
-        words = text.split()  # whitespace-split tokens (`count_tokens`), hashed below too
-        tokens = len(words)
+        # whitespace-split tokens (`count_tokens`), hashed below too; for ASCII, counted
+        # in the joined text (one string, not one per word)
+        normal = _ascii_normal(text)
+        words = text.split() if normal is None else None
+        tokens = len(words) if words is not None else normal.count(b" ") + 1 if normal else 0
         is_spike = (
             settings.token_spike_threshold is not None and tokens > settings.token_spike_threshold
         )
@@ -308,8 +342,11 @@ class RedflagAnalyzer(Analyzer):
 
         if (
             settings.track_collisions
-            and words
-            and await seen_before(context, content_digest(text, words))
+            and tokens
+            and await seen_before(
+                context,
+                content_digest(text, words) if normal is None else _digest(normal.lower()),
+            )
         ):
             flags.append(
                 Annotation(

@@ -219,3 +219,27 @@ def test_an_anchored_search_gives_up_on_many_candidates():
     text = "not " * 500 + "not quite"
     assert anchored_search(pattern, leading_literals(pattern), Probe(text))
     assert not anchored_search(pattern, leading_literals(pattern), Probe("not " * 500))
+
+
+# -- a substring is searched for only when the words inside it are tokens and its runs of
+# letters are in the joined tokens (issue 12)
+
+_PIECES = st.sampled_from(
+    ["did you ", "you", "your", "not worth ", "worth", "even a ", " a", "a", "this is ",
+     "t have time for th", "time", "for", " ", "\n", ".", "'", "x", "é", "\u0130", "ﬀ",
+     "who cares", "can see", "whatever", "fuck", "Did You ", "keep up", "try to ", "who",
+     "ca", "res", "what", "ever", "uck", "f", "ſ", "s", "1"]
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.lists(_PIECES, max_size=20).map("".join),
+       subs=st.lists(_PIECES.filter(str.strip), min_size=1, max_size=4, unique=True))
+def test_inner_tokens_never_skip_a_substring_that_is_there(text, subs):
+    """With the token set built, a clause of substrings holds exactly when one of them is
+    in the folded text, as a plain search over every substring says."""
+    clause = frozenset((False, fold(w)) for w in subs)
+    probe = Probe(text)
+    assert probe.tokens is not None  # the set-based branch
+    plain = any(fold(w) in probe.folded for w in subs)
+    assert may_match((clause,), probe) is plain

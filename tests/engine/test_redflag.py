@@ -258,3 +258,38 @@ def test_any_json_value_parses_and_never_raises(value, fields):
     assert "JSON_PARSE_FAILED" not in codes(result)
     missing = [a for a in result.annotations if a.type == "REQUIRED_FIELD_MISSING"]
     assert len(missing) == sum(not has_path(value, f) for f in fields)
+
+
+# -- the ASCII fast path (issue 12): tokens and digest without a string per word ----------
+
+_SPACES_AND_WORDS = st.lists(
+    st.sampled_from(
+        [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "a", "B", "x.", "\x00",
+         "\x85", "\u00a0", "\u2028", "\u3000", "É", "ß"]
+    ),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=_SPACES_AND_WORDS)
+def test_tokens_and_digest_equal_the_plain_split(text):
+    """`count_tokens`, `normalise_for_hash` and the analyzer's stats and digest are what
+    `str.split()` gives, for ASCII texts (the fast path) and any other."""
+    import hashlib
+
+    from analyzers.engine.redflag import count_tokens, normalise_for_hash
+
+    words = text.split()
+    plain = " ".join(words).casefold()
+    assert count_tokens(text) == len(words)
+    assert normalise_for_hash(text) == plain
+    assert content_digest(text) == hashlib.blake2b(plain.encode(), digest_size=16).hexdigest()
+    assert content_digest(text) == content_digest(text, words)
+    store = InMemoryCollisionStore()
+    ctx = AuditContext(config=AuditorConfig(), collision_key="k", collision_store=store)
+    result = run(text, ctx)
+    assert result.supplementary["stats"]["tokens"] == len(words)
+    again = AuditContext(config=AuditorConfig(), collision_key="k", collision_store=store)
+    # the analyzer stored the plain digest: a text with the same words collides with it
+    assert ("COLLISION_DETECTED" in codes(run(" ".join(words) + " ", again))) == bool(words)
