@@ -4,7 +4,8 @@ They are the most repeated markup of the dashboard (25 cards, 50 rows a page, on
 Live update), and the template engine spent about 0.6 ms of CPU on each card (some 80
 nodes: variable lookups, filters, `{% url %}`, the verdict form). Built here from
 `cards.prepare_cards` rows, they cost a few hundredths of that. The templates still place
-them (`{% audit_cards %}`, `{% audit_card %}`, `{% audit_table_rows %}` in `audit_ui`), and
+them (`{% audit_cards %}`, `{% audit_table_rows %}` in `audit_ui`; the Live feed calls
+`cards` itself), and
 the verdict form a card carries is the one `audits/list.html#verdict` renders (a test
 renders both and compares them).
 

@@ -347,9 +347,6 @@ def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
     return runs
 
 
-def get_card(audit_id: Any) -> AuditRun:
-    """One audit ready for the `audits/list.html#audit-card` partial (live feed, htmx)."""
-    return prepare_cards([card_queryset().get(pk=audit_id)])[0]
 
 
 @dataclass(slots=True)
@@ -461,4 +458,3 @@ def detail_rows(run: AuditRun, results: list[AnalyzerRunRecord], page: int = 1) 
         links=list(run.links.order_by("position", "id")[:DETAIL_ROWS]),
         links_total=links_total,
     )
-

@@ -553,7 +553,7 @@ def _collision_batch(runs: list[AuditRun]) -> CollisionBatch | None:
         return None
     return CollisionBatch(
         (run.user_input if run.collision_key is None else run.collision_key,
-         content_digest(run.response, run.response.split()))
+         content_digest(run.response))
         for run in runs
     )
 

@@ -87,31 +87,37 @@ def validator_allowed(path: str, prefixes: list[str] | tuple[str, ...]) -> bool:
 
 def count_tokens(text: str) -> int:
     """Whitespace-split tokens, as in the reference."""
-    normal = _ascii_normal(text)
-    if normal is None:
-        return len(text.split())
-    return normal.count(b" ") + 1 if normal else 0
+    return _count(*_words(text))
 
 
 def normalise_for_hash(text: str) -> str:
-    normal = _ascii_normal(text)
-    if normal is None:
-        return " ".join(text.split()).casefold()
-    return normal.lower().decode()  # casefold() of ASCII is lower()
+    normal, words = _words(text)
+    if words is None:
+        return normal.lower().decode()  # casefold() of ASCII is lower()
+    return " ".join(words).casefold()
 
 
 def content_digest(text: str, words: list[str] | None = None) -> str:
-    """`words`: `text.split()`, when the caller has it already (one split, not two)."""
-    if words is None:
-        normal = _ascii_normal(text)
-        if normal is not None:
-            return _digest(normal.lower())
-        words = text.split()
-    return _digest(" ".join(words).casefold().encode())
+    """`words`: `text.split()`, when the caller has it already."""
+    return _digest(None, words) if words is not None else _digest(*_words(text))
 
 
-def _digest(normal: bytes) -> str:
-    return hashlib.blake2b(normal, digest_size=16).hexdigest()
+def _words(text: str) -> tuple[bytes | None, list[str] | None]:
+    """`text`'s whitespace-split words, once: for an ASCII text as their joined form
+    (`_ascii_normal`, no string per word), else as `str.split()`'s list."""
+    normal = _ascii_normal(text)
+    return (normal, None) if normal is not None else (None, text.split())
+
+
+def _count(normal: bytes | None, words: list[str] | None) -> int:
+    if words is not None:
+        return len(words)
+    return normal.count(b" ") + 1 if normal else 0
+
+
+def _digest(normal: bytes | None, words: list[str] | None) -> str:
+    joined = normal.lower() if words is None else " ".join(words).casefold().encode()
+    return hashlib.blake2b(joined, digest_size=16).hexdigest()
 
 
 # ASCII whitespace as `str.split()` reads it (`str.isspace`: tab to CR, FS to US, space)
@@ -257,11 +263,8 @@ class RedflagAnalyzer(Analyzer):
         self, audit: AuditInput, settings: RedflagSettings, context: AuditContext
     ) -> AnalyzerResult:
         text = audit.response
-        # whitespace-split tokens (`count_tokens`), hashed below too; for ASCII, counted
-        # in the joined text (one string, not one per word)
-        normal = _ascii_normal(text)
-        words = text.split() if normal is None else None
-        tokens = len(words) if words is not None else normal.count(b" ") + 1 if normal else 0
+        words = _words(text)  # whitespace-split (`count_tokens`), hashed below too
+        tokens = _count(*words)
         is_spike = (
             settings.token_spike_threshold is not None and tokens > settings.token_spike_threshold
         )
@@ -343,10 +346,7 @@ class RedflagAnalyzer(Analyzer):
         if (
             settings.track_collisions
             and tokens
-            and await seen_before(
-                context,
-                content_digest(text, words) if normal is None else _digest(normal.lower()),
-            )
+            and await seen_before(context, _digest(*words))
         ):
             flags.append(
                 Annotation(

@@ -146,12 +146,15 @@ class LiveFeedConsumer(QuietWhenClosed):
 
     @staticmethod
     async def _render(filters, audit_ids: list[str]) -> str:
-        return await off_the_shared_thread(_news_rows)(filters, audit_ids)
+        return await _render_news_rows(filters, audit_ids)
 
 
 def _news_rows(filters, audit_ids: list[str]) -> str:
     with people_first.waiting():  # someone watches: the analysis makes way
         return fragments.news_rows(filters, audit_ids)
+
+
+_render_news_rows = off_the_shared_thread(_news_rows)
 
 
 class AuditConsumer(LiveConsumer):

@@ -101,7 +101,7 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
     `reset`, they replace the whole list (static/js/live.js)."""
     if not cards:
         return ""
-    # The `audits/list.html#audit-card` markup, built once for all (no CSRF field, no user:
+    # The list page's card markup, built once for all (no CSRF field, no user:
     # the fragment is shared by every viewer; the verdict view checks permissions).
     inner = card_html.cards(cards, card_html.Rows.shared())
     marker = RESET_MARKER if reset else ""

@@ -234,13 +234,12 @@ def off_the_shared_thread(func: Callable[..., str]) -> Callable[..., Awaitable[s
     return database_sync_to_async(func, thread_sensitive=False)
 
 
-async def _render_status() -> str:
-    return await off_the_shared_thread(_status)()
-
-
 def _status() -> str:
     with people_first.waiting():
         return fragments.feed_status()
+
+
+_render_status = off_the_shared_thread(_status)
 
 
 async def _send_all(watchers: list[Watcher], html: str) -> None:

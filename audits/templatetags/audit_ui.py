@@ -128,11 +128,6 @@ def audit_cards(context, audits) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def audit_card(context, audit) -> str:
-    return card_html.cards([audit], card_html.Rows.from_context(context))
-
-
-@register.simple_tag(takes_context=True)
 def audit_table_rows(context, audits) -> str:
     """The `<tr>` rows of the table view."""
     return card_html.table_rows(audits, card_html.Rows.from_context(context))

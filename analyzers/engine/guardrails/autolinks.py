@@ -399,10 +399,7 @@ def _scan_bare_urls(
         # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
         end_m = _RUN_END.search(text, m.end())
         end = end_m.start() if end_m else n
-        if text[start].isalnum() and text[end - 1] not in _TRAILING:
-            s, e = start, end  # (what `_trim` returns for it)
-        else:
-            s, e = _trim(text, start, end)
+        s, e = _trim(text, start, end)
         pos = end if end > k else k + 1
         if s >= e:
             continue
@@ -427,9 +424,6 @@ def _verdict(core: str, allowed: tuple[str, ...]) -> tuple[str, str, str, bool, 
         return core, "", LINK, False, False
     if not dests:
         return None
-    if len(dests) == 1:  # (most runs: the worst is the only one)
-        url, host, kind, ok, unsafe, _ = dests[0]
-        return url, host, kind, ok, unsafe
     bad = [d for d in dests if not d[3]]
     url, host, kind, _, unsafe, _ = bad[0] if bad else dests[0]
     if kind == DOMAIN and any(d[2] != DOMAIN for d in dests):
