@@ -6,12 +6,12 @@ Child rows (results, annotations, trace lines, links) carry an autoincrement `id
 
 from __future__ import annotations
 
-import uuid
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from .ids import new_audit_id
 
 
 class AuditRun(models.Model):
@@ -21,7 +21,7 @@ class AuditRun(models.Model):
         COMPLETE = "complete"
         FAILED = "failed"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_audit_id, editable=False)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     # True when the response was a stream that ended before completion.
     incomplete = models.BooleanField(default=False)
