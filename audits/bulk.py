@@ -16,6 +16,7 @@ that matters). No signals are sent, as with `bulk_create`.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, router
@@ -49,22 +50,30 @@ def converter(field, connection):
     return convert
 
 
-def insert_rows(
+@dataclass(frozen=True)
+class Statement:
+    """A statement ready to run once per row: its SQL and the driver's values of each row
+    (lists, so a column may still be filled in, e.g. ids known only inside the transaction)."""
+
+    sql: str
+    rows: list[list[Any]]
+    using: str
+
+
+def prepare_insert(
     model: type[Model],
     columns: Sequence[str],
     rows: Iterable[Sequence[Any]],
     *,
     using: str | None = None,
     prepared: Collection[str] = (),
-) -> int:
-    """INSERT `rows` (tuples of Python values, in the order of `columns`, field names or
-    attnames like `audit_id`) into `model`'s table; returns how many. The primary key is
-    left to the database unless it is one of `columns`. The `prepared` columns hold the
-    driver's values already (`db_value`: e.g. an audit id converted once per audit, not
-    once per row of each table)."""
-    rows = rows if isinstance(rows, list) else list(rows)
-    if not rows:
-        return 0
+) -> Statement:
+    """The INSERT of `rows` (tuples of Python values, in the order of `columns`, field
+    names or attnames like `audit_id`) into `model`'s table, converted for the driver but
+    not run: a writer converts its rows before it takes the database's write lock. The
+    primary key is left to the database unless it is one of `columns`. The `prepared`
+    columns hold the driver's values already (`db_value`: e.g. an audit id converted once
+    per audit, not once per row of each table)."""
     db = using or router.db_for_write(model)
     connection = connections[db]
     meta = model._meta
@@ -79,25 +88,41 @@ def insert_rows(
     defaults = [field.get_db_prep_save(field.get_default(), connection) for field in rest]
     converters = [None if name in prepared else converter(field, connection)
                   for name, field in zip(columns, fields, strict=True)]
-    if any(converters):
-        pairs = [(i, c) for i, c in enumerate(converters) if c is not None]
-        prepared = []
-        for row in rows:
-            values = list(row)
-            for i, convert in pairs:
-                values[i] = convert(values[i])
-            prepared.append(values + defaults if defaults else values)
-    else:
-        prepared = [list(row) + defaults for row in rows] if defaults else rows
+    pairs = [(i, c) for i, c in enumerate(converters) if c is not None]
+    values = []
+    for row in rows:
+        row = list(row)
+        for i, convert in pairs:
+            row[i] = convert(row[i])
+        values.append(row + defaults if defaults else row)
     names = [field.column for field in fields] + [field.column for field in rest]
     quote = connection.ops.quote_name
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(n) for n in names)}) "
         f"VALUES ({', '.join(['%s'] * len(names))})"
     )
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, prepared)
-    return len(prepared)
+    return Statement(sql, values, db)
+
+
+def run_statement(statement: Statement) -> int:
+    """Run a prepared statement (one `executemany`); returns how many rows."""
+    if not statement.rows:
+        return 0
+    with connections[statement.using].cursor() as cursor:
+        cursor.executemany(statement.sql, statement.rows)
+    return len(statement.rows)
+
+
+def insert_rows(
+    model: type[Model],
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    using: str | None = None,
+    prepared: Collection[str] = (),
+) -> int:
+    """INSERT `rows` now (`prepare_insert`, then `run_statement`); returns how many."""
+    return run_statement(prepare_insert(model, columns, rows, using=using, prepared=prepared))
 
 
 def db_value(model: type[Model], name: str, value: Any, *, using: str | None = None) -> Any:

@@ -27,7 +27,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
 from . import people_first, workers
-from .bulk import converter, db_value, insert_rows
+from .bulk import Statement, converter, db_value, insert_rows, prepare_insert, run_statement
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, capturing, has_watchers, publish
 from .heartbeats import running_run
@@ -753,7 +753,17 @@ def store_reports(
     surfaced = {run.pk: apply_current(run, report.results, policy) for run, report in pairs}
     runs = [run for run, _ in pairs]
     using = runs[0]._state.db or router.db_for_write(AuditRun)
-    with transaction.atomic(using=using):
+    audit_ids, results, annotations, trace, links = _report_rows(pairs, surfaced, using)
+    now = timezone.now()
+    for run, report in pairs:
+        run.cleaned_response = report.cleaned_response
+        run.overall_score = report.overall_score  # threshold, has_card: apply_current
+        run.top_score, run.top_analyzer = top_result(report.results)
+        run.status = AuditRun.Status.COMPLETE
+        run.finished_at = now
+        run.error = ""
+    finished = _finished_update(runs, using)
+    with transaction.atomic(using=using):  # the write lock: only the writes in here
         if collisions is not None:
             collisions.flush()
         if not fresh:
@@ -761,51 +771,58 @@ def store_reports(
             AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
             TraceLine.objects.using(using).filter(audit__in=runs).delete()
             LinkCheck.objects.using(using).filter(audit__in=runs).delete()
-        # Each audit's id and creation time converted once, not once per row and table.
-        keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
-                 db_value(AuditRun, "created_at", run.created_at, using=using))
-                for run, report in pairs]
-        insert_rows(
-            AnalyzerRunRecord, RESULT_COLUMNS,
-            [
-                (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
-                 r.score, r.should_surface, surfaced[run.pk][i], r.supplementary, created_at)
-                for run, report, audit_id, created_at in keys
-                for i, r in enumerate(report.results)
-            ],
-            using=using, prepared=PREPARED,
-        )
-        result_ids = _result_ids([audit_id for _, _, audit_id, _ in keys], using)
-        annotations, trace, links = [], [], []
-        for _, report, audit_id, created_at in keys:
-            for i, r in enumerate(report.results):
-                result_id = result_ids[(audit_id, i)]
-                annotations.extend(
-                    (audit_id, result_id, j, r.analyzer_id, a.type, a.label, a.severity,
-                     a.description, a.evidence, a.start, a.end, created_at)
-                    for j, a in enumerate(r.annotations)
-                )
-            trace.extend((audit_id, i, t) for i, t in enumerate(report.trace))
-            links.extend(
-                (audit_id, i, link.url, link.label, link.decision, link.reason,
-                 link.http_status, link.healthy)
-                for i, link in enumerate(report.links)
-            )
-        insert_rows(Annotation, ANNOTATION_COLUMNS, annotations, using=using,
-                    prepared=PREPARED)
-        insert_rows(TraceLine, ("audit_id", "position", "text"), trace, using=using,
-                    prepared=PREPARED)
-        insert_rows(LinkCheck, LINK_COLUMNS, links, using=using, prepared=PREPARED)
-        now = timezone.now()
-        for run, report in pairs:
-            run.cleaned_response = report.cleaned_response
-            run.overall_score = report.overall_score  # threshold, has_card: apply_current
-            run.top_score, run.top_analyzer = top_result(report.results)
-            run.status = AuditRun.Status.COMPLETE
-            run.finished_at = now
-            run.error = ""
-        _update_finished(runs, using)
+        run_statement(results)
+        result_ids = _result_ids(audit_ids, using)
+        for row in annotations.rows:
+            row[1] = result_ids[row[1]]  # (audit id, position) -> the new result's id
+        run_statement(annotations)
+        run_statement(trace)
+        run_statement(links)
+        run_statement(finished)
     after_store(policy)
+
+
+def _report_rows(
+    pairs: list[tuple[AuditRun, AuditReport]], surfaced: dict[Any, list[bool]], using: str,
+) -> tuple[list[Any], Statement, Statement, Statement, Statement]:
+    """The stored audit ids and the INSERTs of the reports' results, annotations, trace
+    lines and links, built before the transaction (its write lock holds the other writers
+    and the requests). An annotation's `result_id` is its result's (audit id, position)
+    until the new results' ids are read."""
+    # Each audit's id and creation time converted once, not once per row and table.
+    keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
+             db_value(AuditRun, "created_at", run.created_at, using=using))
+            for run, report in pairs]
+    results = [
+        (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
+         r.score, r.should_surface, surfaced[run.pk][i], r.supplementary, created_at)
+        for run, report, audit_id, created_at in keys
+        for i, r in enumerate(report.results)
+    ]
+    annotations, trace, links = [], [], []
+    for _, report, audit_id, created_at in keys:
+        for i, r in enumerate(report.results):
+            annotations.extend(
+                (audit_id, (audit_id, i), j, r.analyzer_id, a.type, a.label, a.severity,
+                 a.description, a.evidence, a.start, a.end, created_at)
+                for j, a in enumerate(r.annotations)
+            )
+        trace.extend((audit_id, i, t) for i, t in enumerate(report.trace))
+        links.extend(
+            (audit_id, i, link.url, link.label, link.decision, link.reason,
+             link.http_status, link.healthy)
+            for i, link in enumerate(report.links)
+        )
+    return (
+        [audit_id for _, _, audit_id, _ in keys],
+        prepare_insert(AnalyzerRunRecord, RESULT_COLUMNS, results, using=using,
+                       prepared=PREPARED),
+        prepare_insert(Annotation, ANNOTATION_COLUMNS, annotations, using=using,
+                       prepared=(*PREPARED, "result_id")),
+        prepare_insert(TraceLine, ("audit_id", "position", "text"), trace, using=using,
+                       prepared=PREPARED),
+        prepare_insert(LinkCheck, LINK_COLUMNS, links, using=using, prepared=PREPARED),
+    )
 
 
 PREPARED = ("audit_id", "audit_created_at")  # converted once per audit (db_value)
@@ -844,8 +861,8 @@ def _result_ids(audit_ids: list[Any], using: str) -> dict[tuple[Any, int], int]:
         return {(audit_id, position): pk for pk, audit_id, position in cursor.fetchall()}
 
 
-def _update_finished(runs: list[AuditRun], using: str) -> None:
-    """Write the finished runs' fields: one UPDATE statement run for every run."""
+def _finished_update(runs: list[AuditRun], using: str) -> Statement:
+    """The UPDATE writing the finished runs' fields: one statement run for every run."""
     from django.db import connections
 
     connection = connections[using]
@@ -865,8 +882,7 @@ def _update_finished(runs: list[AuditRun], using: str) -> None:
              [*(getattr(run, f.attname) for f in fields), run.pk], converters, strict=True)]
         for run in runs
     ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+    return Statement(sql, rows, using)
 
 
 def mark_failed(run_id: Any, error: str) -> None:

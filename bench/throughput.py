@@ -128,9 +128,12 @@ def _warm_up(port: int, key: str, db: Path, procs: list[subprocess.Popen], batch
     cpu0 = sum(tree_cpu_seconds(p.pid) for p in procs)
     finished = "status IN ('complete', 'failed')"
     before = _count(db, finished)
-    asyncio.run(_post_all(port, _requests(key, 1, batch, first=10**6), 1))
+    warm = _requests(key, 1, batch, first=2 * 10**6)
+    if batch > 1:  # the single path too (the live probe posts single audits)
+        warm += _requests(key, 1, 1, first=2 * 10**6 + 1)
+    asyncio.run(_post_all(port, warm, 1))
     deadline = time.monotonic() + 120
-    while _count(db, finished) <= before and time.monotonic() < deadline:
+    while _count(db, finished) < before + len(warm) and time.monotonic() < deadline:
         time.sleep(0.05)
     quiet, last = 0, cpu0
     while quiet < 2 and time.monotonic() < deadline:  # two half-seconds under 10% of a core

@@ -73,3 +73,30 @@ def test_prepared_columns_are_passed_to_the_driver_as_they_are():
     # Encoded once: a second conversion would have stored the JSON text as a JSON string.
     assert record.supplementary == {"k": [1, 2]}
     assert record.audit_created_at == run.created_at
+
+
+def test_a_batch_of_reports_stores_each_annotation_under_its_own_result():
+    """The reports' rows are built before the write transaction, each annotation keyed by
+    its result's (audit, position) until the new results' ids are read inside it."""
+    from audits import services
+    from audits.models import Annotation
+
+    responses = [
+        "See [docs](https://evil.example/a) and [more](https://evil.example/b).",
+        "Decathlon grew conversion by 50%. Read [this](https://other.example/x).",
+        "Plain answer with [one link](https://third.example/y).",
+    ]
+    runs = [services.submit_audit(user_input=f"q{i}", response=text, enqueue=False)
+            for i, text in enumerate(responses)]
+    outcome = services.execute_runs([run.pk for run in runs])
+    assert set(outcome.values()) == {"complete"}
+    annotations = list(Annotation.objects.select_related("result"))
+    assert {a.audit_id for a in annotations} == {run.pk for run in runs}
+    for a in annotations:
+        assert a.result.audit_id == a.audit_id
+        assert a.result.analyzer_id == a.analyzer_id
+    for run in runs:
+        stored = [(a.result.position, a.position) for a in annotations if a.audit_id == run.pk]
+        report = [(i, j) for i, r in enumerate(run.results.order_by("position"))
+                  for j in range(r.annotations.count())]
+        assert sorted(stored) == report
