@@ -113,16 +113,11 @@ def run_statement(statement: Statement) -> int:
     return len(statement.rows)
 
 
-def insert_rows(
-    model: type[Model],
-    columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    *,
-    using: str | None = None,
-    prepared: Collection[str] = (),
-) -> int:
-    """INSERT `rows` now (`prepare_insert`, then `run_statement`); returns how many."""
-    return run_statement(prepare_insert(model, columns, rows, using=using, prepared=prepared))
+def insert_rows(model: type[Model], columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                **options: Any) -> int:
+    """INSERT `rows` now (`prepare_insert` with its `using` and `prepared`, then
+    `run_statement`); returns how many."""
+    return run_statement(prepare_insert(model, columns, rows, **options))
 
 
 def db_value(model: type[Model], name: str, value: Any, *, using: str | None = None) -> Any:
