@@ -17,7 +17,7 @@ from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
 from .surfacing import is_surfaced
-from .trusted import analyzer_run, audit_report
+from .trusted import analyzer_run
 
 __all__ = ["Auditor", "check_overrides", "emit", "is_surfaced", "overall_score"]
 
@@ -109,14 +109,15 @@ class Auditor:
             context.omitted_trace,
             context.omitted_links,
         )
-        # (as `AuditReport(...)` would make it, without validating what is of its type)
-        report = audit_report(
-            self.config.threshold,
-            overall_score(runs),
-            runs,
-            audit.response if context.cleaned_response is None else context.cleaned_response,
-            links,
-            trace,
+        report = AuditReport(
+            threshold=self.config.threshold,
+            overall_score=overall_score(runs),
+            results=runs,
+            cleaned_response=(
+                audit.response if context.cleaned_response is None else context.cleaned_response
+            ),
+            links=links,
+            trace=trace,
         )
         if progress is not None:
             await emit(progress, {"type": "audit_finished", "has_card": report.has_card})

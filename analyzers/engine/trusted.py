@@ -1,5 +1,4 @@
-"""`AnalyzerResult`, `AnalyzerRun` and `AuditReport` built without pydantic's per-field
-Python loop.
+"""`AnalyzerResult` and `AnalyzerRun` built without pydantic's per-field Python loop.
 
 The auditor makes six or more of each per audit. `AnalyzerResult(...)` validates values
 that are nearly always already right (a float score in [0, 1], a list of `Annotation`,
@@ -18,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .contract import AnalyzerResult, AnalyzerRun, Annotation, AuditReport, LinkRecord
+from .contract import AnalyzerResult, AnalyzerRun, Annotation
 
 _new = object.__new__
 _set = object.__setattr__
@@ -27,10 +26,8 @@ _RESULT_FIELDS = (
     "analyzer_id", "category", "score", "should_surface", "annotations", "supplementary",
 )
 _RUN_FIELDS = (*_RESULT_FIELDS, "status", "error", "duration_ms", "surfaced")
-_REPORT_FIELDS = ("threshold", "overall_score", "results", "cleaned_response", "links", "trace")
 _RESULT_SET = frozenset(_RESULT_FIELDS)
 _RUN_SET = frozenset(_RUN_FIELDS)
-_REPORT_SET = frozenset(_REPORT_FIELDS)
 
 try:
     _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
@@ -151,66 +148,6 @@ def analyzer_run(result: AnalyzerResult, duration_ms: float, surfaced: bool) -> 
     return trusted_instance(AnalyzerRun, values, _RUN_SET)
 
 
-def _validated_report(
-    threshold: Any,
-    overall_score: Any,
-    results: list[AnalyzerRun],
-    cleaned_response: Any,
-    links: list[LinkRecord],
-    trace: list[str],
-) -> AuditReport:
-    return AuditReport(
-        threshold=threshold,
-        overall_score=overall_score,
-        results=results,
-        cleaned_response=cleaned_response,
-        links=links,
-        trace=trace,
-    )
-
-
-def audit_report(
-    threshold: Any,
-    overall_score: Any,
-    results: list[AnalyzerRun],
-    cleaned_response: Any,
-    links: list[LinkRecord],
-    trace: list[str],
-) -> AuditReport:
-    """`AuditReport(threshold=..., ..., trace=...)`: validated unless every value is
-    already of its declared type (the lists copied, their items kept, as validation does)."""
-    if (
-        type(threshold) is not float
-        or type(overall_score) is not float
-        or type(cleaned_response) is not str
-        or type(results) is not list
-        or type(links) is not list
-        or type(trace) is not list
-    ):
-        return _validated_report(threshold, overall_score, results, cleaned_response, links, trace)
-    for run in results:
-        if type(run) is not AnalyzerRun:
-            return _validated_report(
-                threshold, overall_score, results, cleaned_response, links, trace
-            )
-    for link in links:
-        if type(link) is not LinkRecord:
-            return _validated_report(
-                threshold, overall_score, results, cleaned_response, links, trace
-            )
-    for line in trace:
-        if type(line) is not str:
-            return _validated_report(
-                threshold, overall_score, results, cleaned_response, links, trace
-            )
-    return trusted_instance(
-        AuditReport,
-        {"threshold": threshold, "overall_score": overall_score, "results": list(results),
-         "cleaned_response": cleaned_response, "links": list(links), "trace": list(trace)},
-        _REPORT_SET,
-    )
-
-
 def same_instance(a: Any, b: Any) -> bool:
     """Whether two models are the same instance in every part pydantic keeps."""
     return (
@@ -230,17 +167,9 @@ def _check() -> bool:
         args = ("a", "c", 0.25, True, [note], {"k": [1, 2]})
         fast, slow = analyzer_result(*args), _validated_result(*args)
         empty = ("a", "c", 0.0, False, None, None)
-        run = analyzer_run(fast, 1.5, True)
-        link = LinkRecord(url="https://a.example/", label="a")
-        parts = (0.3, 0.25, [run], "text", [link], ["line"])
-        report, validated = audit_report(*parts), _validated_report(*parts)
         return (
             tuple(AnalyzerResult.model_fields) == _RESULT_FIELDS
             and tuple(AnalyzerRun.model_fields) == _RUN_FIELDS
-            and tuple(AuditReport.model_fields) == _REPORT_FIELDS
-            and same_instance(report, validated)
-            and report.results[0] is validated.results[0] is run
-            and report.links[0] is validated.links[0] is link
             and same_instance(fast, slow)
             and same_instance(analyzer_result(*empty), _validated_result(*empty))
             and same_instance(analyzer_run(fast, 1.5, True), _constructed_run(slow, 1.5, True))
@@ -252,4 +181,3 @@ def _check() -> bool:
 if not _check():  # pragma: no cover - only with another pydantic or contract
     analyzer_result = _validated_result  # type: ignore[assignment]
     analyzer_run = _constructed_run  # type: ignore[assignment]
-    audit_report = _validated_report  # type: ignore[assignment]
