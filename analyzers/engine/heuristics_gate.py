@@ -219,9 +219,8 @@ def _strength(word: Word) -> float:
         return 0.0
     if text.strip(" '") in COMMON_WORDS:
         return 0.5
-    # Past a few letters a word is rare enough; then a set lookup beats a text scan
-    # (a token of four letters or more is rated no lower than any substring).
-    return len(text) + 3.0 if is_token else min(len(text), 7.0)
+    # Past a few letters a word is rare enough; then a set lookup beats a text scan.
+    return len(text) + 3.0 if is_token else min(len(text), 8.0)
 
 
 def _quality(clause: Clause) -> tuple[float, int]:
@@ -322,10 +321,7 @@ def _branch_clause(alternatives: list[list[Clause]]) -> list[Clause]:
 
         def cost(clause: Clause, united: set[Word] = united) -> tuple[float, int]:
             new = clause - united  # words already in the union cost nothing
-            if not new:
-                return (float("-inf"), 0, 0)
-            # equally selective: the one with fewer substrings (each a scan of the text)
-            return (-min(map(_strength, new)), len(new), sum(not t for t, _ in new))
+            return (-min(map(_strength, new)), len(new)) if new else (float("-inf"), 0)
 
         united |= min(clauses, key=cost)
     return [frozenset(united)]
