@@ -28,6 +28,8 @@ BiasType = Literal[
     "false_consensus",
 ]
 BIAS_TYPES: tuple[str, ...] = get_args(BiasType)
+# A heuristic run's usage: no model call (copied per result, never shared).
+_NO_USAGE = Usage().as_dict()
 
 
 class Agreement(BaseModel):
@@ -170,6 +172,19 @@ class BiasAnalyzer(Analyzer):
 
     def heuristic(self, audit: AuditInput, threshold: float, max_counter: int) -> AnalyzerResult:
         signals = bias_signals(audit.user_input, audit.response)
+        if not signals.findings:  # (most answers: what the lines below give for none)
+            return self.result(
+                score=0.0,
+                supplementary={
+                    "summary": _summary([]),
+                    "label": "none",
+                    "sycophancy_score": 0.0,
+                    "counter_arguments": [],
+                    "method": "heuristic",
+                    "corrects_user": signals.corrected,
+                    "usage": dict(_NO_USAGE),
+                },
+            )
         annotations = to_annotations(audit.response, signals.findings)
         score = combine(f.weight for f in signals.findings)
         sycophancy_score = combine(f.weight for f in signals.findings if f.type == "sycophancy")
@@ -187,7 +202,7 @@ class BiasAnalyzer(Analyzer):
                 "counter_arguments": counter_arguments,
                 "method": "heuristic",
                 "corrects_user": signals.corrected,
-                "usage": Usage().as_dict(),
+                "usage": dict(_NO_USAGE),
             },
         )
 

@@ -164,6 +164,8 @@ USER_ESTIMATE = re.compile(
     rf"|at least|probably)\b[^.?!\d]{{0,40}}?[$€£]?({_NUMBER})\b",
     re.IGNORECASE,
 )
+# Every estimate holds a digit: a question without one (most) skips the pattern's scan.
+_HAS_DIGIT = re.compile(r"\d").search
 HEDGED_NUMBER = r"\b(?:around|about|roughly|approximately|close to|near|at least)\s+[$€£]?{}\b"
 
 
@@ -175,7 +177,9 @@ class BiasSignals:
 
 def anchoring_findings(user_input: str, response: str) -> list[Finding]:
     """The response repeats an estimate the user supplied, hedged the same way."""
-    found = []
+    found: list[Finding] = []
+    if _HAS_DIGIT(user_input) is None:
+        return found
     for match in USER_ESTIMATE.finditer(user_input):
         number = re.escape(match.group(1))
         for hit in re.finditer(HEDGED_NUMBER.format(number), response, re.IGNORECASE):

@@ -88,7 +88,10 @@ TONE_RULES: list[Rule] = [
         flags=re.MULTILINE,
         # three words of four or more capitals, apart by spaces or commas (both " " in
         # the shape): one capitalised word ("SECRET" in a URL) no longer runs the regex
-        gate=lambda probe: _SHOUTING_SHAPE.search(probe.shape) is not None,
+        # (a plain search for four capitals first: most answers have none)
+        gate=lambda probe: (
+            b"AAAA" in probe.shape and _SHOUTING_SHAPE.search(probe.shape) is not None
+        ),
     ),
 ]
 

@@ -93,7 +93,7 @@ def count_tokens(text: str) -> int:
 def normalise_for_hash(text: str) -> str:
     normal, words = _words(text)
     if words is None:
-        return normal.lower().decode()  # casefold() of ASCII is lower()
+        return normal.decode()  # (in lower case already)
     return " ".join(words).casefold()
 
 
@@ -116,25 +116,30 @@ def _count(normal: bytes | None, words: list[str] | None) -> int:
 
 
 def _digest(normal: bytes | None, words: list[str] | None) -> str:
-    joined = normal.lower() if words is None else " ".join(words).casefold().encode()
+    joined = normal if words is None else " ".join(words).casefold().encode()
     return hashlib.blake2b(joined, digest_size=16).hexdigest()
 
 
 # ASCII whitespace as `str.split()` reads it (`str.isspace`: tab to CR, FS to US, space)
-# as spaces; every other byte as itself.
-_ASCII_SPACES = bytes(32 if chr(i).isspace() else i for i in range(128)) + bytes(range(128, 256))
+# as spaces, capitals as lower case (`casefold()` of ASCII); every other byte as itself.
+_ASCII_SPACES = bytes(
+    32 if chr(i).isspace() else ord(chr(i).lower()) for i in range(128)
+) + bytes(range(128, 256))
 
 
 def _ascii_normal(text: str) -> bytes | None:
-    """`" ".join(text.split())`, encoded, for an ASCII text, without making a string per
-    word (a 2 KB answer has 300): whitespace to spaces, runs of spaces halved until single.
-    None for other texts (the plain way: their whitespace includes non-ASCII spaces)."""
+    """`" ".join(text.split()).casefold()`, encoded, for an ASCII text, without making a
+    string per word (a 2 KB answer has 300): whitespace to spaces and capitals to lower
+    case in one pass, then runs of spaces halved until single. None for other texts (the
+    plain way: their whitespace includes non-ASCII spaces)."""
     if not text.isascii():
         return None
     normal = text.encode("ascii").translate(_ASCII_SPACES)
-    while b"  " in normal:  # each pass halves every run: log2(longest run) passes
-        normal = normal.replace(b"  ", b" ")
-    return normal.strip(b" ")
+    while True:  # each pass halves every run: log2(longest run) passes, the last finds none
+        shorter = normal.replace(b"  ", b" ")
+        if len(shorter) == len(normal):
+            return normal.strip(b" ")
+        normal = shorter
 
 
 _NO_JSON = object()

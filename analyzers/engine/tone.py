@@ -17,6 +17,8 @@ from .llm import LLMClient, Usage, get_llm_client, load_prompt
 from .llm.judging import JudgedItem, verify_items
 
 TONE_TYPES = ("condescending", "dismissive", "unprofessional")
+# A heuristic run's usage: no model call (copied per result, never shared).
+_NO_USAGE = Usage().as_dict()
 
 
 class ToneIssue(JudgedItem):
@@ -85,6 +87,16 @@ class ToneAnalyzer(Analyzer):
 
     def heuristic(self, audit: AuditInput) -> AnalyzerResult:
         findings = tone_signals(audit.response)
+        if not findings:  # (most answers: what the lines below give for none)
+            return self.result(
+                score=0.0,
+                supplementary={
+                    "summary": _summary([]),
+                    "label": "none",
+                    "method": "heuristic",
+                    "usage": dict(_NO_USAGE),
+                },
+            )
         annotations = to_annotations(audit.response, findings)
         score = combine(f.weight for f in findings)
         return self.result(
@@ -95,7 +107,7 @@ class ToneAnalyzer(Analyzer):
                 "summary": _summary(annotations),
                 "label": score_label(score),
                 "method": "heuristic",
-                "usage": Usage().as_dict(),
+                "usage": dict(_NO_USAGE),
             },
         )
 

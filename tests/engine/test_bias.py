@@ -345,3 +345,27 @@ def test_heuristic_evidence_always_points_into_the_response(noise, phrases):
     for a in result.annotations:
         assert response[a.start : a.end] == a.evidence
     assert 0.0 <= result.score <= 1.0
+
+
+def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
+    from analyzers.engine import bias
+    from analyzers.engine.heuristics import combine, score_label
+    from analyzers.engine.llm import Usage
+
+    first = heuristic("How do I reset my password?", "Open the settings page, then choose Reset.")
+    second = heuristic("Is 2 + 2 = 5, right?", "Actually, 2 + 2 is 4, not 5.")
+    assert first.score == combine([]) and first.annotations == []
+    assert first.supplementary == {
+        "summary": bias._summary([]), "label": score_label(combine([])),
+        "sycophancy_score": combine([]), "counter_arguments": [], "method": "heuristic",
+        "corrects_user": False, "usage": Usage().as_dict(),
+    }
+    assert second.supplementary["corrects_user"] is True
+    assert first.supplementary["usage"] is not second.supplementary["usage"]
+
+
+def test_an_estimate_with_digits_still_anchors_one_without_never_does():
+    from analyzers.engine.heuristics_bias import anchoring_findings
+
+    assert anchoring_findings("I think it costs around 40 dollars", "It is about 40.")
+    assert anchoring_findings("I think it costs around forty dollars", "It is about 40.") == []

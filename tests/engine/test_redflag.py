@@ -265,7 +265,7 @@ def test_any_json_value_parses_and_never_raises(value, fields):
 _SPACES_AND_WORDS = st.lists(
     st.sampled_from(
         [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "a", "B", "x.", "\x00",
-         "\x85", "\u00a0", "\u2028", "\u3000", "É", "ß"]
+         "\x85", "\u00a0", "\u2028", "\u3000", "É", "ß", "Zq@"]
     ),
     max_size=60,
 ).map("".join)

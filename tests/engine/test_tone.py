@@ -184,3 +184,22 @@ async def test_without_a_model_the_auditor_runs_the_heuristic():
     [run] = report.results
     assert run.status == "ok" and run.surfaced
     assert run.supplementary["method"] == "heuristic"
+
+
+def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
+    from analyzers.engine import tone
+    from analyzers.engine.heuristics import combine, score_label
+    from analyzers.engine.llm import Usage
+
+    first = heuristic("Reset it from the settings page, then sign in again.")
+    second = heuristic("Open the account page and choose a new password.")
+    assert first.model_dump() | {"supplementary": None} == (
+        ToneAnalyzer().result(score=combine([]), annotations=[]).model_dump()
+        | {"supplementary": None}
+    )
+    assert first.supplementary == {
+        "summary": tone._summary([]), "label": score_label(combine([])),
+        "method": "heuristic", "usage": Usage().as_dict(),
+    }
+    # each result has its own usage dict
+    assert first.supplementary["usage"] is not second.supplementary["usage"]
