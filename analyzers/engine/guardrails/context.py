@@ -60,6 +60,13 @@ class ParagraphResult:
     pending: list[PendingClaim] = field(default_factory=list)
 
 
+def may_hold_link(text: str) -> bool:
+    """False when `scan_links` finds nothing in `text`: an inline link or image needs
+    "](", a definition "]:", an autolink "<" and then a ":" (scheme) or an "@" (e-mail).
+    (Allowed inline tags such as `<b>` alone make no link.)"""
+    return "](" in text or "]:" in text or ("<" in text and (":" in text or "@" in text))
+
+
 class Ctx:
     """The state of one paragraph while the rules run."""
 
@@ -125,7 +132,7 @@ class Ctx:
         """
         text = self.doc.text
         if self._links is None or self._links[0] is not text:
-            if "](" in text or "<" in text or "]:" in text:
+            if may_hold_link(text):
                 code, _ = self.code()
                 self._links = (text, scan_links(text, code))
             else:  # no inline link, autolink or definition can be there
