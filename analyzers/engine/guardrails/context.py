@@ -149,17 +149,20 @@ class Ctx:
         end: int,
     ) -> Annotation | None:
         """Record a finding; None when the audit's limits leave it out (counted only)."""
-        if self.caps is not None and not self.caps.finding(analyzer_id, code, severity):
+        caps = self.caps
+        if caps is not None and not caps.finding(analyzer_id, code, severity):
             return None
-        s, e = self.doc.orig_span(start, end)
+        doc = self.doc
+        pieces = doc.pieces
+        if len(pieces) == 1 and pieces[0][4]:  # unedited: `orig_span` is a plain shift
+            s = pieces[0][2] + start
+            e = s + (end - start if end > start else 0)
+        else:
+            s, e = doc.orig_span(start, end)
+        base = self.base
         annotation = make_annotation(
-            code,
-            LABELS.get(code, code),
-            severity,
-            description,
-            self.original[s - self.base:e - self.base],
-            s,
-            e,
+            code, LABELS.get(code, code), severity, description,
+            self.original[s - base:e - base], s, e,
         )
         self.out.annotations.append((analyzer_id, annotation))
         return annotation

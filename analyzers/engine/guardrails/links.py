@@ -616,6 +616,13 @@ def _strip_plan(
 _STRUCTURE = re.compile(r"[`~\[\]<]")
 
 
+def _no_structure(text: str) -> bool:
+    """`_STRUCTURE.search(text) is None`, by substring tests (no regex scan)."""
+    return "`" not in text and "~" not in text and "[" not in text and "]" not in text and (
+        "<" not in text
+    )
+
+
 def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) -> None:
     """Apply the removals; when the text had and has no code, link or markup, remember
     where they were, so that the re-check after them (`settle`) judges only the runs
@@ -628,8 +635,8 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
     new = ctx.doc.text
     # the new text is pieces of the old one and the replacements: without structure in
     # either, it has none (no need to scan it)
-    if _STRUCTURE.search(text) is None and not any(
-        replacement and _STRUCTURE.search(replacement) for _, _, replacement in edits
+    if _no_structure(text) and not any(
+        replacement and not _no_structure(replacement) for _, _, replacement in edits
     ):
         # a whole run removed from between two blanks joins nothing: no run to re-check
         n = len(text)

@@ -182,13 +182,19 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             gt = text.find(">", i)
             if gt < 0:
                 gt = n
-        # an autolink ends at the first ">" and holds a ":" or an "@" before it
-        if gt < n and (text.find(":", i, gt) >= 0 or text.find("@", i, gt) >= 0):
-            auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
-            if auto is not None:  # a markdown autolink: the link rules judge it
-                pos = auto.end()
+        if gt < n:
+            end = gt + 1
+            region = text[i:end]
+            # an autolink ends at the first ">" and holds a ":" or an "@" before it
+            if ":" in region or "@" in region:
+                auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+                if auto is not None:  # a markdown autolink: the link rules judge it
+                    pos = auto.end()
+                    continue
+            if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
+                pos = end
                 continue
-        if gt >= n:
+        else:
             # no ">" from here on: nothing left can close as a tag, comment or autolink,
             # so every candidate left outside protected code is text (one scan, no checks)
             removed = True
@@ -197,11 +203,6 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
                 if containing is None or containing(j) is None:
                     edits.append((j, j + 1, "&lt;"))
             break
-        end = gt + 1
-        region = text[i:end]
-        if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
-            pos = end
-            continue
         recorded, made = len(annotations), _made(ctx)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
