@@ -543,72 +543,77 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
         if verdict[3]:  # allowed
             if not record_kept or (definitions and any(a <= s < b for a, b in definitions)):
                 continue
-            line, url = _kept_plan(verdict)
             if len(trace) < ctx.trace_room:
-                trace.append(line)
+                trace.append(_keep_line(verdict[0]))
             else:
                 ctx.trace_cut += 1
             # written plainly to an allowed host: its own text is the URL (an e-mail
             # address: no link record)
-            if url is not None and (caps is None or caps.link(url, "keep")):
-                ctx.out.links.append(link_record(url, text[s:e], "keep"))
+            if verdict[2] != EMAIL:
+                url = _as_url(verdict[0])
+                if caps is None or caps.link(url, "keep"):
+                    ctx.out.links.append(link_record(url, text[s:e], "keep"))
             continue
         edits.append(_bare_edit(ctx, text, s, e, verdict))
     _apply_bare_edits(ctx, text, edits)
 
 
-@lru_cache(maxsize=4096)
-def _kept_plan(verdict: Verdict) -> tuple[str, str | None]:
-    """(trace line, URL of its link record or None) of an allowed bare URL."""
-    url, _, kind, _, _ = verdict
-    return "[AUDIT] KEEP | " + one_line(url), None if kind == EMAIL else _as_url(url)
-
-
 def _bare_edit(ctx: Ctx, text: str, s: int, e: int, verdict: Verdict) -> tuple[int, int, str]:
     """Annotate and record a bare URL that may not stay; the edit that removes it (or
     defangs it, or makes a bare domain non-linkable)."""
-    evidence = text[s:e]
-    code_, severity, why, line, strip_url, replacement = _strip_plan(
-        evidence, verdict, ctx.settings.bare_urls
-    )
+    url, host, kind, _, unsafe = verdict
+    code_, severity, why = _strip_finding(host, kind, unsafe)
     ctx.annotate("links", code_, severity, why, s, e)
+    evidence = text[s:e]
     if len(ctx.out.trace) < ctx.trace_room:
-        ctx.out.trace.append(line)
+        ctx.out.trace.append(
+            _inert_line(evidence) if kind == DOMAIN else _strip_line(code_, url)
+        )
     else:
         ctx.trace_cut += 1
-    if strip_url is not None:
-        ctx.link(strip_url, evidence, "strip", code_)
-    return (s, e, replacement)
-
-
-@lru_cache(maxsize=4096)
-def _strip_plan(
-    evidence: str, verdict: Verdict, mode: str
-) -> tuple[str, str, str, str, str | None, str]:
-    """(code, severity, description, trace line, URL of the strip record or None,
-    replacement) for the bare URL `evidence` that may not stay: a pure function of the
-    candidate's text, its verdict and the `bare_urls` mode, so kept for the next time."""
-    url, host, kind, _, unsafe = verdict
-    if unsafe:
-        code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
-                                "A bare URL with a scheme that is not http(s).")
-    elif kind == DOMAIN:
-        code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
-        why = f"Bare domain {host} made non-linkable (a renderer would link it)."
-    else:
-        code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
-        why = f"Bare URL to host {host or '?'}, which is not allowed."
     if kind == DOMAIN:
-        line = "[AUDIT] INERT | bare domain | " + one_line(evidence)
-        return code_, severity, why, line, None, escape_dots(evidence)
-    line = f"[AUDIT] STRIP | {code_} | {one_line(url)}"
-    if mode == "defang":
+        return (s, e, escape_dots(evidence))
+    ctx.link(url, evidence, "strip", code_)
+    if ctx.settings.bare_urls == "defang":
         replacement = defang(evidence)
         if url_like(replacement):
             replacement = inert(replacement)
     else:
         replacement = ""
-    return code_, severity, why, line, url, replacement
+    return (s, e, replacement)
+
+
+# The finding and trace line of a bare URL depend on a few of its values only: kept for
+# the next time (the same hosts and URLs recur from answer to answer; a long text of
+# distinct URLs asks for trace lines only while there is room for them).
+
+
+@lru_cache(maxsize=1024)
+def _strip_finding(host: str, kind: str, unsafe: bool) -> tuple[str, str, str]:
+    """(code, severity, description) of a bare URL that may not stay."""
+    if unsafe:
+        return ("LINK_UNSAFE_SCHEME", "critical",
+                "A bare URL with a scheme that is not http(s).")
+    if kind == DOMAIN:
+        return ("LINK_HOST_NOT_ALLOWED", "info",
+                f"Bare domain {host} made non-linkable (a renderer would link it).")
+    return ("LINK_HOST_NOT_ALLOWED", "warning",
+            f"Bare URL to host {host or '?'}, which is not allowed.")
+
+
+@lru_cache(maxsize=1024)
+def _keep_line(url: str) -> str:
+    return "[AUDIT] KEEP | " + one_line(url)
+
+
+@lru_cache(maxsize=1024)
+def _strip_line(code: str, url: str) -> str:
+    return f"[AUDIT] STRIP | {code} | {one_line(url)}"
+
+
+@lru_cache(maxsize=1024)
+def _inert_line(evidence: str) -> str:
+    return "[AUDIT] INERT | bare domain | " + one_line(evidence)
 
 
 # what can make code spans, links or markup: without any of them, each run of text

@@ -241,6 +241,8 @@ def _nothing_formed(ctx: Ctx, edits: list[tuple[int, int, str]], positions: list
     removed) and no `<` stands right before an edit (a removal can join `<` and a
     letter into a new tag, as in `<<x>b>`)."""
     text = ctx.doc.text
+    if "<" not in text:
+        return True  # no markup can start (the next round would stop at once)
     for p in positions:
         if p > 0 and text[p - 1] == "<":
             return False
