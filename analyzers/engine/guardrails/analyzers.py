@@ -39,7 +39,41 @@ SURFACE_CODES = frozenset(
 
 
 # `LinkRecord.model_dump()` with its defaults, without the wrapper's keyword passing
-_dump_link = LinkRecord.__pydantic_serializer__.to_python
+_serialize_link = LinkRecord.__pydantic_serializer__.to_python
+
+
+def _dump_link(record: LinkRecord) -> dict[str, Any]:
+    """`record.model_dump()`: a copy of its fields when they are plain values of their
+    declared types (what the serializer returns unchanged), else the serializer's."""
+    values = record.__dict__
+    if (
+        type(record) is LinkRecord
+        and len(values) == _LINK_FIELD_COUNT
+        and type(values["url"]) is str
+        and type(values["label"]) is str
+        and type(values["decision"]) is str
+        and (values["reason"] is None or type(values["reason"]) is str)
+        and (values["http_status"] is None or type(values["http_status"]) is int)
+        and (values["healthy"] is None or type(values["healthy"]) is bool)
+    ):
+        return dict(values)
+    return _serialize_link(record)
+
+
+_LINK_FIELD_COUNT = len(LinkRecord.model_fields)
+
+
+def _dump_check() -> bool:
+    samples = [LinkRecord(url="https://a.example/", label="x", decision="strip", reason="R"),
+               LinkRecord(url="https://a.example/", http_status=404, healthy=False)]
+    return all(
+        _dump_link(r) == _serialize_link(r) and list(_dump_link(r)) == list(_serialize_link(r))
+        for r in samples
+    )
+
+
+if not _dump_check():  # pragma: no cover - only with another pydantic or contract
+    _dump_link = _serialize_link  # type: ignore[assignment]  # noqa: F811
 
 
 def weighted_score(annotations: list[Annotation], remaining: float = 1.0) -> float:

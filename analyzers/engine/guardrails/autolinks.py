@@ -296,9 +296,20 @@ def find_bare_urls(
 
     `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
     removals meets the same runs again, and judges them once."""
-    out: list[BareURL] = []
+    return [BareURL(s, e, *verdict) for s, e, verdict in find_bare_verdicts(text, allowed, skip, memo)]
+
+
+Verdict = tuple[str, str, str, bool, bool]  # (url, host, kind, allowed, unsafe scheme)
+
+
+def find_bare_verdicts(
+    text: str, allowed: tuple[str, ...], skip, memo: dict | None = None
+) -> list[tuple[int, int, Verdict]]:
+    """`find_bare_urls` as (start, end, verdict) tuples: what the rules read, without a
+    `BareURL` per candidate. A verdict is shared by every run with the same text."""
+    out: list[tuple[int, int, Verdict]] = []
     if skip or len(text) < SIMPLE_RUNS_FROM:
-        _scan_bare_urls(text, 0, len(text), allowed, skip, memo, out)
+        _scan_runs(text, 0, len(text), allowed, skip, memo, out)
         return out
     # Plain text (no code, no link): the runs that are one simple URL (most, in a text
     # with many) are found in one regex pass, the text between them is scanned.
@@ -306,12 +317,12 @@ def find_bare_urls(
     append = out.append
     for start, end, scheme, authority in _simple_runs(text):
         if start > pos and not text[pos:start].isspace():
-            _scan_bare_urls(text, pos, start, allowed, None, memo, out)
+            _scan_runs(text, pos, start, allowed, None, memo, out)
         host, ok = _judge_authority("h" + scheme if scheme else "http://", authority, allowed)
-        append(BareURL(start, end, text[start:end], host, LINK, ok))
+        append((start, end, (text[start:end], host, LINK, ok, False)))
         pos = end
     if pos < len(text):
-        _scan_bare_urls(text, pos, len(text), allowed, None, memo, out)
+        _scan_runs(text, pos, len(text), allowed, None, memo, out)
     return out
 
 
@@ -377,30 +388,62 @@ def _scan_bare_urls(
     out: list[BareURL],
 ) -> None:
     """`find_bare_urls` on `text[pos:n]`, run by run (`n` is a run boundary)."""
+    found: list[tuple[int, int, Verdict]] = []
+    _scan_runs(text, pos, n, allowed, skip, memo, found)
+    out.extend(BareURL(s, e, *verdict) for s, e, verdict in found)
+
+
+def _scan_runs(
+    text: str, pos: int, n: int, allowed: tuple[str, ...], skip, memo: dict | None,
+    out: list[tuple[int, int, Verdict]],
+) -> None:
+    """`find_bare_verdicts` on `text[pos:n]`, run by run (`n` is a run boundary).
+
+    (`marker_search` and `_trim` written out in the loop: it runs once per candidate.)"""
     containing = skip.containing if skip else None
-    while pos < n:
-        m = marker_search(text, pos, n)
-        if m is None:
+    pre_marker = _PRE_MARKER.search
+    marker = _MARKER.search
+    run_start = RUN_START.match
+    run_end = _RUN_END.search
+    append = out.append
+    at = pos  # where the pre-scan goes on; `pos`: text before it is done
+    while at < n:
+        p = pre_marker(text, at, n)
+        if p is None:
             break
-        k = m.start()
-        limit = pos  # text before `pos` is done (or a skipped span)
+        k = p.start()
+        if text[k] == ".":  # (see marker_search)
+            m = marker(text, k - 3 if k - 3 > pos else pos, k + 3 if k + 3 < n else n)
+            if m is None:
+                at = k + 1
+                continue
+            k = m.start()
+            marker_end = m.end()
+        else:
+            marker_end = p.end()
         if containing is not None:
             span = containing(k)
             if span is not None:
-                pos = span[1]
+                pos = at = span[1]
                 continue
         # the run around the marker
-        b = RUN_START.match(text, limit, k)
-        start = b.end() if b is not None else limit
+        b = run_start(text, pos, k)
+        start = b.end() if b is not None else pos
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1
         # to the next whitespace, over any code span or link: a renderer's linkify reads a
         # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
-        end_m = _RUN_END.search(text, m.end())
+        end_m = run_end(text, marker_end)
         end = end_m.start() if end_m else n
-        s, e = _trim(text, start, end)
-        pos = end if end > k else k + 1
+        pos = at = end if end > k else k + 1
+        # `_trim`: no leading wrappers, no trailing punctuation
+        s = start
+        while s < end and not (text[s].isalnum() or text[s] == "/"):
+            s += 1
+        e = end
+        while e > s and text[e - 1] in _TRAILING:
+            e -= 1
         if s >= e:
             continue
         core = text[s:e]
@@ -413,7 +456,7 @@ def _scan_bare_urls(
             if verdict is _UNSEEN:
                 verdict = memo[core] = _verdict(core, allowed)
         if verdict is not None:
-            out.append(BareURL(s, e, *verdict))
+            append((s, e, verdict))
 
 
 def _verdict(core: str, allowed: tuple[str, ...]) -> tuple[str, str, str, bool, bool] | None:

@@ -60,6 +60,13 @@ class ParagraphResult:
     pending: list[PendingClaim] = field(default_factory=list)
 
 
+def may_hold_link(text: str) -> bool:
+    """False when `scan_links` finds nothing in `text`: an inline link or image needs
+    "](", a definition "]:", an autolink "<" and then a ":" (scheme) or an "@" (e-mail).
+    (Allowed inline tags such as `<b>` alone make no link.)"""
+    return "](" in text or "]:" in text or ("<" in text and (":" in text or "@" in text))
+
+
 class Ctx:
     """The state of one paragraph while the rules run."""
 
@@ -125,7 +132,7 @@ class Ctx:
         """
         text = self.doc.text
         if self._links is None or self._links[0] is not text:
-            if "](" in text or "<" in text or "]:" in text:
+            if may_hold_link(text):
                 code, _ = self.code()
                 self._links = (text, scan_links(text, code))
             else:  # no inline link, autolink or definition can be there
@@ -142,17 +149,20 @@ class Ctx:
         end: int,
     ) -> Annotation | None:
         """Record a finding; None when the audit's limits leave it out (counted only)."""
-        if self.caps is not None and not self.caps.finding(analyzer_id, code, severity):
+        caps = self.caps
+        if caps is not None and not caps.finding(analyzer_id, code, severity):
             return None
-        s, e = self.doc.orig_span(start, end)
+        doc = self.doc
+        pieces = doc.pieces
+        if len(pieces) == 1 and pieces[0][4]:  # unedited: `orig_span` is a plain shift
+            s = pieces[0][2] + start
+            e = s + (end - start if end > start else 0)
+        else:
+            s, e = doc.orig_span(start, end)
+        base = self.base
         annotation = make_annotation(
-            code,
-            LABELS.get(code, code),
-            severity,
-            description,
-            self.original[s - self.base:e - self.base],
-            s,
-            e,
+            code, LABELS.get(code, code), severity, description,
+            self.original[s - base:e - base], s, e,
         )
         self.out.annotations.append((analyzer_id, annotation))
         return annotation

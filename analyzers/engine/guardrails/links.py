@@ -12,9 +12,10 @@ from .autolinks import (
     DOMAIN,
     EMAIL,
     RUN_START,
+    Verdict,
     defang,
     escape_dots,
-    find_bare_urls,
+    find_bare_verdicts,
     inert,
     may_hold_url,
     url_like,
@@ -222,12 +223,10 @@ def decide(dest: str, settings: GuardrailSettings) -> tuple[str | None, str, str
 
 def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
     """Classify every link; return (position in the new text, label left) per stripped link."""
-    text = ctx.doc.text
-    if "](" not in text and "<" not in text and "]:" not in text:
-        return []
     links = ctx.links()
     if not links:
         return []
+    text = ctx.doc.text
     edits: list[tuple[int, int, str]] = []
     removed: list[tuple[int, str]] = []  # (index into edits, label left in the text)
     settings = ctx.settings
@@ -539,63 +538,94 @@ def audit_bare_urls(ctx: Ctx, record_kept: bool = True) -> None:
     settings = ctx.settings
     edits: list[tuple[int, int, str]] = []
     trace = ctx.out.trace
-    for bare in find_bare_urls(text, settings.allowed_hosts, skip, ctx.bare_memo):
-        if bare.allowed:
-            if not record_kept or (
-                definitions and any(s <= bare.start < e for s, e in definitions)
-            ):
+    caps = ctx.caps
+    for s, e, verdict in find_bare_verdicts(text, settings.allowed_hosts, skip, ctx.bare_memo):
+        if verdict[3]:  # allowed
+            if not record_kept or (definitions and any(a <= s < b for a, b in definitions)):
                 continue
             if len(trace) < ctx.trace_room:
-                trace.append("[AUDIT] KEEP | " + one_line(bare.url))
+                trace.append(_keep_line(verdict[0]))
             else:
                 ctx.trace_cut += 1
-            if bare.kind != EMAIL:
-                # written plainly to an allowed host: its own text is the URL
-                url = _as_url(bare)
-                if ctx.caps is None or ctx.caps.link(url, "keep"):
-                    ctx.out.links.append(link_record(url, text[bare.start:bare.end], "keep"))
+            # written plainly to an allowed host: its own text is the URL (an e-mail
+            # address: no link record)
+            if verdict[2] != EMAIL:
+                url = _as_url(verdict[0])
+                if caps is None or caps.link(url, "keep"):
+                    ctx.out.links.append(link_record(url, text[s:e], "keep"))
             continue
-        edits.append(_bare_edit(ctx, text, bare))
+        edits.append(_bare_edit(ctx, text, s, e, verdict))
     _apply_bare_edits(ctx, text, edits)
 
 
-def _bare_edit(ctx: Ctx, text: str, bare) -> tuple[int, int, str]:
+def _bare_edit(ctx: Ctx, text: str, s: int, e: int, verdict: Verdict) -> tuple[int, int, str]:
     """Annotate and record a bare URL that may not stay; the edit that removes it (or
     defangs it, or makes a bare domain non-linkable)."""
-    evidence = text[bare.start:bare.end]
-    settings = ctx.settings
-    if bare.unsafe_scheme:
-        code_, severity, why = ("LINK_UNSAFE_SCHEME", "critical",
-                                "A bare URL with a scheme that is not http(s).")
-    elif bare.kind == DOMAIN:
-        code_, severity = "LINK_HOST_NOT_ALLOWED", "info"
-        why = f"Bare domain {bare.host} made non-linkable (a renderer would link it)."
+    url, host, kind, _, unsafe = verdict
+    code_, severity, why = _strip_finding(host, kind, unsafe)
+    ctx.annotate("links", code_, severity, why, s, e)
+    evidence = text[s:e]
+    if len(ctx.out.trace) < ctx.trace_room:
+        ctx.out.trace.append(
+            _inert_line(evidence) if kind == DOMAIN else _strip_line(code_, url)
+        )
     else:
-        code_, severity = "LINK_HOST_NOT_ALLOWED", "warning"
-        why = f"Bare URL to host {bare.host or '?'}, which is not allowed."
-    ctx.annotate("links", code_, severity, why, bare.start, bare.end)
-    room = ctx.has_trace_room()
-    if not room:
         ctx.trace_cut += 1
-    if bare.kind == DOMAIN:
-        if room:
-            ctx.out.trace.append("[AUDIT] INERT | bare domain | " + one_line(evidence))
-        return (bare.start, bare.end, escape_dots(evidence))
-    if room:
-        ctx.out.trace.append(f"[AUDIT] STRIP | {code_} | {one_line(bare.url)}")
-    ctx.link(bare.url, evidence, "strip", code_)
-    if settings.bare_urls == "defang":
+    if kind == DOMAIN:
+        return (s, e, escape_dots(evidence))
+    ctx.link(url, evidence, "strip", code_)
+    if ctx.settings.bare_urls == "defang":
         replacement = defang(evidence)
         if url_like(replacement):
             replacement = inert(replacement)
     else:
         replacement = ""
-    return (bare.start, bare.end, replacement)
+    return (s, e, replacement)
+
+
+# The finding and trace line of a bare URL depend on a few of its values only: kept for
+# the next time (the same hosts and URLs recur from answer to answer; a long text of
+# distinct URLs asks for trace lines only while there is room for them).
+
+
+@lru_cache(maxsize=1024)
+def _strip_finding(host: str, kind: str, unsafe: bool) -> tuple[str, str, str]:
+    """(code, severity, description) of a bare URL that may not stay."""
+    if unsafe:
+        return ("LINK_UNSAFE_SCHEME", "critical",
+                "A bare URL with a scheme that is not http(s).")
+    if kind == DOMAIN:
+        return ("LINK_HOST_NOT_ALLOWED", "info",
+                f"Bare domain {host} made non-linkable (a renderer would link it).")
+    return ("LINK_HOST_NOT_ALLOWED", "warning",
+            f"Bare URL to host {host or '?'}, which is not allowed.")
+
+
+@lru_cache(maxsize=1024)
+def _keep_line(url: str) -> str:
+    return "[AUDIT] KEEP | " + one_line(url)
+
+
+@lru_cache(maxsize=1024)
+def _strip_line(code: str, url: str) -> str:
+    return f"[AUDIT] STRIP | {code} | {one_line(url)}"
+
+
+@lru_cache(maxsize=1024)
+def _inert_line(evidence: str) -> str:
+    return "[AUDIT] INERT | bare domain | " + one_line(evidence)
 
 
 # what can make code spans, links or markup: without any of them, each run of text
 # between blanks (and angle brackets) is judged on its own
 _STRUCTURE = re.compile(r"[`~\[\]<]")
+
+
+def _no_structure(text: str) -> bool:
+    """`_STRUCTURE.search(text) is None`, by substring tests (no regex scan)."""
+    return "`" not in text and "~" not in text and "[" not in text and "]" not in text and (
+        "<" not in text
+    )
 
 
 def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) -> None:
@@ -610,8 +640,8 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
     new = ctx.doc.text
     # the new text is pieces of the old one and the replacements: without structure in
     # either, it has none (no need to scan it)
-    if _STRUCTURE.search(text) is None and not any(
-        replacement and _STRUCTURE.search(replacement) for _, _, replacement in edits
+    if _no_structure(text) and not any(
+        replacement and not _no_structure(replacement) for _, _, replacement in edits
     ):
         # a whole run removed from between two blanks joins nothing: no run to re-check
         n = len(text)
@@ -649,20 +679,18 @@ def _recheck_near_edits(ctx: Ctx, text: str, touched: list[tuple[int, int]]) -> 
     for a, b in windows:
         if b - a < 3:  # no candidate is shorter than `a.b` (an edit between blanks: 0)
             continue
-        for bare in find_bare_urls(text[a:b], settings.allowed_hosts, None, ctx.bare_memo):
-            if bare.allowed:
-                continue
-            bare.start += a
-            bare.end += a
-            edits.append(_bare_edit(ctx, text, bare))
+        for s, e, verdict in find_bare_verdicts(
+            text[a:b], settings.allowed_hosts, None, ctx.bare_memo
+        ):
+            if not verdict[3]:
+                edits.append(_bare_edit(ctx, text, s + a, e + a, verdict))
     _apply_bare_edits(ctx, text, edits)
 
 
 _RUN_AFTER = re.compile(r"[\s<>]")
 
 
-def _as_url(bare) -> str:
-    url = bare.url
+def _as_url(url: str) -> str:
     if url.startswith("//"):
         return "https:" + url
     return url if "://" in url else "http://" + url

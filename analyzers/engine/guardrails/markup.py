@@ -158,6 +158,7 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
     gt = -1  # the first ">" at or after the current candidate, or n when none
     run: _Run | None = None  # identical tags removed back to back: one edit, one record
     annotations = ctx.out.annotations
+    kept_urls = False  # whether a tag left as it was holds a URL (see _nothing_formed)
     while pos < n:
         m = _CANDIDATE.search(text, pos)
         if m is None:
@@ -181,13 +182,19 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             gt = text.find(">", i)
             if gt < 0:
                 gt = n
-        # an autolink ends at the first ">" and holds a ":" or an "@" before it
-        if gt < n and (text.find(":", i, gt) >= 0 or text.find("@", i, gt) >= 0):
-            auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
-            if auto is not None:  # a markdown autolink: the link rules judge it
-                pos = auto.end()
+        if gt < n:
+            end = gt + 1
+            region = text[i:end]
+            # an autolink ends at the first ">" and holds a ":" or an "@" before it
+            if ":" in region or "@" in region:
+                auto = _AUTOLINK.match(text, i) or _EMAIL_AUTOLINK.match(text, i)
+                if auto is not None:  # a markdown autolink: the link rules judge it
+                    pos = auto.end()
+                    continue
+            if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
+                pos = end
                 continue
-        if gt >= n:
+        else:
             # no ">" from here on: nothing left can close as a tag, comment or autolink,
             # so every candidate left outside protected code is text (one scan, no checks)
             removed = True
@@ -196,11 +203,6 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
                 if containing is None or containing(j) is None:
                     edits.append((j, j + 1, "&lt;"))
             break
-        end = gt + 1
-        region = text[i:end]
-        if region in _VERBATIM:  # an allowed tag that stays as it is: nothing to record
-            pos = end
-            continue
         recorded, made = len(annotations), _made(ctx)
         replacement, end = _judge_tag(ctx, text, i, end, region, final)
         if not replacement and (i == 0 or text[i - 1] in " \t\n"):
@@ -213,17 +215,64 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
             removed = removed or not replacement or replacement == "&lt;"
             if not replacement and end == gt + 1 and _made(ctx) > made:
                 run = _Run(region, i, end, annotations[recorded:])
+        elif not kept_urls:
+            facts = _tag_facts(region)
+            kept_urls = facts is not None and bool(facts[3])
         pos = end
     if run is not None:
         run.close(ctx)
-    if edits:
-        ctx.doc.apply(edits)
-    else:
+    if not edits:
         ctx.settled["markup"] = text  # a round over it changes nothing
+        return removed
+    positions = ctx.doc.apply(edits)
+    if (
+        SKIP_SETTLED_ROUND and removed and protected is None and not kept_urls
+        and _nothing_formed(ctx, edits, positions)
+    ):
+        ctx.settled["markup"] = ctx.doc.text  # what the next round would find: nothing
+        return False
     return removed
 
 
+def _nothing_formed(ctx: Ctx, edits: list[tuple[int, int, str]], positions: list[int]) -> bool:
+    """Whether a round over the text these edits made would change nothing, so that it
+    need not run. Each `<` that could start markup in the new text is then one the round
+    before judged and left as it was (the same region, the same verdict, no finding: the
+    caller checks that none held a URL), or one it wrote as a fixed point of the
+    judgement (an allowed tag nh3 leaves as it is, or `&lt;`). That holds when no code
+    protected anything before or after (code spans can pair differently once text is
+    removed) and no `<` stands right before an edit (a removal can join `<` and a
+    letter into a new tag, as in `<<x>b>`)."""
+    text = ctx.doc.text
+    if "<" not in text:
+        return True  # no markup can start (the next round would stop at once)
+    for p in positions:
+        if p > 0 and text[p - 1] == "<":
+            return False
+    for _, _, replacement in edits:
+        if replacement and replacement != "&lt;" and not _fixed_point(replacement):
+            return False
+    return _protected(ctx) is None
+
+
+@lru_cache(maxsize=1024)
+def _fixed_point(tag: str) -> bool:
+    """Whether `_judge_tag` leaves the tag `tag` as it is, with no finding."""
+    if tag[:1] != "<" or tag[1:2] in ("!", "?", "") or tag.find(">") != len(tag) - 1:
+        return False
+    facts = _tag_facts(tag)
+    if facts is None:
+        return False
+    name, closing, _, urls, _ = facts
+    if name not in ALLOWED_TAGS or urls:
+        return False
+    return tag == (f"</{name}>" if closing else clean_open_tag(tag, name))
+
+
 MERGE_RUNS = True  # (tests compare with False: the same cleaned text, finding by finding)
+# A round is not run when the one before left nothing it could change (`_nothing_formed`;
+# tests compare with False: the same output, record by record).
+SKIP_SETTLED_ROUND = True
 
 
 class _Run:
