@@ -135,11 +135,13 @@ def _warm_up(port: int, key: str, db: Path, procs: list[subprocess.Popen], batch
     deadline = time.monotonic() + 120
     while _count(db, finished) < before + len(warm) and time.monotonic() < deadline:
         time.sleep(0.05)
-    quiet, last = 0, cpu0
-    while quiet < 2 and time.monotonic() < deadline:  # two half-seconds under 10% of a core
+    # Quiet: two half-seconds under 10% of a core per process (a db_worker polls its
+    # queue: an idle one uses a few per cent).
+    quiet, last, bar = 0, cpu0, 0.05 * len(procs)
+    while quiet < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
         now = sum(tree_cpu_seconds(p.pid) for p in procs)
-        quiet, last = (quiet + 1 if now - last < 0.05 else 0), now
+        quiet, last = (quiet + 1 if now - last < bar else 0), now
     return last - cpu0
 
 
