@@ -51,3 +51,22 @@ def test_stored_audits_get_time_ordered_ids():
     batch = submit_audits([{"user_input": "q", "response": f"Answer {i}."} for i in range(3)])
     assert {run.pk.version for run in [one, *batch]} == {7}
     assert one.pk.hex < min(run.pk.hex for run in batch)
+
+
+@pytest.mark.django_db
+def test_pages_name_an_audit_by_the_random_end_of_its_id(staff_user):
+    """The first hex digits of a version 7 id are its time: audits of one minute share
+    them, so the detail page's title names an audit by the id's last eight."""
+    from django.test import Client
+    from django.urls import reverse
+
+    client = Client()
+    client.force_login(staff_user)
+    first, second = (submit_audit(user_input="q", response=f"Answer {i}.", enqueue=False)
+                     for i in range(2))
+    titles = []
+    for run in (first, second):
+        page = client.get(reverse("audits:detail", args=[run.pk])).content.decode()
+        titles.append(page.split("<title>", 1)[1].split("</title>", 1)[0])
+        assert f"Audit {str(run.pk)[-8:]}" in titles[-1]
+    assert titles[0] != titles[1]

@@ -167,7 +167,7 @@ class Command(BaseCommand):
                     if message["event"] == "audit":
                         data = message["data"]
                         self.stdout.write(
-                            f"demo_stream: audit {data['id'][:8]} score {data['overall_score']:.2f}"
+                            f"demo_stream: audit {data['id'][-8:]} score {data['overall_score']:.2f}"
                         )
         except Exception as exc:
             self.stderr.write(f"demo_stream: {type(exc).__name__}: {exc}")
