@@ -16,7 +16,7 @@ from .config import AuditorConfig
 from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
 from .registry import Registry, default_registry
-from .surfacing import is_surfaced
+from .surfacing import decide_surfaced, is_surfaced
 from .trusted import analyzer_run
 
 __all__ = ["Auditor", "check_overrides", "emit", "is_surfaced", "overall_score"]
@@ -56,9 +56,6 @@ class Auditor:
         self._parsed_settings: dict[str, Any] = {}
         self._enabled_analyzers: list[Analyzer] | None = None
         self._registry_size = 0
-        # threshold_for per analyzer id, of `_thresholds_of` (self.config when kept)
-        self._thresholds: dict[str, float] = {}
-        self._thresholds_of: AuditorConfig | None = None
 
     async def audit(
         self,
@@ -210,11 +207,7 @@ class Auditor:
         step, as `_within` does) is returned instead."""
         started = time.perf_counter()
         status, error, result = "ok", None, None
-        # `_deadline`, inline (once per analyzer)
-        deadline = asyncio.get_running_loop().time() + self.config.analyzer_timeout_s
-        budget_spent = context.deadline is not None and context.deadline < deadline
-        if budget_spent:
-            deadline = context.deadline
+        deadline, budget_spent = self._deadline(context)
         try:
             pending = analyzer.analyze(audit, settings, context)
             if type(pending) is not CoroutineType:
@@ -303,12 +296,14 @@ class Auditor:
         duration_ms = (time.perf_counter() - started) * 1000
         if result is not None:
             # `result` was validated when it was built: copy its fields, don't re-validate.
-            # (surfacing.decide_surfaced with status "ok")
             run = analyzer_run(
                 result,
                 duration_ms,
-                is_surfaced(
-                    result.score, result.should_surface, self._threshold(analyzer, context)
+                decide_surfaced(
+                    status="ok",
+                    score=result.score,
+                    should_surface=result.should_surface,
+                    threshold=context.config.threshold_for(analyzer.id),
                 ),
             )
             return cap_run(run, self.config.limits, context.omitted.get(analyzer.id))
@@ -319,18 +314,6 @@ class Auditor:
             error=error,
             duration_ms=duration_ms,
         )
-
-    def _threshold(self, analyzer: Analyzer, context: AuditContext) -> float:
-        """`context.config.threshold_for(analyzer.id)`, kept per id while the audit adds
-        no options."""
-        if context.config is not self.config:
-            return context.config.threshold_for(analyzer.id)
-        if self._thresholds_of is not self.config:
-            self._thresholds, self._thresholds_of = {}, self.config
-        threshold = self._thresholds.get(analyzer.id)
-        if threshold is None:
-            threshold = self._thresholds[analyzer.id] = self.config.threshold_for(analyzer.id)
-        return threshold
 
     def _settings(self, analyzer: Analyzer, config: AuditorConfig) -> Any:
         """The analyzer's parsed settings; parsed once while the audit adds no options."""

@@ -172,19 +172,6 @@ class BiasAnalyzer(Analyzer):
 
     def heuristic(self, audit: AuditInput, threshold: float, max_counter: int) -> AnalyzerResult:
         signals = bias_signals(audit.user_input, audit.response)
-        if not signals.findings:  # (most answers: what the lines below give for none)
-            return self.result(
-                score=0.0,
-                supplementary={
-                    "summary": _summary([]),
-                    "label": "none",
-                    "sycophancy_score": 0.0,
-                    "counter_arguments": [],
-                    "method": "heuristic",
-                    "corrects_user": signals.corrected,
-                    "usage": dict(_NO_USAGE),
-                },
-            )
         annotations = to_annotations(audit.response, signals.findings)
         score = combine(f.weight for f in signals.findings)
         sycophancy_score = combine(f.weight for f in signals.findings if f.type == "sycophancy")

@@ -87,16 +87,6 @@ class ToneAnalyzer(Analyzer):
 
     def heuristic(self, audit: AuditInput) -> AnalyzerResult:
         findings = tone_signals(audit.response)
-        if not findings:  # (most answers: what the lines below give for none)
-            return self.result(
-                score=0.0,
-                supplementary={
-                    "summary": _summary([]),
-                    "label": "none",
-                    "method": "heuristic",
-                    "usage": dict(_NO_USAGE),
-                },
-            )
         annotations = to_annotations(audit.response, findings)
         score = combine(f.weight for f in findings)
         return self.result(

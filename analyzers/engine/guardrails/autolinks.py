@@ -397,53 +397,31 @@ def _scan_runs(
     text: str, pos: int, n: int, allowed: tuple[str, ...], skip, memo: dict | None,
     out: list[tuple[int, int, Verdict]],
 ) -> None:
-    """`find_bare_verdicts` on `text[pos:n]`, run by run (`n` is a run boundary).
-
-    (`marker_search` and `_trim` written out in the loop: it runs once per candidate.)"""
+    """`find_bare_verdicts` on `text[pos:n]`, run by run (`n` is a run boundary)."""
     containing = skip.containing if skip else None
-    pre_marker = _PRE_MARKER.search
-    marker = _MARKER.search
-    run_start = RUN_START.match
-    run_end = _RUN_END.search
     append = out.append
-    at = pos  # where the pre-scan goes on; `pos`: text before it is done
-    while at < n:
-        p = pre_marker(text, at, n)
-        if p is None:
+    while pos < n:
+        m = marker_search(text, pos, n)
+        if m is None:
             break
-        k = p.start()
-        if text[k] == ".":  # (see marker_search)
-            m = marker(text, k - 3 if k - 3 > pos else pos, k + 3 if k + 3 < n else n)
-            if m is None:
-                at = k + 1
-                continue
-            k = m.start()
-            marker_end = m.end()
-        else:
-            marker_end = p.end()
+        k = m.start()
         if containing is not None:
             span = containing(k)
             if span is not None:
-                pos = at = span[1]
+                pos = span[1]
                 continue
-        # the run around the marker
-        b = run_start(text, pos, k)
+        # the run around the marker (text before `pos` is done, or a skipped span)
+        b = RUN_START.match(text, pos, k)
         start = b.end() if b is not None else pos
         if containing is not None:
             while start < k and containing(start) is not None:
                 start += 1
         # to the next whitespace, over any code span or link: a renderer's linkify reads a
         # URL on through a backtick or a bracket (`https://x.example`code`` links "x`code`")
-        end_m = run_end(text, marker_end)
+        end_m = _RUN_END.search(text, m.end())
         end = end_m.start() if end_m else n
-        pos = at = end if end > k else k + 1
-        # `_trim`: no leading wrappers, no trailing punctuation
-        s = start
-        while s < end and not (text[s].isalnum() or text[s] == "/"):
-            s += 1
-        e = end
-        while e > s and text[e - 1] in _TRAILING:
-            e -= 1
+        pos = end if end > k else k + 1
+        s, e = _trim(text, start, end)
         if s >= e:
             continue
         core = text[s:e]

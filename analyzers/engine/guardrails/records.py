@@ -12,9 +12,8 @@ and falls back to it if the models ever change shape.
 from __future__ import annotations
 
 from ..contract import Annotation, LinkRecord
-from ..trusted import _set, _set_extra, _set_fields_set, _set_private, same_instance
-
-_new = object.__new__
+from ..trusted import same_instance
+from ..trusted import trusted_instance as _trusted
 
 _ANNOTATION_FIELDS = ("type", "label", "severity", "description", "evidence", "start", "end")
 _LINK_FIELDS = ("url", "label", "decision", "reason", "http_status", "healthy")
@@ -32,27 +31,23 @@ def annotation(
     start: int,
     end: int,
 ) -> Annotation:
-    """`Annotation(type=code, label=..., ..., end=end)` (`trusted_instance`, inlined: the
-    rules make one per finding)."""
-    obj = _new(Annotation)
-    _set(obj, "__dict__", {"type": code, "label": label, "severity": severity,
-                           "description": description, "evidence": evidence, "start": start,
-                           "end": end})
-    _set_fields_set(obj, set(_ANNOTATION_SET))
-    _set_extra(obj, None)
-    _set_private(obj, None)
-    return obj
+    """`Annotation(type=code, label=..., ..., end=end)`."""
+    return _trusted(
+        Annotation,
+        {"type": code, "label": label, "severity": severity, "description": description,
+         "evidence": evidence, "start": start, "end": end},
+        _ANNOTATION_SET,
+    )
 
 
 def link_record(url: str, label: str, decision: str, reason: str | None = None) -> LinkRecord:
     """`LinkRecord(url=url, label=label, decision=decision[, reason=reason])`."""
-    obj = _new(LinkRecord)
-    _set(obj, "__dict__", {"url": url, "label": label, "decision": decision, "reason": reason,
-                           "http_status": None, "healthy": None})
-    _set_fields_set(obj, set(_LINK_SET if reason is None else _STRIP_SET))
-    _set_extra(obj, None)
-    _set_private(obj, None)
-    return obj
+    return _trusted(
+        LinkRecord,
+        {"url": url, "label": label, "decision": decision, "reason": reason,
+         "http_status": None, "healthy": None},
+        _LINK_SET if reason is None else _STRIP_SET,
+    )
 
 
 def _validated_annotation(
