@@ -205,7 +205,7 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
     nice = getattr(settings, "AUDITOR_ANALYSIS_NICE", 0)
     if nice > 0:
         os.nice(nice)
-    events.capture(_capture)
+    events.capture(_capture, lambda audit_id: audit_id in _watched)
     waiting, numbers, how_many = making_way
     with numbers.get_lock():
         number, numbers.value = numbers.value, numbers.value + 1

@@ -20,7 +20,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from . import ordering, scoring, selectors
+from . import ordering, scoring, selectors, trace_rows
 from .highlight import SEVERITY_RANK
 from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
 
@@ -447,13 +447,13 @@ def detail_rows(run: AuditRun, results: list[AnalyzerRunRecord], page: int = 1) 
         result.shown_to = offset + len(result.shown_annotations)
         has_next = has_next or result.annotation_total > offset + FINDINGS_PER_PAGE
         shown.extend(result.shown_annotations)
-    trace_total = run.trace_lines.count()
+    trace_total = trace_rows.line_count(run.trace_lines.all())
     links_total = run.links.count()
     return DetailRows(
         page=page,
         has_next=has_next,
         annotations=shown,
-        trace_lines=list(run.trace_lines.order_by("position")[:DETAIL_ROWS]),
+        trace_lines=trace_rows.first_lines(run.trace_lines.all(), DETAIL_ROWS),
         trace_total=trace_total,
         links=list(run.links.order_by("position", "id")[:DETAIL_ROWS]),
         links_total=links_total,

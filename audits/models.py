@@ -320,7 +320,8 @@ class Annotation(models.Model):
 
 
 class TraceLine(models.Model):
-    """One "[AUDIT] ..." line, in order."""
+    """"[AUDIT] ..." lines, in order: one or more consecutive lines joined by "\n", from
+    the line at `position` on (see audits.trace_rows; read them through it)."""
 
     audit = models.ForeignKey(
         AuditRun, on_delete=models.CASCADE, related_name="trace_lines",

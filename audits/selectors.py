@@ -16,6 +16,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from . import ordering
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
+from .trace_rows import texts_of
 
 
 @dataclass
@@ -197,10 +198,10 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if owner is not None:
                 owner["annotations"].append(a)
     trace: dict[Any, list[str]] = {i: [] for i in ids}
-    for t in TraceLine.objects.filter(audit_id__in=ids).order_by(
+    for audit_id, line in texts_of(TraceLine.objects.filter(audit_id__in=ids).order_by(
         "audit_id", "position"
-    ).values_list("audit_id", "text"):
-        trace[t[0]].append(t[1])
+    ).values_list("audit_id", "text")):
+        trace[audit_id].append(line)
     links: dict[Any, list[dict]] = {i: [] for i in ids}
     for link in LinkCheck.objects.filter(audit_id__in=ids).order_by(
         "audit_id", "position", "id"

@@ -12,6 +12,7 @@ from django.db.models import Prefetch, QuerySet
 
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 from .reviews import review_to_dict
+from .trace_rows import BREAK
 
 
 def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
@@ -105,7 +106,7 @@ def audit_to_dict(run: AuditRun) -> dict[str, Any]:
         "results": results,
         "surfaced_results": [r for r in results if r["surfaced"]],
         "links": [link_to_dict(link) for link in run.links.all()],
-        "trace": [line.text for line in run.trace_lines.all()],
+        "trace": [line for row in run.trace_lines.all() for line in row.text.split(BREAK)],
         "reviewed_at": _iso(run.reviewed_at),
         "reviews": [review_to_dict(r) for r in run.reviews.all()],
     }

@@ -29,12 +29,13 @@ from analyzers.engine.redflag import content_digest
 from . import people_first, workers
 from .bulk import Statement, converter, db_value, insert_rows, prepare_insert, run_statement
 from .collisions import CollisionBatch
-from .events import ALL_AUDITS_GROUP, apublish, capturing, has_watchers, publish
+from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
 from .heartbeats import running_run
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
 from .queues import LARGE_QUEUE
 from .scoring import top_result
 from .signals import audit_finished
+from .trace_rows import packed
 
 __all__ = [
     "ExternalIdConflict",
@@ -532,13 +533,16 @@ def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
         metadata=run.metadata,
     )
 
+    audit_id = str(run.pk)
+
     def make():
         coro = auditor.audit(
             audit,
             options=run.options or None,
             collision_key=run.collision_key,
             collision_family=family,
-            progress=_progress_callback(str(run.pk)),
+            # (nobody to see the analyzers' progress: no events made for it)
+            progress=_progress_callback(audit_id) if audit_watched(audit_id) else None,
         )
         return coro if collisions is None else collisions.run(run.pk, coro)
 
@@ -807,7 +811,8 @@ def _report_rows(
                  a.description, a.evidence, a.start, a.end, created_at)
                 for j, a in enumerate(r.annotations)
             )
-        trace.extend((audit_id, i, t) for i, t in enumerate(report.trace))
+        if report.trace:  # one row: audits.trace_rows
+            trace.append((audit_id, 0, packed(report.trace)))
         links.extend(
             (audit_id, i, link.url, link.label, link.decision, link.reason,
              link.http_status, link.healthy)

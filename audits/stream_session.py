@@ -38,6 +38,7 @@ from . import services
 from .events import apublish
 from .models import AuditRun, TraceLine
 from .schemas import AuditIn
+from .trace_rows import storable
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def _save_progress(run_id: Any, response: str, cleaned: str, trace: list[tuple[i
     AuditRun.objects.filter(pk=run_id).update(response=response, cleaned_response=cleaned)
     if trace:
         TraceLine.objects.bulk_create(
-            [TraceLine(audit_id=run_id, position=p, text=t) for p, t in trace],
+            [TraceLine(audit_id=run_id, position=p, text=storable(t)) for p, t in trace],
             ignore_conflicts=True,
         )
 

@@ -82,3 +82,33 @@ def test_a_watched_audit_gets_one_event_per_state_change_and_no_trace_lines(sent
     assert set(kinds[1:-1]) <= {"analyzer_started", "analyzer_finished"}
     assert run.trace_lines.count() > 0  # stored, but not published line by line
     async_to_sync(layer.group_discard)(f"audit-{run.pk}", channel)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_analyzers_progress_is_made_only_for_a_watched_audit(sent, monkeypatch):
+    made = []
+    real = services._progress_callback
+    monkeypatch.setattr(services, "_progress_callback",
+                        lambda audit_id: made.append(audit_id) or real(audit_id))
+    unwatched = submit_audit(**INPUT, enqueue=False)
+    assert services.execute_run(unwatched.pk) == "complete"
+    assert made == []  # nobody could see it: no progress events built at all
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    watched = submit_audit(**INPUT, enqueue=False)
+    async_to_sync(layer.group_add)(f"audit-{watched.pk}", channel)
+    assert services.execute_run(watched.pk) == "complete"
+    assert made == [str(watched.pk)]
+    assert "analyzer_finished" in [t for _, t, _ in sent]
+    async_to_sync(layer.group_discard)(f"audit-{watched.pk}", channel)
+
+
+def test_an_analysis_process_asks_its_sink_which_audits_are_watched():
+    kept: list[dict] = []
+    events.capture(kept.append, lambda audit_id: audit_id == "7")
+    try:
+        assert events.audit_watched("7") and not events.audit_watched("8")
+    finally:
+        events.capture(None)
+    assert not events.audit_watched("7")  # nobody in its group of the in-memory layer

@@ -18,6 +18,7 @@ from django.utils import timezone
 from audits.models import AlertRule, AnalyzerRunRecord, Annotation, AuditRun, TraceLine
 from audits.review.alerts import matching_audits
 from audits.selectors import AuditFilters, filter_audits
+from audits.trace_rows import lines_of
 from tests.factories import annotation, make_audit, result
 
 BEFORE, LEAN = ("audits", "0008_surfacing_policies_and_collision_families"), (
@@ -149,8 +150,9 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
                 (a.type, a.start, a.end) for a in outcome.annotations]
             assert set(record.annotations.values_list("audit_id", flat=True)) <= {run.pk}
             assert record.audit_created_at == AuditRun.objects.get(pk=run.pk).created_at
-        assert list(run.trace_lines.order_by("position").values_list("text", flat=True)) == (
-            list(report.trace))
+        rows = run.trace_lines.order_by("position").values_list("position", "text")
+        assert [line.text for line in lines_of(rows)] == list(report.trace)
+        assert len(rows) == 1  # one row per stored audit (audits.trace_rows)
         assert list(run.links.order_by("position").values_list("url", flat=True)) == [
             link.url for link in report.links]
     assert Annotation.objects.count() == sum(

@@ -19,6 +19,7 @@ from django.db.models.functions import Cast
 from ..models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 from ..ordering import DEFAULT_SORT
 from ..selectors import after_cursor, encode_cursor_raw
+from ..trace_rows import texts_of
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 _encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses
@@ -136,11 +137,11 @@ def export_page(
         )
         results.setdefault(r[1], []).append((text, bool(r[10])))
     trace: dict[Any, list[str]] = {}
-    for t in _raw(
+    for audit_id, line in texts_of(_raw(
         TraceLine.objects.filter(audit_id__in=ids).order_by("audit_id", "position")
         .values_list("audit_id", "text")
-    ):
-        trace.setdefault(t[0], []).append(_s(t[1]))
+    )):
+        trace.setdefault(audit_id, []).append(_s(line))
     links: dict[Any, list[str]] = {}
     for link in _raw(
         LinkCheck.objects.filter(audit_id__in=ids).order_by("audit_id", "position", "id")

@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from .. import card_html, cards, selectors
 from ..detail import detail_context, stream_context
 from ..models import AuditRun, TraceLine
+from ..trace_rows import lines_after
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
 TRACE_BATCH = 500  # trace lines one update appends at most (the next one continues)
@@ -130,11 +131,7 @@ def audit_stream(run: AuditRun) -> str:
 
 def trace_lines_after(run_id: Any, after: int) -> tuple[str, int]:
     """Trace lines after position `after`, appended in order; and the last position."""
-    lines = list(
-        TraceLine.objects.filter(audit_id=run_id, position__gt=after).order_by("position")[
-            :TRACE_BATCH
-        ]
-    )
+    lines = lines_after(TraceLine.objects.filter(audit_id=run_id), after, TRACE_BATCH)
     if not lines:
         return "", after
     html = render_to_string(

@@ -27,6 +27,7 @@ from .context import LABELS
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
 from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
 from .stream import GuardrailResult, audit_text
+from .text import one_line
 
 MEMO_KEY = "guardrails"
 # Records past the audit's limits are counted, not built (caps.RecordCaps); the report is
@@ -188,7 +189,7 @@ class SharedRun:
                         ("links", _annotation("LINK_UNHEALTHY", "warning",
                                               f"{record.url}: {what}", record.url))
                     )
-                    self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {record.url}")
+                    self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {one_line(record.url)}")
         for url in unchecked:  # after the built ones, as they came
             h = health.get(url)
             if h is not None and not h.healthy:
@@ -196,7 +197,7 @@ class SharedRun:
                 self.health_annotations.append(
                     ("links", _annotation("LINK_UNHEALTHY", "warning", f"{url}: {what}", url))
                 )
-                self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {url}")
+                self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {one_line(url)}")
         self._drop_unhealthy_claims(health)
 
     def _drop_unhealthy_claims(self, health: dict[str, Any]) -> None:
@@ -216,7 +217,7 @@ class SharedRun:
             )
             self.health_annotations.append(("grounding", annotation))
             self.context.trace.append(
-                f"[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | {claim['sentence']}"
+                "[AUDIT] STRIP | UNGROUNDED_CUSTOMER_CLAIM | " + one_line(claim["sentence"])
             )
             end = pending.end
             while end < len(cleaned) and cleaned[end] in " \t":
