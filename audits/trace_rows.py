@@ -5,7 +5,7 @@ of its first line. A stored report keeps all its lines in one row (`packed`); a 
 session writes one row per line as the lines come (the Live page catches up on them by
 position). A trace line is one line: a line break in one is kept as a space
 (`storable`). One row per audit instead of one per line (20 on the benchmark's shape)
-took ~20% off the CPU time of storing a report: fewer rows to build, insert and index.
+took 10–15% off the CPU time of storing a report: fewer rows to build, insert and index.
 """
 
 from __future__ import annotations
