@@ -34,14 +34,6 @@ def default_analysis_processes() -> int:
     return ANALYSIS_PROCESSES if (os.cpu_count() or 1) >= ANALYSIS_PROCESSES else 0
 
 
-def apply_switch_interval() -> None:
-    """The server's threads hand the interpreter lock on after `AUDITOR_SWITCH_INTERVAL_US`
-    (measured under the batch load with a Live page watching, README)."""
-    from django.conf import settings
-
-    sys.setswitchinterval(max(1, settings.AUDITOR_SWITCH_INTERVAL_US) / 1_000_000)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -59,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     django.setup()
-    apply_switch_interval()
     config = uvicorn.Config(
         "auditor_site.asgi:application",
         host=args.host,

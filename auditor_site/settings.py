@@ -211,10 +211,6 @@ AUDITOR_TASK_CONN_MAX_AGE = envint("AUDITOR_TASK_CONN_MAX_AGE", 600)
 # CPU niceness of the analysis processes (AUDITOR_ANALYSIS_PROCESSES). 0: niced, they
 # starved under other load and held SQLite's write lock while descheduled (README).
 AUDITOR_ANALYSIS_NICE = envint("AUDITOR_ANALYSIS_NICE", 0)
-# How long a thread of the shipped server runs before the interpreter lock passes to a
-# waiting one (sys.setswitchinterval; Python's default is 5000 µs). Shorter, a page's
-# render or a lone POST waits less behind the threads storing batches (README).
-AUDITOR_SWITCH_INTERVAL_US = envint("AUDITOR_SWITCH_INTERVAL_US", 1000)
 if AUDITOR_TASK_BACKEND == "thread":
     TASKS = {
         "default": {
