@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 # there until something else woke the server. Seen as card latencies of up to a second.
 _server_loop: asyncio.AbstractEventLoop | None = None
 _capture: Callable[[dict[str, Any]], None] | None = None  # set in analysis processes
-_captured_watched: Callable[[str], bool] = lambda audit_id: True  # noqa: E731 (see capture)
+_captured_watched: Callable[[str], bool] | None = None  # None: the sink keeps every audit's
 PUBLISH_WAIT = 5.0  # seconds a worker thread waits for its event to be handed over
 DRAIN_YIELD_EVERY = 32  # events an outbox sends before it lets the loop run others
 
@@ -173,7 +173,7 @@ def capture(sink: Callable[[dict[str, Any]], None] | None,
     `watched(audit_id)`: whether the sink keeps that audit's own progress (`audit_watched`)."""
     global _capture, _captured_watched
     _capture = sink
-    _captured_watched = watched or (lambda audit_id: True)
+    _captured_watched = watched
 
 
 def audit_watched(audit_id: str) -> bool:
@@ -181,7 +181,7 @@ def audit_watched(audit_id: str) -> bool:
     finishing) now: nobody in its group, where the layer can tell, or not kept by the sink
     of an analysis process. Its state changes (`FEED_EVENTS`) are published regardless."""
     if _capture is not None:
-        return _captured_watched(audit_id)
+        return _captured_watched is None or _captured_watched(audit_id)
     return has_watchers(audit_group(audit_id))
 
 

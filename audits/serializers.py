@@ -12,7 +12,7 @@ from django.db.models import Prefetch, QuerySet
 
 from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
 from .reviews import review_to_dict
-from .trace_rows import BREAK
+from .trace_rows import split_row
 
 
 def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
@@ -106,7 +106,7 @@ def audit_to_dict(run: AuditRun) -> dict[str, Any]:
         "results": results,
         "surfaced_results": [r for r in results if r["surfaced"]],
         "links": [link_to_dict(link) for link in run.links.all()],
-        "trace": [line for row in run.trace_lines.all() for line in row.text.split(BREAK)],
+        "trace": [line for row in run.trace_lines.all() for line in split_row(row.text)],
         "reviewed_at": _iso(run.reviewed_at),
         "reviews": [review_to_dict(r) for r in run.reviews.all()],
     }

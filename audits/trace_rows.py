@@ -38,17 +38,22 @@ def packed(lines: list[str]) -> str:
     return text
 
 
+def split_row(text: str) -> list[str]:
+    """The lines one row holds."""
+    return text.split(BREAK)
+
+
 def lines_of(rows: Iterable[tuple[int, str]]) -> Iterator[Line]:
     """The lines of (position, text) rows in position order."""
     for position, text in rows:
-        for offset, line in enumerate(text.split(BREAK)):
+        for offset, line in enumerate(split_row(text)):
             yield Line(position + offset, line)
 
 
 def texts_of(rows: Iterable[tuple[Any, str]]) -> Iterator[tuple[Any, str]]:
     """(key, line) for each line of (key, text) rows: e.g. the audit id of each line."""
     for key, text in rows:
-        for line in text.split(BREAK):
+        for line in split_row(text):
             yield key, line
 
 
