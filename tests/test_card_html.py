@@ -247,8 +247,9 @@ def test_live_cards_take_a_fixed_number_of_queries(django_assert_max_num_queries
     ids = [make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])]).pk
            for _ in range(12)]
     filters = cards.ListFilters()
-    with django_assert_max_num_queries(3):  # the rows, then `prepare_cards`' two
-        html = fragments.news_rows(filters, ids)
+    # the ids that match, their rows, then `prepare_cards`' two
+    with django_assert_max_num_queries(4):
+        html = fragments.news_rows(fragments.NewsQuery(filters), ids)
     assert html.count('class="card audit-card"') == 12
     with django_assert_max_num_queries(3):
         changed = fragments.changed_since(filters, datetime.now(UTC) - timedelta(minutes=5))

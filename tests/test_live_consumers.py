@@ -151,9 +151,9 @@ async def test_the_feed_renders_an_event_once_for_every_page_with_the_same_filte
     rendered = []
     render = consumers.LiveFeedConsumer._render
 
-    async def counting(filters, audit_ids):
-        rendered.append((filters.q, tuple(audit_ids)))
-        return await render(filters, audit_ids)
+    async def counting(query, audit_ids):
+        rendered.append((query.filters.q, tuple(audit_ids)))
+        return await render(query, audit_ids)
 
     monkeypatch.setattr(consumers.LiveFeedConsumer, "_render", staticmethod(counting))
     headers = await sync_to_async(session_headers)(staff_user)
@@ -186,11 +186,11 @@ async def test_a_burst_is_rendered_in_few_rounds_and_shows_its_newest_cards(
     rounds = []
     render = consumers.LiveFeedConsumer._render
 
-    async def slow(filters, audit_ids):
+    async def slow(query, audit_ids):
         rounds.append(list(audit_ids))
         if len(rounds) == 1:
             await asyncio.sleep(0.5)  # the burst arrives during the first round
-        return await render(filters, audit_ids)
+        return await render(query, audit_ids)
 
     monkeypatch.setattr(consumers.LiveFeedConsumer, "_render", staticmethod(slow))
     headers = await sync_to_async(session_headers)(staff_user)

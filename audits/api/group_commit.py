@@ -30,7 +30,7 @@ from ninja.errors import HttpError
 from analyzers.config_store import option_errors
 
 from .. import services
-from .db_pool import run_in_db_thread
+from ..db_threads import run_in_db_thread
 
 logger = logging.getLogger(__name__)
 

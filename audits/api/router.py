@@ -31,6 +31,7 @@ from analyzers.config_store import option_errors
 from analyzers.schemas import ErrorOut
 
 from .. import selectors, services
+from ..db_threads import run_in_db_thread
 from ..models import AuditRun
 from ..reviews import ReviewError, record_review, review_to_dict
 from ..schemas import (
@@ -44,7 +45,6 @@ from ..schemas import (
     ReviewOut,
 )
 from . import group_commit
-from .db_pool import run_in_db_thread
 from .export import export_page
 from .stream_http import buffered_stream
 
@@ -544,5 +544,5 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
 )
 async def get_audit(request: HttpRequest, audit_id: str):
     # An async view: a cached key costs no thread hop; the queries run on a pooled
-    # database thread (audits.api.db_pool), not on a request thread of their own.
+    # database thread (audits.db_threads), not on a request thread of their own.
     return await run_in_db_thread(request, _full, _audit_id(audit_id))

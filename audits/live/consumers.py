@@ -27,10 +27,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
 from .. import people_first
+from ..db_threads import run_in_feed_thread
 from ..events import MESSAGE_TYPE, audit_group, remember_server_loop
 from ..models import AuditRun
 from . import fragments
-from .hub import feed_hub, off_the_shared_thread
+from .hub import feed_hub
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class LiveFeedConsumer(QuietWhenClosed):
         remember_server_loop()
         raw = self.scope.get("query_string", b"")
         self.filters = fragments.parse_filters(raw)
+        self.news_query = fragments.NewsQuery(self.filters)
         self.filter_key = json.dumps(self.filters.as_params(), sort_keys=True)
         await self.accept()
         self.hub = feed_hub()
@@ -142,19 +144,16 @@ class LiveFeedConsumer(QuietWhenClosed):
     async def render_events(self, audit_ids: list[str]) -> str:
         """The cards of news about `audit_ids` for pages with these filters (the hub
         adds the counters and the cursor)."""
-        return await self._render(self.filters, audit_ids)
+        return await self._render(self.news_query, audit_ids)
 
     @staticmethod
-    async def _render(filters, audit_ids: list[str]) -> str:
-        return await _render_news_rows(filters, audit_ids)
+    async def _render(query: fragments.NewsQuery, audit_ids: list[str]) -> str:
+        return await run_in_feed_thread(_news_rows, query, audit_ids)
 
 
-def _news_rows(filters, audit_ids: list[str]) -> str:
+def _news_rows(query: fragments.NewsQuery, audit_ids: list[str]) -> str:
     with people_first.waiting():  # someone watches: the analysis makes way
-        return fragments.news_rows(filters, audit_ids)
-
-
-_render_news_rows = off_the_shared_thread(_news_rows)
+        return fragments.news_rows(query, audit_ids)
 
 
 class AuditConsumer(LiveConsumer):

@@ -7,11 +7,16 @@ shows into a replacement). Model text is escaped by the templates, never marked 
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
 from django.db.models import Count, Q
+from django.db.models.expressions import RawSQL
 from django.http import QueryDict
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -77,12 +82,87 @@ def matching_cards(filters: cards.ListFilters, ids: list[Any], limit: int) -> li
     return cards.prepare_cards(list(rows))
 
 
-def news_rows(filters: cards.ListFilters, ids: list[Any]) -> str:
-    """The cards of the audits `ids` (news since the last update) for a page with these
-    filters. More of them than the page shows (a burst): only the newest `LIVE_ROWS`,
-    and the page shows just those (`reset`), as it would after a reload. They would push
-    every older row off the page anyway, so the work stays bounded by what is visible."""
-    found = matching_cards(filters, ids, limit=LIVE_ROWS + 1)
+# The audit ids of an update as ONE parameter, per database (elsewhere: the ORM's IN list).
+_ID_SETS = {
+    "sqlite": ("SELECT value FROM json_each(%s)", lambda ids: json.dumps([i.hex for i in ids])),
+    "postgresql": ("SELECT unnest(%s::uuid[])", lambda ids: [str(i) for i in ids]),
+}
+
+
+class NewsQuery:
+    """Which audits of an update (those with news) a Live page with `filters` shows: the
+    newest `LIVE_ROWS + 1` that match.
+
+    Under load a filtered page is updated many times a second, for a few dozen audits
+    each time, most of which do not match. Built through the ORM (the filters, an IN
+    list of every id) that query cost ~1.5 ms of CPU per update, ten times its run in
+    the database; so it is compiled once per page and its ids go in as one parameter,
+    and the ORM reads only the cards that matched."""
+
+    def __init__(self, filters: cards.ListFilters) -> None:
+        self.filters = filters
+        self._compiled: tuple[str, list[Any], int] | None = None
+        self._nothing = False  # the filters match no audit at all
+
+    def cards(self, ids: list[Any]) -> list[AuditRun]:
+        """The cards to show, newest first (`news_rows`)."""
+        limit = LIVE_ROWS + 1
+        vendor = connections[AuditRun.objects.db].vendor
+        if vendor not in _ID_SETS:
+            return matching_cards(self.filters, ids, limit)
+        found = self._matching_ids(vendor, _uuids(ids))
+        if not found:
+            return []
+        rows = cards.card_queryset().filter(pk__in=found).order_by("-created_at", "-id")
+        return cards.prepare_cards(list(rows))
+
+    def _matching_ids(self, vendor: str, ids: list[uuid.UUID]) -> list[Any]:
+        if self._compiled is None and not self._nothing:
+            self._compile(vendor)
+        if self._nothing or not ids:
+            return []
+        sql, params, at = self._compiled
+        params = list(params)
+        params[at] = _ID_SETS[vendor][1](ids)
+        with connections[AuditRun.objects.db].cursor() as cursor:
+            cursor.execute(sql, params)
+            return [row[0] for row in cursor.fetchall()]
+
+    def _compile(self, vendor: str) -> None:
+        marker = object()  # where the ids go
+        qs = (
+            selectors.filter_audits(self.filters.to_selector(), AuditRun.objects.all())
+            .filter(pk__in=RawSQL(_ID_SETS[vendor][0], (marker,)))
+            .order_by("-created_at", "-id")
+            .values_list("pk", flat=True)[: LIVE_ROWS + 1]
+        )
+        try:
+            sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+        except EmptyResultSet:
+            self._nothing = True
+            return
+        at = next(i for i, value in enumerate(params) if value is marker)
+        self._compiled = (sql, list(params), at)
+
+
+def _uuids(ids: list[Any]) -> list[uuid.UUID]:
+    """`ids` as UUIDs; anything that is not one left out (it names no audit)."""
+    out = []
+    for value in ids:
+        try:
+            out.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def news_rows(query: NewsQuery, ids: list[Any]) -> str:
+    """The cards of the audits `ids` (news since the last update) for a page with the
+    query's filters. More of them than the page shows (a burst): only the newest
+    `LIVE_ROWS`, and the page shows just those (`reset`), as it would after a reload.
+    They would push every older row off the page anyway, so the work stays bounded by
+    what is visible."""
+    found = query.cards(ids)
     if len(found) > LIVE_ROWS:
         return feed_rows(found[:LIVE_ROWS], reset=True)
     return feed_rows(found)

@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from .. import people_first
+from ..db_threads import run_in_feed_thread
 from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
 from . import fragments
 
@@ -227,19 +227,13 @@ async def _until_due(group: FilterGroup, loop: asyncio.AbstractEventLoop) -> Non
             await asyncio.wait_for(group.news.wait(), wait)
 
 
-def off_the_shared_thread(func: Callable[..., str]) -> Callable[..., Awaitable[str]]:
-    """`func` as a database call on a thread of the loop's pool: not on asgiref's one
-    thread for thread-sensitive calls, where the renders of all sets of filters (and the
-    server's other thread-sensitive work) would wait for each other."""
-    return database_sync_to_async(func, thread_sensitive=False)
-
-
 def _status() -> str:
     with people_first.waiting():
         return fragments.feed_status()
 
 
-_render_status = off_the_shared_thread(_status)
+async def _render_status() -> str:
+    return await run_in_feed_thread(_status)
 
 
 async def _send_all(watchers: list[Watcher], html: str) -> None:

@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from analyzers.auth import RateLimited, authenticate_token, hit_rate_limit
 
-from ..db_pool import run_in_db_thread
+from ...db_threads import run_in_db_thread
 from . import decode
 from .decode import JSON, PROTOBUF, OtlpError
 from .ingest import ingest
