@@ -17,8 +17,9 @@ Requests go first. The server's analysis processes (audits.analysis_processes) w
 batches that hold the lock for tens of ms; a request polling beside two of them could
 lose several turns in a row. So the server counts its requests waiting for the lock in
 shared memory (`shared_requests_waiting`, handed to each child), and a child that
-`defers_to` it holds its own BEGIN while the count is not zero, at most `MAX_DEFER_S`
-per transaction, so a stream of requests slows the analysis but never stalls it.
+`defers_to` it holds its own BEGIN while the count is not zero (before its first try and
+between its tries while another connection holds the lock), at most `MAX_DEFER_S` per
+transaction, so a stream of requests slows the analysis but never stalls it.
 """
 
 from __future__ import annotations
@@ -65,19 +66,25 @@ def _busy_timeout(execute, sql, params, many, context):
     wanted = lock_wait.get()
     ms = _configured_ms(connection) if wanted is None else wanted
     if sql.startswith("BEGIN") and ms > 0:
+        defer_until = 0.0
         if _deferring:
-            _let_requests_first()
-        return _begin(execute, sql, params, many, context, ms, request=wanted is not None)
+            defer_until = time.monotonic() + MAX_DEFER_S
+            _let_requests_first(defer_until)
+        return _begin(execute, sql, params, many, context, ms, request=wanted is not None,
+                      defer_until=defer_until)
     _set_busy_timeout(connection, ms)
     return execute(sql, params, many, context)
 
 
-def _begin(execute, sql, params, many, context, ms: int, request: bool = False):
+def _begin(execute, sql, params, many, context, ms: int, request: bool = False,
+           defer_until: float = 0.0):
     """A transaction's BEGIN (IMMEDIATE: it takes the write lock) tried every `POLL_S`
     for up to `ms`. SQLite's own wait sleeps in growing steps (1, 2, 5, 10 … 100 ms) and
     overslept the lock's release by tens of ms under load (a lone audit's POST waited
     ~100 ms behind the analysis's batch writes). Repeating a BEGIN is safe: nothing of
-    the transaction has run yet."""
+    the transaction has run yet. Until `defer_until` (an analysis process's), a try is
+    skipped while a request of the server waits too: the lock's next turn is the
+    request's, not a coin toss between the two."""
     connection = context["connection"]
     deadline = time.monotonic() + ms / 1000
     _set_busy_timeout(connection, 0)
@@ -94,6 +101,8 @@ def _begin(execute, sql, params, many, context, ms: int, request: bool = False):
         with _counted(request):
             while time.monotonic() < deadline:
                 time.sleep(POLL_S)
+                if time.monotonic() < defer_until and _requests_waiting.value > 0:
+                    continue  # (defer_until: set only where _requests_waiting is)
                 try:
                     return raw.execute(sql)
                 except sqlite3.OperationalError as exc:
@@ -120,8 +129,7 @@ def _counted(request: bool) -> Iterator[None]:
             shared.value -= 1
 
 
-def _let_requests_first() -> None:
-    deadline = time.monotonic() + MAX_DEFER_S
+def _let_requests_first(deadline: float) -> None:
     while _requests_waiting.value > 0 and time.monotonic() < deadline:
         time.sleep(POLL_S)
 

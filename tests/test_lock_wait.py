@@ -125,3 +125,27 @@ def test_an_analysis_process_lets_waiting_requests_go_first_for_a_bounded_time(
         AuditRun.objects.create(user_input="q", response="r")
     assert 0.29 <= time.monotonic() - began < 1.0
     assert AuditRun.objects.count() == 2
+
+
+def test_an_analysis_process_polling_for_the_lock_lets_a_request_that_came_later_go_first(
+    shared, monkeypatch
+):
+    """Already waiting when the request began to wait, the analysis process still leaves
+    the lock's next turn to the request (at most MAX_DEFER_S)."""
+    from analyzers import lock_wait
+
+    monkeypatch.setattr(lock_wait, "_deferring", True)
+    monkeypatch.setattr(lock_wait, "MAX_DEFER_S", 5.0)
+    released, holding = [], threading.Event()
+    thread = threading.Thread(target=hold_write_lock, args=(0.3, released, holding))
+    thread.start()
+    holding.wait(5)
+    began = time.monotonic()
+    # the request waits from 0.1 s (the analysis already polls) until 0.6 s
+    threading.Timer(0.1, lambda: setattr(shared, "value", 1)).start()
+    threading.Timer(0.6, lambda: setattr(shared, "value", 0)).start()
+    with transaction.atomic():
+        started = time.monotonic()
+        AuditRun.objects.create(user_input="q", response="r")
+    thread.join()
+    assert 0.59 <= started - began < 1.0

@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from audits import cards, db_threads
 from audits.live import fragments
@@ -77,3 +79,31 @@ def test_the_feed_threads_keep_their_connection():
     seen = asyncio.run(twice())
     # one connection per thread at most, not one per call
     assert 1 <= len(seen) <= db_threads.FEED_THREADS
+
+
+def test_the_counters_count_the_last_minute_and_the_last_hour():
+    now = timezone.now()
+    surfaced = [result("bias", 0.9, [annotation("sycophancy")], surfaced=True)]
+    make_audit()  # now, complete, no card
+    make_audit(results=surfaced)  # now, complete, a card
+    make_audit(status="failed", created_at=now - timedelta(minutes=10))
+    make_audit(status="running", created_at=now - timedelta(minutes=30))
+    make_audit(results=surfaced, created_at=now - timedelta(minutes=50))
+    make_audit(results=surfaced, created_at=now - timedelta(hours=2))  # too old
+    make_audit(status="failed", created_at=now - timedelta(hours=3))  # too old
+    assert fragments.counters() == {
+        "per_minute": 2, "finished": 3, "surfaced_pct": 67, "failed": 1,
+    }
+
+
+def test_the_counters_read_an_index_only():
+    """Sent every second to every Live page: never a scan of the rows (and their texts)."""
+    make_audit()
+    with CaptureQueriesContext(connection) as queries:
+        fragments.counters()
+    (query,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    if connection.vendor == "sqlite":
+        assert "COVERING INDEX audit_trends_idx" in plan, plan

@@ -55,16 +55,17 @@ def parse_cursor(value: Any) -> datetime | None:
 
 
 def counters() -> dict[str, Any]:
-    """Audits in the last minute, surfaced % and failures over the last hour (one query)."""
+    """Audits in the last minute; surfaced % and failures of the audits of the last hour.
+
+    One query, sent every second to every Live page: it reads only the covering index
+    `audit_trends_idx` (created_at, status, has_card) over the last hour, never the table
+    rows (a whole-table scan past every row's texts before)."""
     now = timezone.now()
-    hour = now - timedelta(hours=1)
-    data = AuditRun.objects.aggregate(
-        last_minute=Count("pk", filter=Q(created_at__gte=now - timedelta(minutes=1))),
-        finished=Count("pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.COMPLETE)),
-        surfaced=Count(
-            "pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.COMPLETE, has_card=True)
-        ),
-        failed=Count("pk", filter=Q(finished_at__gte=hour, status=AuditRun.Status.FAILED)),
+    data = AuditRun.objects.filter(created_at__gte=now - timedelta(hours=1)).aggregate(
+        last_minute=Count("created_at", filter=Q(created_at__gte=now - timedelta(minutes=1))),
+        finished=Count("created_at", filter=Q(status=AuditRun.Status.COMPLETE)),
+        surfaced=Count("created_at", filter=Q(status=AuditRun.Status.COMPLETE, has_card=True)),
+        failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED)),
     )
     finished = data["finished"]
     return {
