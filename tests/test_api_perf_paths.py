@@ -78,3 +78,33 @@ def test_a_database_queue_row_commits_with_the_audit(api_client, ingest_key, set
     assert r.status_code == 202
     task = DBTaskResult.objects.get()
     assert task.args_kwargs["args"] == [r.json()["id"]]
+
+
+def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
+    api_client, ingest_key, settings, django_assert_max_num_queries
+):
+    """A batch's database queue rows: one INSERT, each the row `run_audit.enqueue` makes."""
+    from django_tasks_db.models import DBTaskResult
+
+    from audits.tasks import run_audit
+    from tests.conftest import _reset_task_backends
+
+    value = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = value
+    _reset_task_backends(value)
+    big = {**BODY, "response": "x" * settings.AUDITOR_LARGE_AUDIT_CHARS}
+    # the key, its rate counter, the configuration, the audits, their queue rows: 18
+    with django_assert_max_num_queries(20):
+        r = api_client.post("/api/audits/batch", {"audits": [BODY] * 20 + [big]}, key=ingest_key)
+    assert r.status_code == 202
+    ids = [item["id"] for item in r.json()["items"]]
+    rows = {row.args_kwargs["args"][0]: row for row in DBTaskResult.objects.all()}
+    assert sorted(rows) == sorted(ids)
+    made = run_audit.enqueue(ids[0]).db_result  # the library's own way, for comparison
+    fields = ["status", "priority", "task_path", "queue_name", "run_after", "backend_name",
+              "worker_ids"]
+    for run_id, row in rows.items():
+        assert row.args_kwargs == {"args": [run_id], "kwargs": {}}
+        assert row.enqueued_at is not None
+        assert [getattr(row, f) for f in fields] == [getattr(made, f) for f in fields]
+    assert made.args_kwargs == {"args": [ids[0]], "kwargs": {}}
