@@ -134,6 +134,12 @@ def _let_requests_first(deadline: float) -> None:
         time.sleep(POLL_S)
 
 
+def requests_waiting() -> bool:
+    """Whether a request of the server waits for the write lock now (known in the server
+    with analysis processes and in those processes: the count they share)."""
+    return _requests_waiting is not None and _requests_waiting.value > 0
+
+
 def shared_requests_waiting(context: Any) -> Any:
     """In the server: its count of requests waiting for the lock, in shared memory (made
     once, with `context`'s RawValue), for `defer_to`."""

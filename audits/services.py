@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import functools
 import hashlib
+import itertools
 import json
 import logging
 from typing import Any
@@ -22,6 +24,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from analyzers import lock_wait
 from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
@@ -769,14 +772,22 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
     return run
 
 
+STORE_CHUNK = 8  # audits written between two looks at requests waiting for the lock
+
+
 def store_reports(
     pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False,
     collisions: CollisionBatch | None = None,
 ) -> None:
-    """`store_report` for several runs: one transaction, one statement per table (rows
-    as plain tuples through `audits.bulk.insert_rows`, no model instance per row), and
-    the digests their duplicate checks recorded (`collisions`, which may raise
-    CollisionRace: then nothing is stored).
+    """`store_report` for several runs: one statement per table (rows as plain tuples
+    through `audits.bulk.insert_rows`, no model instance per row), written `STORE_CHUNK`
+    runs at a time, and the digests their duplicate checks recorded (`collisions`, which
+    may raise CollisionRace: then nothing is stored). All in one transaction unless a
+    request of the server waits for SQLite's write lock (`lock_wait.requests_waiting`):
+    then what is written so far commits and the request goes first (a batch held the
+    lock for 35-60 ms, the tail of a lone audit's POST under load). Runs stored before a
+    later chunk fails are complete; the caller's retries store them again from a clean
+    slate (`_nothing_stored`).
 
     Surfacing follows the thresholds current now (audits.surfacing), which may be newer
     than the configuration snapshot the engine ran with."""
@@ -798,23 +809,53 @@ def store_reports(
         run.finished_at = now
         run.error = ""
     finished = _finished_update(runs, using)
-    with transaction.atomic(using=using):  # the write lock: only the writes in here
-        if collisions is not None:
-            collisions.flush()
-        if not fresh:
-            # A retried run starts from a clean slate.
-            AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
-            TraceLine.objects.using(using).filter(audit__in=runs).delete()
-            LinkCheck.objects.using(using).filter(audit__in=runs).delete()
-        run_statement(results)
-        result_ids = _result_ids(audit_ids, using)
-        for row in annotations.rows:
-            row[1] = result_ids[row[1]]  # (audit id, position) -> the new result's id
-        run_statement(annotations)
-        run_statement(trace)
-        run_statement(links)
-        run_statement(finished)
+    # Each statement's rows, per chunk of runs (the rows come in the runs' order).
+    chunks = [audit_ids[i:i + STORE_CHUNK] for i in range(0, len(audit_ids), STORE_CHUNK)]
+    pieces = [
+        _rows_by_chunk(statement, chunks, key)
+        for statement, key in ((results, 0), (annotations, 0), (trace, 0), (links, 0),
+                               (finished, -1))
+    ]
+    done = 0
+    while done < len(chunks):
+        with transaction.atomic(using=using):  # the write lock: only the writes in here
+            if done == 0 and collisions is not None:
+                collisions.flush()
+            while done < len(chunks):
+                ids = chunks[done]
+                if not fresh:
+                    # A retried run starts from a clean slate.
+                    retried = runs[done * STORE_CHUNK:done * STORE_CHUNK + len(ids)]
+                    AnalyzerRunRecord.objects.using(using).filter(audit__in=retried).delete()
+                    TraceLine.objects.using(using).filter(audit__in=retried).delete()
+                    LinkCheck.objects.using(using).filter(audit__in=retried).delete()
+                results_of, annotations_of, trace_of, links_of, finished_of = (
+                    piece[done] for piece in pieces
+                )
+                run_statement(results_of)
+                result_ids = _result_ids(ids, using)
+                for row in annotations_of.rows:
+                    row[1] = result_ids[row[1]]  # (audit id, position) -> the result's id
+                run_statement(annotations_of)
+                run_statement(trace_of)
+                run_statement(links_of)
+                run_statement(finished_of)
+                done += 1
+                if lock_wait.requests_waiting():
+                    break
     after_store(policy)
+
+
+def _rows_by_chunk(statement: Statement, chunks: list[list[Any]], key: int) -> list[Statement]:
+    """`statement` split into one statement per chunk of audit ids (`key`: the column
+    of a row's audit id; rows in the chunks' order)."""
+    chunk_of = {audit_id: i for i, ids in enumerate(chunks) for audit_id in ids}
+    of_row = [chunk_of[row[key]] for row in statement.rows]
+    if of_row != sorted(of_row):  # never write a row with the wrong chunk
+        raise ValueError("rows are not in the runs' order")
+    bounds = [bisect.bisect_left(of_row, i) for i in range(len(chunks) + 1)]
+    return [Statement(statement.sql, statement.rows[start:end], statement.using)
+            for start, end in itertools.pairwise(bounds)]
 
 
 def _report_rows(

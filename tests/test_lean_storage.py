@@ -157,3 +157,49 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
             link.url for link in report.links]
     assert Annotation.objects.count() == sum(
         len(r.annotations) for report in reports.values() for r in report.results) > 0
+
+
+class _Count:
+    """The server's count of requests waiting for the write lock (a shared RawValue)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("waiting", "transactions"), [(0, 1), (1, 3)])
+def test_a_batch_commits_between_chunks_only_while_a_request_waits_for_the_lock(
+    monkeypatch, waiting, transactions
+):
+    """20 reports: one transaction, or (a request waiting) a commit after each chunk of
+    STORE_CHUNK (8, 8, 4), the request's turn between them; stored alike either way."""
+    from django.test.utils import CaptureQueriesContext
+
+    from analyzers import lock_wait
+    from analyzers.engine.contract import AnalyzerRun, AuditReport
+    from analyzers.engine.contract import Annotation as Finding
+    from audits import services
+    from audits.surfacing import current_policy
+
+    monkeypatch.setattr(lock_wait, "_requests_waiting", _Count(waiting))
+    monkeypatch.setattr(lock_wait, "_deferring", False)
+    runs = [services.submit_audit(user_input="q", response=f"r{i}", enqueue=False)
+            for i in range(20)]
+    finding = Finding(type="sycophancy", label="s", severity="warning", description="d")
+    pairs = [(run, AuditReport(
+        threshold=0.3, overall_score=0.5, cleaned_response=f"clean {i}", trace=[f"t{i}"],
+        results=[AnalyzerRun(analyzer_id="bias", category="bias", score=0.5, status="ok",
+                             annotations=[finding] * (i % 3))],
+    )) for i, run in enumerate(runs)]
+    current_policy()  # made on first use, in a transaction of its own
+    with CaptureQueriesContext(connection) as queries:
+        services.store_reports(pairs, fresh=True)
+    begins = [q for q in queries.captured_queries if q["sql"].startswith("BEGIN")]
+    assert len(begins) == transactions
+    for i, run in enumerate(runs):
+        run.refresh_from_db()
+        assert (run.status, run.cleaned_response) == ("complete", f"clean {i}")
+        record = AnalyzerRunRecord.objects.get(audit=run)
+        assert record.annotations.count() == i % 3
+        assert [line.text for line in lines_of(
+            run.trace_lines.values_list("position", "text"))] == [f"t{i}"]
