@@ -21,6 +21,9 @@ from audits.selectors import AuditFilters, filter_audits
 from audits.trace_rows import lines_of
 from tests.factories import annotation, make_audit, result
 
+SQLITE_PLANS = pytest.mark.skipif(connection.vendor != "sqlite",
+                                  reason="SQLite's query plans (EXPLAIN QUERY PLAN)")
+
 BEFORE, LEAN = ("audits", "0008_surfacing_policies_and_collision_families"), (
     "audits", "0009_leaner_child_indexes")
 
@@ -51,6 +54,7 @@ def test_results_and_trace_lines_keep_one_index_per_reader():
     (AuditFilters(type="dismissive"), "annotation_type_idx (type=? AND audit_id=?)"),
     (AuditFilters(severity="critical"), "annotation_severity_idx (severity=? AND audit_id=?)"),
 ])
+@SQLITE_PLANS
 def test_list_filters_on_annotations_seek_the_value_first(filters, seek):
     """A rare type or severity: its few entries are together, one cheap probe per audit."""
     plan = _plan(filter_audits(filters).order_by("-created_at", "-id")[:50])
@@ -58,6 +62,7 @@ def test_list_filters_on_annotations_seek_the_value_first(filters, seek):
 
 
 @pytest.mark.django_db
+@SQLITE_PLANS
 def test_the_analyzer_filter_is_a_covering_seek_per_audit():
     plan = _plan(filter_audits(AuditFilters(analyzer="tone")).order_by("-created_at", "-id")[:50])
     assert "COVERING INDEX result_audit_idx (audit_id=? AND analyzer_id=? AND surfaced=?)" in plan, plan

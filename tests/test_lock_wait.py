@@ -14,7 +14,10 @@ from django.db import OperationalError, connection, transaction
 from analyzers.lock_wait import waiting_at_most
 from audits.models import AuditRun
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write lock only"),
+]
 
 
 def hold_write_lock(seconds: float, released: list[float], holding: threading.Event) -> None:

@@ -96,6 +96,7 @@ def test_the_counters_count_the_last_minute_and_the_last_hour():
     }
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's query plan")
 def test_the_counters_read_an_index_only():
     """Sent every second to every Live page: never a scan of the rows (and their texts)."""
     make_audit()
@@ -105,5 +106,4 @@ def test_the_counters_read_an_index_only():
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
-    if connection.vendor == "sqlite":
-        assert "COVERING INDEX audit_trends_idx" in plan, plan
+    assert "COVERING INDEX audit_trends_idx" in plan, plan
