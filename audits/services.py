@@ -30,7 +30,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
 from . import people_first, workers
-from .bulk import Statement, converter, db_value, insert_rows, prepare_insert, run_statement
+from .bulk import Statement, converter, db_value, prepare_insert, run_statement
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
 from .heartbeats import running_run
@@ -160,9 +160,10 @@ def submit_audit(
         incomplete=incomplete,
         rerun_of=rerun_of,
     )
+    insert = _runs_insert([run])
     try:
         with transaction.atomic():
-            _insert_runs([run])
+            _insert_runs([run], insert)
             if enqueue:
                 run_id, large = run.pk, is_large(response)
                 transaction.on_commit(lambda: announce([run_id]))
@@ -276,8 +277,9 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             threshold=config.threshold, config_snapshot=snapshot,
             incomplete=bool(item.get("incomplete", False)),
         ))
+    insert = _runs_insert(runs)
     with transaction.atomic():
-        _insert_runs(runs)
+        _insert_runs(runs, insert)
         queued = [(run.pk, is_large(run.response)) for run in runs]
         transaction.on_commit(lambda: announce([run_id for run_id, _ in queued]))
         if runs and _queue_shares_transaction(runs[0]._state.db):
@@ -289,16 +291,22 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
     return runs
 
 
-def _insert_runs(runs: list[AuditRun]) -> None:
-    """INSERT new runs as plain rows, one statement (audits.bulk): `save()` and the ORM's
+def _runs_insert(runs: list[AuditRun]) -> Statement:
+    """The INSERT of new runs as plain rows, one statement (audits.bulk), converted before
+    the transaction (its write lock holds every other writer): `save()` and the ORM's
     bulk_create prepared each of the ~30 fields of each run one by one. No signals are
     sent (nothing listens to an AuditRun's save)."""
     columns = [field.attname for field in AuditRun._meta.concrete_fields]
-    insert_rows(AuditRun, columns,
-                [tuple(getattr(run, name) for name in columns) for run in runs])
+    return prepare_insert(AuditRun, columns,
+                          [tuple(getattr(run, name) for name in columns) for run in runs])
+
+
+def _insert_runs(runs: list[AuditRun], statement: Statement) -> None:
+    """Run `_runs_insert(runs)`; the runs are then stored ones."""
+    run_statement(statement)
     for run in runs:
         run._state.adding = False
-        run._state.db = router.db_for_write(AuditRun)
+        run._state.db = statement.using
 
 
 def _after_submit(run_id: Any, large: bool = False) -> None:

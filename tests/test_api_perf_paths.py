@@ -108,3 +108,33 @@ def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
         assert row.enqueued_at is not None
         assert [getattr(row, f) for f in fields] == [getattr(made, f) for f in fields]
     assert made.args_kwargs == {"args": [ids[0]], "kwargs": {}}
+
+
+def test_submitted_rows_are_converted_before_the_write_lock(api_client, ingest_key, monkeypatch):
+    """The audits' INSERT is built (every value converted for the driver) before the
+    transaction whose write lock holds every other writer; only its run is inside."""
+    from django.db import connection
+
+    from audits import bulk, services
+
+    prepare, run, depths = bulk.prepare_insert, bulk.run_statement, []
+
+    def preparing(model, *args, **kwargs):
+        statement = prepare(model, *args, **kwargs)
+        if model is AuditRun:
+            depths.append(("built", len(connection.atomic_blocks)))
+        return statement
+
+    def running(statement):
+        if "audits_auditrun" in statement.sql.split("(")[0]:
+            depths.append(("run", len(connection.atomic_blocks)))
+        return run(statement)
+
+    monkeypatch.setattr(services, "prepare_insert", preparing)
+    monkeypatch.setattr(services, "run_statement", running)
+    assert api_client.post("/api/audits/batch", {"audits": [BODY] * 3},
+                           key=ingest_key).status_code == 202
+    assert api_client.post("/api/audits", BODY, key=ingest_key).status_code == 202
+    assert [what for what, _ in depths] == ["built", "run"] * 2
+    for (_, built), (_, ran) in zip(depths[::2], depths[1::2], strict=True):
+        assert built < ran  # the statement's transaction began after it was built
