@@ -302,7 +302,7 @@ def _runs_insert(runs: list[AuditRun]) -> Statement:
 
 
 def _insert_runs(runs: list[AuditRun], statement: Statement) -> None:
-    """Run `_runs_insert(runs)`; the runs are then stored ones."""
+    """Run the INSERT `_runs_insert(runs)` built; the runs are stored ones from now."""
     run_statement(statement)
     for run in runs:
         run._state.adding = False
@@ -830,28 +830,32 @@ def store_reports(
             if done == 0 and collisions is not None:
                 collisions.flush()
             while done < len(chunks):
-                ids = chunks[done]
-                if not fresh:
-                    # A retried run starts from a clean slate.
-                    retried = runs[done * STORE_CHUNK:done * STORE_CHUNK + len(ids)]
-                    AnalyzerRunRecord.objects.using(using).filter(audit__in=retried).delete()
-                    TraceLine.objects.using(using).filter(audit__in=retried).delete()
-                    LinkCheck.objects.using(using).filter(audit__in=retried).delete()
-                results_of, annotations_of, trace_of, links_of, finished_of = (
-                    piece[done] for piece in pieces
-                )
-                run_statement(results_of)
-                result_ids = _result_ids(ids, using)
-                for row in annotations_of.rows:
-                    row[1] = result_ids[row[1]]  # (audit id, position) -> the result's id
-                run_statement(annotations_of)
-                run_statement(trace_of)
-                run_statement(links_of)
-                run_statement(finished_of)
+                start = done * STORE_CHUNK
+                _write_chunk(runs[start:start + STORE_CHUNK], chunks[done],
+                             [piece[done] for piece in pieces], fresh, using)
                 done += 1
                 if lock_wait.requests_waiting():
                     break
     after_store(policy)
+
+
+def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[Statement],
+                 fresh: bool, using: str) -> None:
+    """The rows of a chunk of runs' reports (`store_reports`), inside its transaction."""
+    if not fresh:
+        # A retried run starts from a clean slate.
+        AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
+        TraceLine.objects.using(using).filter(audit__in=runs).delete()
+        LinkCheck.objects.using(using).filter(audit__in=runs).delete()
+    results, annotations, trace, links, finished = statements
+    run_statement(results)
+    result_ids = _result_ids(audit_ids, using)
+    for row in annotations.rows:
+        row[1] = result_ids[row[1]]  # (audit id, position) -> the new result's id
+    run_statement(annotations)
+    run_statement(trace)
+    run_statement(links)
+    run_statement(finished)
 
 
 def _rows_by_chunk(statement: Statement, chunks: list[list[Any]], key: int) -> list[Statement]:

@@ -171,6 +171,32 @@ class _Count:
         self.value = value
 
 
+def _reports(n: int):
+    """`n` submitted runs and reports for them (a result with 0-2 findings, a trace line)."""
+    from analyzers.engine.contract import AnalyzerRun, AuditReport
+    from analyzers.engine.contract import Annotation as Finding
+    from audits import services
+
+    runs = [services.submit_audit(user_input="q", response=f"r{i}", enqueue=False)
+            for i in range(n)]
+    finding = Finding(type="sycophancy", label="s", severity="warning", description="d")
+    return [(run, AuditReport(
+        threshold=0.3, overall_score=0.5, cleaned_response=f"clean {i}", trace=[f"t{i}"],
+        results=[AnalyzerRun(analyzer_id="bias", category="bias", score=0.5, status="ok",
+                             annotations=[finding] * (i % 3))],
+    )) for i, run in enumerate(runs)]
+
+
+def _assert_stored(pairs) -> None:
+    for i, (run, _) in enumerate(pairs):
+        run.refresh_from_db()
+        assert (run.status, run.cleaned_response) == ("complete", f"clean {i}")
+        record = AnalyzerRunRecord.objects.get(audit=run)  # one result, not two
+        assert record.annotations.count() == i % 3
+        assert [line.text for line in lines_of(
+            run.trace_lines.values_list("position", "text"))] == [f"t{i}"]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("waiting", "transactions"), [(0, 1), (1, 3)])
 def test_a_batch_commits_between_chunks_only_while_a_request_waits_for_the_lock(
@@ -181,30 +207,42 @@ def test_a_batch_commits_between_chunks_only_while_a_request_waits_for_the_lock(
     from django.test.utils import CaptureQueriesContext
 
     from analyzers import lock_wait
-    from analyzers.engine.contract import AnalyzerRun, AuditReport
-    from analyzers.engine.contract import Annotation as Finding
     from audits import services
     from audits.surfacing import current_policy
 
     monkeypatch.setattr(lock_wait, "_requests_waiting", _Count(waiting))
     monkeypatch.setattr(lock_wait, "_deferring", False)
-    runs = [services.submit_audit(user_input="q", response=f"r{i}", enqueue=False)
-            for i in range(20)]
-    finding = Finding(type="sycophancy", label="s", severity="warning", description="d")
-    pairs = [(run, AuditReport(
-        threshold=0.3, overall_score=0.5, cleaned_response=f"clean {i}", trace=[f"t{i}"],
-        results=[AnalyzerRun(analyzer_id="bias", category="bias", score=0.5, status="ok",
-                             annotations=[finding] * (i % 3))],
-    )) for i, run in enumerate(runs)]
+    pairs = _reports(20)
     current_policy()  # made on first use, in a transaction of its own
     with CaptureQueriesContext(connection) as queries:
         services.store_reports(pairs, fresh=True)
     begins = [q for q in queries.captured_queries if q["sql"].startswith("BEGIN")]
     assert len(begins) == transactions
-    for i, run in enumerate(runs):
-        run.refresh_from_db()
-        assert (run.status, run.cleaned_response) == ("complete", f"clean {i}")
-        record = AnalyzerRunRecord.objects.get(audit=run)
-        assert record.annotations.count() == i % 3
-        assert [line.text for line in lines_of(
-            run.trace_lines.values_list("position", "text"))] == [f"t{i}"]
+    _assert_stored(pairs)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_fails_after_a_committed_chunk_is_stored_again_from_a_clean_slate(
+    monkeypatch,
+):
+    from analyzers import lock_wait
+    from audits import services
+
+    monkeypatch.setattr(lock_wait, "_requests_waiting", _Count(1))
+    monkeypatch.setattr(lock_wait, "_deferring", False)
+    pairs = _reports(20)
+    write, calls = services._write_chunk, []
+
+    def failing_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the disk is full")
+        return write(*args)
+
+    monkeypatch.setattr(services, "_write_chunk", failing_second)
+    with pytest.raises(RuntimeError):
+        services.store_reports(pairs, fresh=True)
+    assert AuditRun.objects.filter(status="complete").count() == services.STORE_CHUNK
+    monkeypatch.setattr(services, "_write_chunk", write)
+    services.store_reports(pairs, fresh=services._nothing_stored([r for r, _ in pairs]))
+    _assert_stored(pairs)
