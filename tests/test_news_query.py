@@ -34,20 +34,24 @@ FILTERS = [
 @pytest.mark.parametrize("query", FILTERS)
 def test_the_compiled_query_finds_what_the_orm_finds(query):
     runs = make_audits(80, seed=3, spread=timedelta(hours=2))
-    make_audit(user_input="A 50%_off sale?", results=[result("bias", 0.9, [annotation("sycophancy")])])
+    make_audit(user_input="A 50%_off sale?",
+               results=[result("bias", 0.9, [annotation("sycophancy")])])
     ids = [run.pk for run in runs][::-1] + [str(r.pk) for r in runs[:5]]  # UUIDs and strings
     filters = fragments.parse_filters(query)
-    expected = [run.pk for run in fragments.matching_cards(filters, ids, fragments.LIVE_ROWS + 1)]
+    limit = fragments.LIVE_ROWS + 1
+    expected = [run.pk for run in fragments.matching_cards(filters, ids, limit)]
     found = [run.pk for run in fragments.NewsQuery(filters).cards(ids)]
     assert found == expected
     if query == "":
-        assert len(found) == fragments.LIVE_ROWS + 1  # the burst case: more than a page
+        assert len(found) == limit  # the burst case: more than a page
 
 
 def test_ids_that_are_not_audit_ids_are_left_out():
     run = make_audit()
     query = fragments.NewsQuery(cards.ListFilters())
-    found = query.cards(["not-a-uuid", "", str(uuid.uuid4()), str(run.pk), "'); DROP TABLE x; --"])
+    found = query.cards(
+        ["not-a-uuid", "", str(uuid.uuid4()), str(run.pk), "'); DROP TABLE x; --"]
+    )
     assert [r.pk for r in found] == [run.pk]
     assert query.cards([]) == []
 
@@ -64,19 +68,17 @@ def test_the_query_is_compiled_once_per_page():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_feed_threads_keep_their_connection():
-    make_audit()  # committed: the feed's threads have connections of their own
-
     def connection_of_this_thread():
         connection.ensure_connection()
         return id(connection.connection)
 
-    async def twice():
+    async def many_calls():
         seen = set()
         for _ in range(db_threads.FEED_THREADS * 4):
             seen.add(await db_threads.run_in_feed_thread(connection_of_this_thread))
         return seen
 
-    seen = asyncio.run(twice())
+    seen = asyncio.run(many_calls())
     # one connection per thread at most, not one per call
     assert 1 <= len(seen) <= db_threads.FEED_THREADS
 
