@@ -170,7 +170,7 @@ def submit_audit(
                 if _queue_shares_transaction(run._state.db):
                     # A database queue in the same database: the task row commits with
                     # the run (one write transaction, and never one without the other).
-                    enqueue_task(run_id, large=large)
+                    _insert_queue_rows([(run_id, large)])
                 else:
                     transaction.on_commit(lambda: _after_submit(run_id, large))
     except IntegrityError:
@@ -388,11 +388,6 @@ def _insert_queue_rows(queued: list[tuple[Any, bool]]) -> None:
         )
     DBTaskResult.objects.bulk_create(rows)
     logger.debug("%d audits queued", len(rows))
-
-
-def enqueue_task(run_id: Any, *, large: bool = False) -> None:
-    """Queue the analysis; errors propagate (inside a transaction, they roll it back)."""
-    _audit_task(large).enqueue(str(run_id))
 
 
 def enqueue_audit(run_id: Any, *, large: bool = False) -> None:
@@ -819,8 +814,9 @@ def store_reports(
     finished = _finished_update(runs, using)
     # Each statement's rows, per chunk of runs (the rows come in the runs' order).
     chunks = [audit_ids[i:i + STORE_CHUNK] for i in range(0, len(audit_ids), STORE_CHUNK)]
+    chunk_of = {audit_id: i // STORE_CHUNK for i, audit_id in enumerate(audit_ids)}
     pieces = [
-        _rows_by_chunk(statement, chunks, key)
+        _rows_by_chunk(statement, chunk_of, len(chunks), key)
         for statement, key in ((results, 0), (annotations, 0), (trace, 0), (links, 0),
                                (finished, -1))
     ]
@@ -858,14 +854,14 @@ def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[St
     run_statement(finished)
 
 
-def _rows_by_chunk(statement: Statement, chunks: list[list[Any]], key: int) -> list[Statement]:
-    """`statement` split into one statement per chunk of audit ids (`key`: the column
-    of a row's audit id; rows in the chunks' order)."""
-    chunk_of = {audit_id: i for i, ids in enumerate(chunks) for audit_id in ids}
+def _rows_by_chunk(statement: Statement, chunk_of: dict[Any, int], chunks: int,
+                   key: int) -> list[Statement]:
+    """`statement` split into one statement per chunk (`chunk_of`: an audit id's chunk;
+    `key`: the column of a row's audit id; rows in the chunks' order)."""
     of_row = [chunk_of[row[key]] for row in statement.rows]
     if of_row != sorted(of_row):  # never write a row with the wrong chunk
         raise ValueError("rows are not in the runs' order")
-    bounds = [bisect.bisect_left(of_row, i) for i in range(len(chunks) + 1)]
+    bounds = [bisect.bisect_left(of_row, i) for i in range(chunks + 1)]
     return [Statement(statement.sql, statement.rows[start:end], statement.using)
             for start, end in itertools.pairwise(bounds)]
 

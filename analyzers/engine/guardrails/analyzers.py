@@ -189,7 +189,9 @@ class SharedRun:
                         ("links", _annotation("LINK_UNHEALTHY", "warning",
                                               f"{record.url}: {what}", record.url))
                     )
-                    self.context.trace.append(f"[AUDIT] STRIP | LINK_UNHEALTHY | {one_line(record.url)}")
+                    self.context.trace.append(
+                        f"[AUDIT] STRIP | LINK_UNHEALTHY | {one_line(record.url)}"
+                    )
         for url in unchecked:  # after the built ones, as they came
             h = health.get(url)
             if h is not None and not h.healthy:
