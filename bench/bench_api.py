@@ -17,6 +17,10 @@
   `--scenarios WORD...` runs only the scenarios whose label contains a word.
   `--before PATH` runs the same scenarios against another source tree (e.g. a
   `git worktree` of an older commit) for a before/after in the same run;
+  `--phoenix` runs Arize Phoenix's ingest of as many LLM spans of the same shape the
+  same way (batches of 100, one request in flight; bench/phoenix_side.py, which installs
+  it into a throwaway venv or skips saying why): its accepted/s and queryable/s beside
+  the shipped server's;
 - export: GET /api/audits/export?format=jsonl over N stored audits: rows/s (target
   >= 20,000) and the server's peak RSS for N/10 and N rows (must not grow with rows);
 - list: GET /api/audits with filters: p50 latency (target < 50 ms) and SQL queries per
@@ -394,12 +398,43 @@ def end_to_end(key: str, args) -> dict:
     if args.live_probe:
         results["live probe"] = live_probe(key, args, engine_ms)
     if args.phoenix:
-        print("  Phoenix side by side: not run (no network for its install here; skipped)")
+        shipped = f"after: thread batches, {cores} analysis processes"
+        results["phoenix"] = phoenix_side_by_side(args.e2e, results.get(shipped), shipped)
     else:
         print("  Phoenix side by side: skipped (optional; --phoenix)")
     if failures:
         raise SystemExit("audits lost: " + "; ".join(failures))
     return results
+
+
+def phoenix_side_by_side(n: int, ours: dict | None, label: str) -> dict:
+    """Arize Phoenix's ingest measured the same way (bench/phoenix_side.py): `n` LLM spans
+    of the same shape (300-character input, 2 KB output) in batches of 100, one request in
+    flight; accepted/s and queryable/s (Phoenix analyses nothing), beside `ours` (the
+    shipped server's batch scenario). Optional: skipped, saying why, when Phoenix cannot be
+    installed or started ($PHOENIX_PYTHON: an existing install)."""
+    from phoenix_side import bench_phoenix, make_bodies, phoenix_python
+
+    python, version = phoenix_python(os.environ.get("PHOENIX_PYTHON", ""))
+    if python is None:
+        print(f"  Phoenix side by side: skipped ({version})")
+        return {}
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        theirs = bench_phoenix(python, [(project, make_bodies(n, 100, project, seed=7))], n,
+                               start_timeout=900)
+    except SystemExit as exc:  # optional: say why, keep the figures above
+        print(f"  Phoenix side by side: skipped ({exc})")
+        return {}
+    accepted, queryable = theirs["accepted"][0], theirs["queryable"][0]
+    print(f"  Phoenix {version}, {n} spans in batches of 100: accepted {accepted:6.0f}/s  "
+          f"queryable {queryable:6.0f}/s (no analysis)  peak RSS {theirs['rss_mb']:.0f} MB")
+    if ours:
+        print(f"  side by side, {label.split(': ', 1)[1]}: accepted "
+              f"x{ours['accepted_per_s'] / accepted:.2f}, analysed and stored "
+              f"{ours['analysed_per_s']:.0f}/s against Phoenix's queryable {queryable:.0f}/s "
+              f"= x{ours['analysed_per_s'] / queryable:.2f}")
+    return {"version": version, **theirs}
 
 
 def live_probe(key: str, args, engine_ms: float) -> dict:
