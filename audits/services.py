@@ -862,7 +862,7 @@ def _rows_by_chunk(statement: Statement, chunk_of: dict[Any, int], chunks: int,
     if of_row != sorted(of_row):  # never write a row with the wrong chunk
         raise ValueError("rows are not in the runs' order")
     bounds = [bisect.bisect_left(of_row, i) for i in range(chunks + 1)]
-    return [Statement(statement.sql, statement.rows[start:end], statement.using)
+    return [statement.with_rows(statement.rows[start:end])
             for start, end in itertools.pairwise(bounds)]
 
 
@@ -947,17 +947,30 @@ def _result_ids(audit_ids: list[Any], using: str) -> dict[tuple[Any, int], int]:
 
 
 def _finished_update(runs: list[AuditRun], using: str) -> Statement:
-    """The UPDATE writing the finished runs' fields: one statement run for every run."""
+    """The UPDATE writing the finished runs' fields."""
     from django.db import connections
 
     connection = connections[using]
     fields = [AuditRun._meta.get_field(name) for name in _FINISHED_FIELDS]
     quote = connection.ops.quote_name
-    sql = (
-        f"UPDATE {quote(AuditRun._meta.db_table)} SET "
-        + ", ".join(f"{quote(f.column)} = %s" for f in fields)
-        + f" WHERE {quote(AuditRun._meta.pk.column)} = %s"
-    )
+    table, pk = quote(AuditRun._meta.db_table), quote(AuditRun._meta.pk.column)
+    if connection.vendor == "sqlite":
+        # One statement for every run, the values in a VALUES list (SQLite names its
+        # columns column1, column2 …): a statement run per row hands the interpreter lock
+        # back and forth once per run while the write lock is held (see audits.bulk).
+        sets = ", ".join(f"{quote(f.column)} = v.column{i}" for i, f in enumerate(fields, 1))
+        return Statement(
+            f"UPDATE {table} SET {sets} FROM (VALUES ", _finished_rows(runs, fields, connection),
+            using, row_group=f"({', '.join(['%s'] * (len(fields) + 1))})",
+            tail=f") AS v WHERE {table}.{pk} = v.column{len(fields) + 1}",
+        )
+    sql = (f"UPDATE {table} SET " + ", ".join(f"{quote(f.column)} = %s" for f in fields)
+           + f" WHERE {pk} = %s")
+    return Statement(sql, _finished_rows(runs, fields, connection), using)
+
+
+def _finished_rows(runs: list[AuditRun], fields: list[Any], connection: Any) -> list[list[Any]]:
+    """Each run's finished fields and its id, as the driver takes them."""
     # Only the columns whose type needs it are converted (dates, the id), and the same
     # value (the batch's finish time) once.
     converters = [converter(f, connection) for f in [*fields, AuditRun._meta.pk]]
@@ -967,7 +980,7 @@ def _finished_update(runs: list[AuditRun], using: str) -> Statement:
              [*(getattr(run, f.attname) for f in fields), run.pk], converters, strict=True)]
         for run in runs
     ]
-    return Statement(sql, rows, using)
+    return rows
 
 
 def mark_failed(run_id: Any, error: str) -> None:

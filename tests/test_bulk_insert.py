@@ -51,6 +51,57 @@ def test_one_statement_for_every_row(django_assert_num_queries):
     assert insert_rows(LinkCheck, ["audit_id", "url"], []) == 0
 
 
+def test_rows_past_the_statement_size_go_in_further_statements_in_order(monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from audits import bulk
+
+    monkeypatch.setattr(bulk, "MAX_ROWS_PER_INSERT", 3)
+    run = AuditRun.objects.create(user_input="q", response="r")
+    with CaptureQueriesContext(connection) as ctx:
+        insert_rows(TraceLine, ["audit_id", "position", "text"],
+                    [(run.pk, i, f"line {i}") for i in range(7)])
+    sql = [q["sql"] for q in ctx.captured_queries]
+    assert len(sql) == 3 and all(s.startswith('INSERT INTO "audits_traceline"') for s in sql)
+    assert [s.count("line ") for s in sql] == [3, 3, 1]  # multi-row, not a step per row
+    assert list(run.trace_lines.order_by("id").values_list("text", flat=True)) == [
+        f"line {i}" for i in range(7)]
+
+
+def test_a_statement_holds_no_more_parameters_than_the_database_allows():
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's limit of parameters, lowered on this connection")
+    run = AuditRun.objects.create(user_input="q", response="r")
+    connection.ensure_connection()
+    raw = connection.connection
+    before = raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 7)  # two rows of three
+    try:
+        assert insert_rows(TraceLine, ["audit_id", "position", "text"],
+                           [(run.pk, i, f"line {i}") for i in range(5)]) == 5
+    finally:
+        raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
+    assert run.trace_lines.count() == 5
+
+
+def test_a_statement_without_a_row_group_runs_once_per_row():
+    from django.db import connection
+
+    from audits.bulk import Statement, db_value, run_statement
+
+    runs = [AuditRun.objects.create(user_input=f"q{i}", response="r") for i in range(3)]
+    table = connection.ops.quote_name(AuditRun._meta.db_table)
+    rows = [[f"new {i}", db_value(AuditRun, "id", run.pk)] for i, run in enumerate(runs)]
+    update = Statement(f"UPDATE {table} SET response = %s WHERE id = %s", rows, "default")
+    assert run_statement(update) == 3
+    assert [AuditRun.objects.get(pk=run.pk).response for run in runs] == [
+        "new 0", "new 1", "new 2"]
+
+
 def test_a_primary_key_without_a_database_default_must_be_given():
     with pytest.raises(ValueError, match="primary key"):
         insert_rows(AuditRun, ["user_input"], [("q",)])

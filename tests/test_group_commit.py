@@ -28,6 +28,11 @@ from audits.api.group_commit import GroupCommitter, Submission, store_submission
 from audits.models import AuditRun
 from tests.live_support import free_port, start_server, stop
 
+# These hold SQLite's write lock from a second connection so that requests pile up into a
+# group (another database: no such lock to hold).
+HOLDS_SQLITE_LOCK = pytest.mark.skipif(connection.vendor != "sqlite",
+                                       reason="holds SQLite's write lock")
+
 BODY = {"user_input": "Which retailers use Acme?", "response": "Decathlon uses Acme.",
         "sources": [], "metadata": {}, "collision_key": None, "options": {}}
 
@@ -95,6 +100,7 @@ def test_one_bad_item_does_not_fail_the_others_of_its_group():
     assert set(AuditRun.objects.values_list("user_input", flat=True)) == {"first", "third"}
 
 
+@HOLDS_SQLITE_LOCK
 @pytest.mark.django_db(transaction=True)
 def test_a_locked_database_fails_every_item_of_the_group_alike(settings):
     key = api_key()
@@ -211,6 +217,7 @@ def wait_complete(ids, timeout=30.0):
     raise AssertionError(f"{done} of {len(ids)} audits complete")
 
 
+@HOLDS_SQLITE_LOCK
 @pytest.mark.django_db(transaction=True)
 def test_requests_arriving_during_a_commit_are_stored_in_one_transaction(server, make_key):
     port, log = server
@@ -234,6 +241,7 @@ def test_requests_arriving_during_a_commit_are_stored_in_one_transaction(server,
     wait_complete(ids)  # nothing lost: every accepted audit is analysed and stored
 
 
+@HOLDS_SQLITE_LOCK
 @pytest.mark.django_db(transaction=True)
 def test_repeats_conflicts_and_bad_options_inside_one_group_answer_each_request(
     server, make_key,

@@ -246,3 +246,29 @@ def test_a_batch_that_fails_after_a_committed_chunk_is_stored_again_from_a_clean
     monkeypatch.setattr(services, "_write_chunk", write)
     services.store_reports(pairs, fresh=services._nothing_stored([r for r, _ in pairs]))
     _assert_stored(pairs)
+
+
+@pytest.mark.django_db
+@SQLITE_PLANS
+def test_a_chunk_of_runs_is_finished_by_one_update_that_seeks_each_run_by_its_id():
+    """One statement, not a step per run (each step handed the interpreter lock back and
+    forth while the write lock was held), and no scan of the runs' table."""
+    from django.test.utils import CaptureQueriesContext
+
+    from audits import services
+
+    pairs = _reports(5)
+    with CaptureQueriesContext(connection) as ctx:
+        services.store_reports(pairs, fresh=True)
+    updates = [q["sql"] for q in ctx.captured_queries
+               if 'UPDATE "audits_auditrun"' in q["sql"][:40]]
+    assert len(updates) == 1 and updates[0].startswith("UPDATE"), updates  # not "5 times:"
+    _assert_stored(pairs)
+
+    statement = services._finished_update([run for run, _ in pairs], "default")
+    sql = statement.sql + ", ".join([statement.row_group] * 5) + statement.tail
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, [v for row in statement.rows for v in row])
+        plan = " | ".join(row[-1] for row in cursor.fetchall())
+    assert "SEARCH audits_auditrun USING COVERING INDEX" in plan and "(id=?)" in plan, plan
+    assert "SCAN audits_auditrun" not in plan, plan
