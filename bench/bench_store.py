@@ -10,7 +10,10 @@ links) in this process, on a fresh SQLite file, and prints per audit:
 - the database pages those commits wrote (frames of SQLite's write-ahead log);
 - Python function calls per audit in storing (cProfile; repeatable on a loaded machine);
 - CPU time in the claim, in the engine and in storing (median of the batches), and
-  storing against the engine's time in the same run (the baseline).
+  storing against the engine's time in the same run (the baseline);
+- how long each transaction holds SQLite's write lock while a CPU-bound thread runs
+  beside it, as in the server (each statement gives the interpreter lock up, and the
+  writer waits for it again while it holds the write lock).
 
     .venv/bin/python bench/bench_store.py [--audits 640] [--batch 32] [--root OTHER_TREE]
 
@@ -75,7 +78,8 @@ def run() -> None:
     config, snapshot = load_config_with_snapshot()
     runs = []
     profiled = 4 * args.batch  # then counted under cProfile (not timed)
-    for i in range(args.audits + args.batch + profiled):  # the first batch warms up
+    contended = 8 * args.batch  # then stored beside a busy thread (`_store_beside_busy_thread`)
+    for i in range(args.audits + args.batch + profiled + contended):  # the first warms up
         body = audit_body(i)
         runs.append(AuditRun(
             user_input=body["user_input"], response=body["response"], sources=body["sources"],
@@ -83,6 +87,7 @@ def run() -> None:
         ))
     AuditRun.objects.bulk_create(runs)
     ids = [run.pk for run in runs]
+    ids, contended_ids = ids[:-contended], ids[-contended:]
     ids, profiled_ids = ids[:-profiled], ids[-profiled:]
 
     phases = {"claim+read": 0.0, "engine": 0.0, "store": 0.0}
@@ -136,6 +141,7 @@ def run() -> None:
         per_batch.setdefault("total", []).append(1000 * total / len(batch))
 
     calls = _calls_storing(services, profiled_ids, args.batch)
+    held = _store_beside_busy_thread(services, contended_ids, args.batch)
     n = args.audits
     print(f"tree: {root}")
     print(f"{n} audits in batches of {args.batch}, SQLite {db}")
@@ -154,6 +160,9 @@ def run() -> None:
     print(f"database pages written per audit (WAL frames, commits included): {frames / n:.1f}")
     print(f"Python function calls per audit in storing (cProfile, {profiled} more audits): "
           f"{calls:.0f}")
+    print(f"write lock held per store transaction ({args.batch} audits) beside a CPU-bound "
+          f"thread (the server's other work): median {statistics.median(held):.1f} ms, max "
+          f"{max(held):.1f} ms ({len(held)} transactions)")
     medians = {name: statistics.median(values) for name, values in per_batch.items()}
     for name, value in medians.items():
         print(f"CPU ms per audit, {name}: {value:.2f}")
@@ -184,6 +193,56 @@ def _calls_storing(services, ids: list, batch: int) -> float:
     finally:
         services.store_reports = store
     return pstats.Stats(profile).total_calls / len(ids)
+
+
+def _store_beside_busy_thread(services, ids: list, batch: int) -> list[float]:
+    """Milliseconds from each store's BEGIN to its COMMIT (SQLite's write lock held) while the
+    batches are analysed and stored beside another thread of this process that computes,
+    as the server's event loop and request threads do: each statement gives the
+    interpreter lock up, and the writer waits for it again while it holds the write lock."""
+    import threading
+
+    from django.db import connection
+
+    held: list[float] = []
+    began: list[float] = []
+    writes = [False]  # the transaction inserts (a store, not a claim)
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    def begin(execute, sql, params, many, context):
+        if sql.startswith("BEGIN"):
+            began.append(time.perf_counter())
+            writes[0] = False
+        writes[0] = writes[0] or sql.startswith("INSERT")
+        return execute(sql, params, many, context)
+
+    commit = connection._commit
+
+    def committed():
+        try:
+            return commit()
+        finally:
+            if began:
+                ms = (time.perf_counter() - began.pop()) * 1000
+                if writes[0]:
+                    held.append(ms)
+
+    spinner = threading.Thread(target=busy, daemon=True)
+    connection._commit = committed
+    spinner.start()
+    try:
+        with connection.execute_wrapper(begin):
+            for start in range(0, len(ids), batch):
+                services.execute_runs(ids[start:start + batch])
+    finally:
+        stop.set()
+        spinner.join()
+        del connection._commit
+    return held
 
 
 def _wal_frames(connection, mode: str) -> int:
