@@ -276,6 +276,8 @@ def test_claiming_a_batch_seeks_its_ids_whatever_the_queue_depth():
         claimed = services._claim_many([r.pk for r in runs[:11]] + [runs[0].pk])
     assert sorted(map(str, claimed)) == sorted(str(r.pk) for r in runs[:11])
     assert services._claim_many([runs[0].pk, runs[11].pk]) == [runs[11].pk]
+    if connection.vendor != "sqlite":
+        return  # (the plan below is SQLite's EXPLAIN QUERY PLAN)
     select = next(q["sql"] for q in queries if q["sql"].startswith("SELECT"))
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN QUERY PLAN {select}")
