@@ -56,11 +56,18 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(autouse=True)
 def _immediate_tasks(settings):
-    """Run tasks inline in tests (the thread pool is tested on its own)."""
+    """Run tasks inline in tests (the thread pool is tested on its own), in this process:
+    analysis processes a test configured (tests/test_analysis_processes.py) are stopped
+    before and after each test, whichever thread of an earlier test started them (the
+    module's configuration is process-wide: left on, it took a later test's audits)."""
+    from audits import analysis_processes
+
+    analysis_processes.shutdown()
     settings.TASKS = IMMEDIATE
     _reset_task_backends(IMMEDIATE)
     yield
     _reset_task_backends(IMMEDIATE)
+    analysis_processes.shutdown()
 
 
 @pytest.fixture
