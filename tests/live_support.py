@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 
 BASE_DIR = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def child_database_url() -> str:
     from urllib.parse import quote
 
     db = settings.DATABASES["default"]
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
     user = quote(db.get("USER") or "")
     password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""

@@ -16,6 +16,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from audits.models import AnalyzerRunRecord, AuditRun
 from tests.factories import make_audit
@@ -31,7 +32,7 @@ BODY = {"user_input": "Which retailers use Acme?", "response": "Acme is easy to 
 def write_locked_database():
     """Another process's write transaction holding SQLite's lock on the test database."""
     db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.sqlite3":
+    if connection.vendor != "sqlite":
         pytest.skip("SQLite's database lock")
     other = sqlite3.connect(db["NAME"], timeout=1, isolation_level=None)
     try:
