@@ -231,7 +231,7 @@ class SharedRun:
             self.context.cleaned_response = cleaned
 
 
-def _annotation(code: str, severity: str, description: str, evidence: str) -> Annotation:
+def _annotation(code: str, severity: Any, description: str, evidence: str) -> Annotation:
     return Annotation(
         type=code,
         label=LABELS.get(code, code),

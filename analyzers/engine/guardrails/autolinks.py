@@ -177,7 +177,8 @@ _HOST_CHARS = re.compile(r"(?:[^\W_]|[.\-:@])*")
 
 def _skip_host(core: str, pos: int) -> int:
     """Past the plainly written host (and userinfo, port) starting at `pos`."""
-    return _HOST_CHARS.match(core, pos).end()
+    m = _HOST_CHARS.match(core, pos)  # (always matches, perhaps nothing)
+    return m.end() if m is not None else pos
 
 
 # A run that is one plainly written http(s) or `www.` URL whose path and query hold no
@@ -219,15 +220,15 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
         k, token = m.start(), m.group(0)
         if token == "//":
             s = _SCHEME_BEFORE.search(core, max(0, k - 33), k)
-            scheme = s.group(1).lower() if s else ""
-            end = _RUN_END.search(core, k)
-            end_at = end.start() if end else n
+            scheme, scheme_at = (s.group(1).lower(), s.start()) if s else ("", k)
+            run_end = _RUN_END.search(core, k)
+            end_at = run_end.start() if run_end else n
             if scheme in ("http", "https"):
-                url = core[s.start():end_at]
+                url = core[scheme_at:end_at]
                 host, ok = _judge(url, allowed)
                 found.append((url, host, LINK, ok, False, end_at))
             elif scheme == "ftp":
-                found.append((core[s.start():end_at], "", LINK, False, True, end_at))
+                found.append((core[scheme_at:end_at], "", LINK, False, True, end_at))
             elif not scheme and not (k > 0 and core[k - 1] in ":/"):
                 url = "https:" + core[k:end_at]
                 host, ok = _judge(url, allowed)

@@ -336,7 +336,9 @@ def _sentence_removal(text: str, s: int, e: int) -> tuple[int, int]:
     return start, end
 
 
-def _judge(settings, code, text, s, e, sentence, links, link_starts, matcher, known_slugs):
+def _judge(
+    settings, code, text, s, e, sentence, links, link_starts, matcher, known_slugs
+) -> tuple[list[str], dict[str, Any], str | None] | None:
     """None when the sentence (`text[s:e]`) is no claim; else (reasons, claim record,
     case-study url)."""
     digit = has_digit(sentence)
@@ -402,11 +404,11 @@ def _judge(settings, code, text, s, e, sentence, links, link_starts, matcher, kn
             reasons = []
             if not norms <= matcher.metrics.get(customer.slug, _NO_METRICS):
                 reasons.append(METRIC_NOT_IN_SOURCES)
-            url = case_links.get(customer.slug.lower())
-            if url is None:
+            case_url = case_links.get(customer.slug.lower())
+            if case_url is None:
                 reasons.append(MISSING_CASE_STUDY_LINK)
             if best is None or len(reasons) < len(best[0]):
-                best = (reasons, customer, url)
+                best = (reasons, customer, case_url)
         assert best is not None
         claim["company"] = best[1].name
         return best[0], claim, best[2]

@@ -263,7 +263,8 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
             run = _StripRun(link, finding)
             continue
         if run is not None:
-            run = run.close(ctx)
+            run.close(ctx)
+            run = None
         label = link.label
         new_label = None
         inline = link.kind == "inline" or link.kind == "image"

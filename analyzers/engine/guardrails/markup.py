@@ -92,7 +92,7 @@ def _attributes(region: str, name_end: int) -> list[tuple[str, str]]:
 
 
 def _urls(attrs: list[tuple[str, str]]) -> list[str]:
-    urls = []
+    urls: list[str] = []
     for key, value in attrs:
         if key in URL_ATTRIBUTES:
             if key.endswith("srcset"):
@@ -174,7 +174,8 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
                 edits[-1] = (edits[-1][0], run.end, "")
                 pos = run.end
                 continue
-            run = run.close(ctx)
+            run.close(ctx)
+            run = None
         if span is not None:
             pos = span[1]
             continue

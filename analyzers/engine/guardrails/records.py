@@ -11,6 +11,9 @@ and falls back to it if the models ever change shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..contract import Annotation, LinkRecord
 from ..trusted import same_instance
 from ..trusted import trusted_instance as _trusted
@@ -50,15 +53,15 @@ def link_record(url: str, label: str, decision: str, reason: str | None = None) 
     )
 
 
-def _validated_annotation(
-    code: str, label: str, severity: str, description: str, evidence: str, start: int, end: int
+def _validated_annotation(  # (`Any`: pydantic checks the severity)
+    code: str, label: str, severity: Any, description: str, evidence: str, start: int, end: int
 ) -> Annotation:
     return Annotation(type=code, label=label, severity=severity, description=description,
                       evidence=evidence, start=start, end=end)
 
 
-def _validated_link_record(
-    url: str, label: str, decision: str, reason: str | None = None
+def _validated_link_record(  # (`Any`: pydantic checks the decision)
+    url: str, label: str, decision: Any, reason: str | None = None
 ) -> LinkRecord:
     if reason is None:
         return LinkRecord(url=url, label=label, decision=decision)
@@ -68,7 +71,7 @@ def _validated_link_record(
 def _check() -> bool:
     """Whether the builders still make what validation makes."""
     try:
-        samples = [
+        samples: list[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
             (annotation, _validated_annotation,
              ("LINK_UNSAFE_SCHEME", "Unsafe", "critical", "why", "[x](y)", 3, 9)),
             (link_record, _validated_link_record, ("https://a.example/", "x", "keep")),

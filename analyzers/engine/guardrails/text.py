@@ -111,7 +111,7 @@ class Doc:
         o = self.pieces[0][2]
         out: list[str] = []
         pieces: list[tuple[int, int, int, int, bool]] = []
-        positions = []
+        positions: list[int] = []
         cursor = 0
         length = 0
         out_append, piece_append, position_append = out.append, pieces.append, positions.append
@@ -404,6 +404,12 @@ _LINE_BREAK = re.compile(r"\r\n|\r(?!\n)|\n")
 _BLANK_LINES = re.compile(r"(?:[ \t]*(?:\r\n|\r|\n))*")
 
 
+def _match_end(pattern: re.Pattern[str], text: str) -> int:
+    """Where `pattern`, which may match nothing, stops matching at the start of `text`."""
+    m = pattern.match(text)
+    return m.end() if m is not None else 0
+
+
 # a backtick right after a run of text holding a scheme's ":" (`https://x.example/p.png``)
 # (from the run's last ":", possessive: linear however many colons a run holds)
 _LINKIFIED_BACKTICK = re.compile(r":[^\s`:]*+`")
@@ -481,7 +487,7 @@ def unbroken_code_spans(text: str, fences: list[tuple[int, int]]) -> list[tuple[
         cuts.extend(m.start() + 1 for m in _LINE_BREAK.finditer(text, item))
         cuts = sorted(set(cuts))
     # an indented code block, after any blank lines a removal left at the start
-    lead = _BLANK_LINES.match(text).end()
+    lead = _match_end(_BLANK_LINES, text)
     if text.startswith(("    ", "\t", " \t", "  \t", "   \t"), lead):
         first = _NOT_INDENTED.search(text, lead)
         if first is not None:
