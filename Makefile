@@ -9,7 +9,7 @@ PORT ?= 8000
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test test-postgres test-unit test-browser bench lint venv clean
+.PHONY: run test test-postgres test-unit test-browser bench lint venv native clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
@@ -20,6 +20,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The guardrails compiled with mypyc when a C compiler is at hand (analyzers/engine/native.py;
+# nothing to do while the build is current). Without one they run as Python: a warning.
+native: venv
+	@$(PY) -m analyzers.engine.native || true
+
 # `make run DEMO_STREAM=0` skips the streamed demo audits (manage.py demo_stream).
 DEMO_STREAM ?= 1
 
@@ -27,7 +32,7 @@ DEMO_STREAM ?= 1
 # which then needs SECRET_KEY and `manage.py collectstatic`).
 run: export DEBUG ?= true
 
-run: venv
+run: native
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py setup_demo --url http://$(HOST):$(PORT)/
 	$(PY) manage.py recover_audits --stale-after 0 --pending-after 0
@@ -38,9 +43,10 @@ run: venv
 
 # Unit, API and WebSocket tests first; real-browser tests in their own pytest run
 # (Playwright's sync API and pytest-asyncio do not share one process well).
-test: venv
+test: native
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
+	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 
 # The same suite against a throwaway PostgreSQL cluster (needs Debian's postgresql package).
@@ -49,7 +55,7 @@ test-postgres: venv
 
 # Benchmarks run the production profile (DEBUG off): a throwaway key, collected static files.
 bench: export SECRET_KEY ?= bench-only-secret-key-not-for-any-server-0123456789abcdef
-bench: venv
+bench: native
 	@$(PY) manage.py collectstatic --noinput -v0
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
@@ -58,4 +64,4 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var analyzers/engine/guardrails/_native

@@ -18,7 +18,8 @@ Latency and throughput are printed by CPU time of this process (`time.process_ti
 by wall clock, throughput as medians of several runs: on a shared machine the CPU figures
 say what one core does (the wall clock also counts time the process waited for a core,
 which shows in the tail); on an idle machine the two agree. The targets are judged on
-the CPU figures.
+the CPU figures. The guardrails run compiled when built (`make native`, as `make bench`
+does); `AUDITOR_PURE_PYTHON=1` measures them as Python.
 """
 
 from __future__ import annotations
@@ -255,6 +256,10 @@ def bench_linear(config: AuditorConfig) -> None:
 
 
 def main() -> None:
+    from analyzers.engine import guardrails
+
+    print("guardrails: " + ("compiled with mypyc" if guardrails.COMPILED else
+                            "Python (not compiled, or AUDITOR_PURE_PYTHON set)"))
     config = load_config()
     bench_paragraph(config)
     bench_engine(config, response_2kb(), "2 KB response")

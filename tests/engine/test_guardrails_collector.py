@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
+
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.guardrails import pipeline
 from analyzers.engine.guardrails.collector import collector_paused
@@ -51,6 +53,7 @@ def test_a_collector_turned_off_elsewhere_stays_off():
         gc.enable()
 
 
+@pytest.mark.python_guardrails
 def test_a_huge_paragraph_is_audited_with_the_collector_paused_and_turned_back_on():
     seen = []
     real = pipeline._audit_paragraph

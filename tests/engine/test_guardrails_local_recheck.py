@@ -43,6 +43,7 @@ def test_local_recheck_equals_a_full_rescan(text, defang, monkeypatch_module):
 calls: list[int] = []
 
 
+@pytest.mark.python_guardrails
 def test_the_local_recheck_runs_in_those_examples(monkeypatch):
     real = links._recheck_near_edits
     monkeypatch.setattr(links, "_recheck_near_edits",

@@ -4,6 +4,7 @@ skipped when no link can be there, and link rows copied instead of serialised.""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,7 @@ def test_a_skipped_markup_round_changes_nothing(parts):
     assert records(skipped) == records(full)
 
 
+@pytest.mark.python_guardrails
 def test_the_round_is_skipped_only_when_nothing_can_form():
     calls = []
     real = markup._one_round

@@ -1,0 +1,102 @@
+"""The guardrails compiled to C with mypyc, used only while they match their sources.
+
+`python -m analyzers.engine.native` compiles the modules of `analyzers/engine/guardrails`
+(all but `PURE`) with mypyc into `guardrails/_native/`, with a stamp: a digest of those
+sources and of the interpreter. The package's `__init__` puts that folder first on its
+`__path__` only when the stamp matches the sources it sees, so a module edited since the
+build runs as Python, never as its stale build; so does everything when no C compiler was
+found or `AUDITOR_PURE_PYTHON` is set. The compiled modules give the same reports as the
+Python ones (tests/engine/test_native.py) about 1.3× faster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent / "guardrails"
+TARGET = PACKAGE / "_native"
+STAMP = TARGET / "STAMP"
+# pydantic models stay Python (mypyc would make native classes of them), and so does
+# the package's `__init__`, which decides whether the compiled modules are used.
+PURE = frozenset({"__init__.py", "analyzers.py"})
+GROUP = "analyzers.engine.guardrails.native"  # the shared library: `native__mypyc`
+
+
+def sources() -> list[Path]:
+    return sorted(path for path in PACKAGE.glob("*.py") if path.name not in PURE)
+
+
+def fingerprint() -> str:
+    """Digest of the compiled modules' sources and of the interpreter that may load them."""
+    digest = hashlib.sha256(sys.version.encode())
+    digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    for path in sources():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def current() -> bool:
+    try:
+        return STAMP.read_text().strip() == fingerprint()
+    except OSError:
+        return False
+
+
+def use_if_current(package_path: list[str]) -> bool:
+    """Put the compiled modules first on the guardrails package's `__path__` when they
+    were built from the sources as they are now (and `AUDITOR_PURE_PYTHON` is unset)."""
+    if os.environ.get("AUDITOR_PURE_PYTHON") or not current():
+        return False
+    package_path.insert(0, str(TARGET))
+    return True
+
+
+def build() -> None:
+    """Compile the modules into TARGET (replaced whole; the stamp written last)."""
+    from mypyc.build import mypycify
+    from setuptools import Distribution
+
+    with tempfile.TemporaryDirectory(prefix="auditor-native-") as tmp:
+        options = ["--ignore-missing-imports", "--follow-imports=silent"]
+        extensions = mypycify(
+            options + [str(path) for path in sources()],
+            group_name=GROUP,
+            target_dir=os.path.join(tmp, "c"),
+        )
+        dist = Distribution({"name": "auditor-native", "ext_modules": extensions})
+        command = dist.get_command_obj("build_ext")
+        command.build_lib = os.path.join(tmp, "lib")
+        command.build_temp = os.path.join(tmp, "temp")
+        command.parallel = os.cpu_count() or 1
+        dist.run_command("build_ext")
+        built = Path(command.build_lib, *GROUP.split(".")[:-1])
+        shutil.rmtree(TARGET, ignore_errors=True)
+        TARGET.mkdir()
+        for library in built.glob("*" + str(sysconfig.get_config_var("EXT_SUFFIX"))):
+            shutil.copy2(library, TARGET / library.name)
+    STAMP.write_text(fingerprint() + "\n")
+
+
+def main() -> int:
+    if current():
+        print(f"compiled guardrails current ({TARGET})")
+        return 0
+    try:
+        build()
+    except (Exception, SystemExit) as exc:  # mypyc exits on a type error; gcc may be absent
+        shutil.rmtree(TARGET, ignore_errors=True)
+        print(f"warning: the guardrails could not be compiled ({exc!r}); they run as Python",
+              file=sys.stderr)
+        return 1
+    print(f"compiled guardrails into {TARGET}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
