@@ -243,3 +243,27 @@ def test_inner_tokens_never_skip_a_substring_that_is_there(text, subs):
     assert probe.tokens is not None  # the set-based branch
     plain = any(fold(w) in probe.folded for w in subs)
     assert may_match((clause,), probe) is plain
+
+
+_GATES = """
+import sys
+from analyzers.engine import heuristics_bias, redflag
+from analyzers.engine.heuristics_gate import required_literals
+patterns = [redflag._NOT_CERTAIN, redflag._THE_ANSWER_IS, redflag._CERTAIN, redflag._HEDGE]
+patterns += [pattern for pattern, _ in heuristics_bias.CORRECTIONS]
+print([sorted(map(repr, clause)) for p in patterns for clause in required_literals(p)])
+"""
+
+
+def test_the_words_that_gate_a_pattern_do_not_change_with_the_hash_seed():
+    # "the answer is" was gated by "the" in some processes and by "is" in others
+    import os
+    import subprocess
+    import sys
+
+    runs = {
+        subprocess.run([sys.executable, "-c", _GATES], capture_output=True, text=True,
+                       check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+        for seed in range(6)
+    }
+    assert len(runs) == 1 and "answer" in runs.pop()
