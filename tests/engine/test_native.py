@@ -73,6 +73,13 @@ def _corpus() -> list[str]:
         if isinstance(case, dict):
             url = case["input"]
             texts += [f"See {url} now", f"[docs]({url})", f'<a href="{url}">x</a>']
+    for unit in ("[", "[x](", "http://", '<a href="x">', "` `` ``` ", "<https://evil.test/a> ",
+                 "a.b", "www.", "x@y.", "//", "<b ", "<a", "<script>", "a.b/",
+                 "Globex grew 30% with [x](https://evil.test/) and more ",
+                 "PcComponentes lifted revenue by 12%. "):
+        texts.append(unit * (20_000 // len(unit)))  # bench_guardrails' adversarial shapes
+    long_run = "https://evil.example/" + "a.b/" * 300  # judged once per paragraph (a memo)
+    texts += [long_run, f"{long_run} and {long_run}\n\n{long_run}"]
     rng = random.Random(20261203)
     pieces = ["[{l}]({u})", "![{l}]({u})", "<{u}>", "{u}", "See {u}.", '<a href="{u}">{l}</a>',
               "<img src={u} onerror=alert(1)>", "<script>alert('{u}')</script>", "`{u}`",
@@ -105,7 +112,7 @@ all_settings = [
 reports = []
 for text in json.load(open(sys.argv[2])):
     for settings in all_settings:
-        r = audit_text(text, settings)
+        r = audit_text(text, settings, (), config.limits)
         reports.append([
             r.cleaned_response, [(o, a.model_dump()) for o, a in r.annotations],
             [link.model_dump() for link in r.links], r.trace, r.claims, repr(r.pending),
@@ -123,11 +130,12 @@ def test_the_compiled_guardrails_give_the_reports_python_gives(tmp_path):
         env = {k: v for k, v in os.environ.items() if k != "AUDITOR_PURE_PYTHON"}
         if pure:
             env["AUDITOR_PURE_PYTHON"] = "1"
-        out = subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-c", REPORTS, str(SAMPLES / "config.json"), str(corpus)],
-            cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-        ).stdout
-        return json.loads(out)
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
 
     compiled, python = reports(pure=False), reports(pure=True)
     assert (compiled["compiled"], python["compiled"]) == (True, False)

@@ -285,7 +285,6 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
     return found
 
 
-_UNSEEN = object()
 _cached_destinations = lru_cache(maxsize=8192)(_destinations)
 
 
@@ -430,10 +429,10 @@ def _scan_runs(
             verdict = _run_verdict(core, allowed)
         elif memo is None:
             verdict = _verdict(core, allowed)
-        else:  # a long run: judged once per paragraph
-            verdict = memo.get(core, _UNSEEN)
-            if verdict is _UNSEEN:
-                verdict = memo[core] = _verdict(core, allowed)
+        elif core in memo:  # a long run: judged once per paragraph
+            verdict = memo[core]
+        else:
+            verdict = memo[core] = _verdict(core, allowed)
         if verdict is not None:
             append((s, e, verdict))
 
