@@ -76,6 +76,11 @@ class Statement:
         return replace(self, rows=rows)
 
 
+def row_group(columns: int) -> str:
+    """One row's placeholders in a multi-row statement: "(%s, %s, …)"."""
+    return f"({', '.join(['%s'] * columns)})"
+
+
 def prepare_insert(
     model: type[Model],
     columns: Sequence[str],
@@ -114,7 +119,7 @@ def prepare_insert(
     names = [field.column for field in fields] + [field.column for field in rest]
     quote = connection.ops.quote_name
     sql = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(n) for n in names)}) VALUES "
-    return Statement(sql, values, db, row_group=f"({', '.join(['%s'] * len(names))})")
+    return Statement(sql, values, db, row_group=row_group(len(names)))
 
 
 def run_statement(statement: Statement) -> int:

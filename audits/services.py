@@ -30,7 +30,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
 from . import people_first, workers
-from .bulk import Statement, converter, db_value, prepare_insert, run_statement
+from .bulk import Statement, converter, db_value, prepare_insert, row_group, run_statement
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
 from .heartbeats import running_run
@@ -961,7 +961,7 @@ def _finished_update(runs: list[AuditRun], using: str) -> Statement:
         sets = ", ".join(f"{quote(f.column)} = v.column{i}" for i, f in enumerate(fields, 1))
         return Statement(
             f"UPDATE {table} SET {sets} FROM (VALUES ", _finished_rows(runs, fields, connection),
-            using, row_group=f"({', '.join(['%s'] * (len(fields) + 1))})",
+            using, row_group=row_group(len(fields) + 1),
             tail=f") AS v WHERE {table}.{pk} = v.column{len(fields) + 1}",
         )
     sql = (f"UPDATE {table} SET " + ", ".join(f"{quote(f.column)} = %s" for f in fields)

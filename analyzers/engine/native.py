@@ -26,6 +26,7 @@ STAMP = TARGET / "STAMP"
 # the package's `__init__`, which decides whether the compiled modules are used.
 PURE = frozenset({"__init__.py", "analyzers.py"})
 GROUP = "analyzers.engine.guardrails.native"  # the shared library: `native__mypyc`
+SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX"))  # of this interpreter's extensions
 
 
 def sources() -> list[Path]:
@@ -35,7 +36,7 @@ def sources() -> list[Path]:
 def fingerprint() -> str:
     """Digest of the compiled modules' sources and of the interpreter that may load them."""
     digest = hashlib.sha256(sys.version.encode())
-    digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    digest.update(SUFFIX.encode())
     for path in sources():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -78,7 +79,7 @@ def build() -> None:
         built = Path(command.build_lib, *GROUP.split(".")[:-1])
         shutil.rmtree(TARGET, ignore_errors=True)
         TARGET.mkdir()
-        for library in built.glob("*" + str(sysconfig.get_config_var("EXT_SUFFIX"))):
+        for library in built.glob("*" + SUFFIX):
             shutil.copy2(library, TARGET / library.name)
     STAMP.write_text(fingerprint() + "\n")
 
