@@ -24,6 +24,8 @@ import argparse
 import os
 import sys
 
+from auditor_site import heap
+
 WS_FRAMING = 64 * 1024
 # Measured on 2 cores (README, Benchmarks): 2 processes beat the threads, 1 did not.
 ANALYSIS_PROCESSES = 2
@@ -51,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     django.setup()
+    import auditor_site.asgi  # noqa: F401  (loaded now, to be settled with the rest)
+
+    heap.settle("start")
     config = uvicorn.Config(
         "auditor_site.asgi:application",
         host=args.host,

@@ -44,6 +44,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from analyzers import lock_wait
+from auditor_site import heap
 
 from . import events, people_first
 from .heartbeats import running_run
@@ -214,6 +215,7 @@ def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
     lock_wait.defer_to(requests_waiting)
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
                      daemon=True).start()
+    heap.settle("start")
 
 
 def _exit_when_orphaned(parent: int) -> None:
@@ -254,6 +256,7 @@ def _child_execute(run_ids: list[str], watched: list[str]):
         outcome = services.execute_runs(run_ids)
     finally:
         close_old_connections()
+    heap.after_analysis()
     captured = list(_sink)
     _sink.clear()
     return outcome, captured

@@ -44,6 +44,8 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
+from auditor_site import heap
+
 from . import analysis_processes
 from .queues import LARGE_QUEUE
 from .workers import keep_connections
@@ -184,6 +186,7 @@ class ThreadPoolBackend(BaseTaskBackend):
                     task_finished.send(type(self), task_result=task_result)
             finally:
                 close_old_connections()
+            heap.after_analysis()
 
     def _run(self, task_result: TaskResult) -> None:
         task = task_result.task

@@ -17,6 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.tasks import task_backends
 
+from auditor_site import heap
 from audits import analysis_processes, services
 from audits.models import AnalyzerRunRecord, AuditRun
 from audits.recovery import recover_stale_runs
@@ -72,6 +73,10 @@ def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in
     assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
     pids = analysis_processes.child_pids()
     assert len(pids) == 1 and os.getpid() not in pids  # bounded: PROCESSES children
+    # the child froze what it holds for good at its start and after its first batch
+    frozen, stages = analysis_processes._submit(heap.state)
+    assert frozen > 0 and stages == ["analysis", "start"]
+    assert heap.state()[1] == []  # this process (a test run) never does
 
 
 def test_the_children_run_at_the_configured_niceness(settings, monkeypatch):

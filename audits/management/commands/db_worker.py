@@ -28,6 +28,7 @@ from django_tasks_db.management.commands import db_worker as stock
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception, retry
 
+from auditor_site import heap
 from audits import recovery
 from audits.workers import keep_connections
 
@@ -135,6 +136,7 @@ class BatchingWorker(stock.Worker):
                 group = []
                 self.run_task(row)
         self._run_group(group)
+        heap.after_analysis()
 
     @staticmethod
     def _batch_call(row: DBTaskResult):
@@ -184,6 +186,8 @@ class Command(stock.Command):
 
     def handle(self, *args, **options):
         recovery.start()
+        if not options.get("batch"):  # a long-lived worker, not one draining the queue once
+            heap.settle("start")
         keep_connections()  # one connection for every task (AUDITOR_TASK_CONN_MAX_AGE)
         BatchingWorker.claim_size = max(1, options.pop("claim"))
         stock.Worker = BatchingWorker  # the stock handle() builds the worker
