@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from auditor_site import heap
+from audits import heap
 
 WS_FRAMING = 64 * 1024
 # Measured on 2 cores (README, Benchmarks): 2 processes beat the threads, 1 did not.

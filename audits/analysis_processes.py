@@ -44,9 +44,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from analyzers import lock_wait
-from auditor_site import heap
 
-from . import events, people_first
+from . import events, heap, people_first
 from .heartbeats import running_run
 
 logger = logging.getLogger(__name__)

@@ -44,9 +44,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
-from auditor_site import heap
-
-from . import analysis_processes
+from . import analysis_processes, heap
 from .queues import LARGE_QUEUE
 from .workers import keep_connections
 

@@ -17,8 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.tasks import task_backends
 
-from auditor_site import heap
-from audits import analysis_processes, services
+from audits import analysis_processes, heap, services
 from audits.models import AnalyzerRunRecord, AuditRun
 from audits.recovery import recover_stale_runs
 from audits.services import submit_audit, submit_audits

@@ -1,4 +1,4 @@
-"""auditor_site.heap: a long-lived process freezes what it holds for good, once per stage,
+"""audits.heap: a long-lived process freezes what it holds for good, once per stage,
 after collecting what is already garbage; a test run or a command never does."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from auditor_site import heap
+from audits import heap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_settle_collects_then_freezes_once_per_stage():
     script = textwrap.dedent("""
         import gc, weakref
-        from auditor_site import heap
+        from audits import heap
 
         before = heap.state()[0]  # (the interpreter may have frozen a few at its start)
         heap.after_analysis()  # not a settled process: nothing

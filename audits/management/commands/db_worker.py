@@ -28,8 +28,7 @@ from django_tasks_db.management.commands import db_worker as stock
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception, retry
 
-from auditor_site import heap
-from audits import recovery
+from audits import heap, recovery
 from audits.workers import keep_connections
 
 logger = logging.getLogger("django_tasks_db")
