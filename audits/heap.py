@@ -4,9 +4,9 @@ A full collection of the cyclic garbage collector walks every object the process
 the modules, Django's and pydantic's schemas, the engine's caches (and its word-frequency
 table, several hundred thousand entries, once a claim needed it). In an analysis process
 that walk came back every few hundred audits and took 57 ms: 0.46 s of its 7.6 s of CPU
-over 3,000 audits (bench/bench_api.py, measured with `gc.callbacks`). `gc.freeze()` moves the objects alive
-now out of the collector's sight, so later collections walk only what was made since
-(what the Python documentation advises for long-running servers).
+over 3,000 audits (bench/bench_api.py, measured with `gc.callbacks`). `gc.freeze()` moves
+the objects alive now out of the collector's sight, so later collections walk only what
+was made since (what the Python documentation advises for long-running servers).
 
 Garbage is collected just before (`gc.collect()`), so nothing already unreachable is kept;
 an object frozen here and later dropped is still freed by its reference count, and only a
@@ -42,7 +42,6 @@ def after_analysis() -> None:
     once more with the caches the batch filled."""
     if "start" in _settled:
         settle("analysis")
-
 
 
 def state() -> tuple[int, list[str]]:
