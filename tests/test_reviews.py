@@ -287,13 +287,15 @@ def test_the_detail_page_shows_forms_and_the_history(staff_client, flagged, staf
     assert f'id="verdict-{flagged.pk}-{_ann(flagged, "dismissive").pk}"' in html
     assert html.count('class="superseded"') == 1
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x</script>" not in html
-    # The history section refreshes itself as an htmx partial.
-    section = staff_client.get(
-        reverse("audits:detail", args=[flagged.pk]), {"section": "reviews"},
+    # The history section refreshes what it holds as an htmx partial.
+    assert 'hx-get="' + reverse("audits:detail", args=[flagged.pk]) + '?section=review_history"' in html
+    history = staff_client.get(
+        reverse("audits:detail", args=[flagged.pk]), {"section": "review_history"},
         headers={"HX-Request": "true"},
     ).content.decode()
-    assert section.lstrip().startswith(f'<section id="reviews-{flagged.pk}"')
-    assert section.count("<li") == 2
+    assert history.lstrip().startswith(f'<h2 id="reviews-title-{flagged.pk}"')
+    assert "<section" not in history
+    assert history.count("<li") == 2
 
 
 def test_list_cards_show_the_audit_verdict_and_filter_by_review(staff_client, flagged, staff_user):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -38,11 +40,30 @@ def test_verdicts_on_the_detail_page_update_in_place(page, login, staff_user, fl
     expect(history.locator("li")).to_have_count(1)
     expect(history).to_contain_text("tone is fine <b>here</b>")
 
+    # Two verdicts in a row while the history the first one asked for is still on its way (the
+    # server answered before the second verdict, the browser hears it after): the stale answer
+    # must not be the last word.
+    late = []
+
+    def deliver_late(route):
+        if late is not None:
+            late.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"section=review"), deliver_late)
     whole = page.locator(f"#verdict-{flagged.pk}")
     whole.locator("button[value=confirmed]").click()
     expect(whole.locator("button[value=confirmed]")).to_have_attribute("aria-pressed", "true")
+    for _ in range(100):  # until the server has answered the first refresh
+        if late:
+            break
+        page.wait_for_timeout(50)
     whole.locator("button[value=unsure]").click()
     expect(whole.locator("button[value=unsure]")).to_have_attribute("aria-pressed", "true")
+    held, late = late, None
+    for route, response in held:
+        route.fulfill(response=response)
     expect(history.locator("li")).to_have_count(3)
     expect(history.locator("li.superseded")).to_have_count(1)
 
