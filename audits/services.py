@@ -29,7 +29,7 @@ from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
-from . import people_first, workers
+from . import heap, people_first, workers
 from .bulk import Statement, converter, db_value, prepare_insert, row_group, run_statement
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
@@ -755,6 +755,7 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     if not claimed:
         return outcome
     with contextlib.ExitStack() as stack:
+        stack.enter_context(heap.batch_without_collections())
         for run_id in claimed:
             stack.enter_context(running_run(run_id))
         runs = list(AuditRun.objects.filter(pk__in=claimed))

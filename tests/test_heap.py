@@ -1,12 +1,17 @@
 """audits.heap: a long-lived process freezes what it holds for good, once per stage,
-after collecting what is already garbage; a test run or a command never does."""
+after collecting what is already garbage; a test run or a command never does. A batch of
+audits runs without the cyclic collector."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+
+import pytest
 
 from audits import heap
 
@@ -50,3 +55,54 @@ def test_settle_collects_then_freezes_once_per_stage():
 def test_a_test_run_is_never_settled():
     heap.after_analysis()
     assert heap.state()[1] == []
+
+
+def test_a_batch_runs_without_collections_and_only_its_own_end_restarts_them():
+    assert gc.isenabled()
+    inside, entered, leave = [], threading.Event(), threading.Event()
+
+    def other_batch():
+        with heap.batch_without_collections():
+            entered.set()
+            leave.wait(10)
+            inside.append(gc.isenabled())
+
+    with heap.batch_without_collections():
+        assert not gc.isenabled()
+        other = threading.Thread(target=other_batch)
+        other.start()
+        assert entered.wait(10)
+    # The first batch ended: the collector runs again although the other is still inside
+    # (a pause lasts one batch at most, however the batches of threads overlap).
+    assert gc.isenabled()
+    leave.set()
+    other.join(10)
+    assert inside == [True] and gc.isenabled()
+
+
+def test_a_collector_paused_by_someone_else_stays_paused():
+    gc.disable()
+    try:
+        with heap.batch_without_collections():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.django_db
+def test_a_batch_of_audits_is_analysed_and_stored_without_collections(monkeypatch):
+    from audits import services
+
+    seen = []
+    analyse_and_store = services._analyse_and_store
+
+    def recording(runs, outcome):
+        seen.append(gc.isenabled())
+        return analyse_and_store(runs, outcome)
+
+    monkeypatch.setattr(services, "_analyse_and_store", recording)
+    runs = [services.submit_audit(user_input=f"q{i}", response=f"Answer {i}.", enqueue=False)
+            for i in range(2)]
+    assert set(services.execute_runs([run.pk for run in runs]).values()) == {"complete"}
+    assert seen == [False] and gc.isenabled()
