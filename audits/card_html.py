@@ -322,6 +322,7 @@ def verdict_form(audit_id: Any, current: Any, rows: Rows) -> str:
         f'      class="verdict{has}"\n'
         f'      method="post" action="{url}"\n'
         f'      hx-post="{url}" hx-target="this" hx-swap="outerHTML"\n'
+        '      hx-disabled-elt="find .verdict-confirm, find .verdict-fp, find .verdict-unsure"\n'
         '      aria-label="Verdict on this audit">\n'
         f"  {rows.csrf_input}\n"
         '  <span class="verdict-state small" role="status">\n'

@@ -75,6 +75,34 @@ def test_verdicts_on_the_detail_page_update_in_place(page, login, staff_user, fl
     assert page.errors == []
 
 
+def test_the_buttons_wait_while_a_verdict_is_on_its_way(page, login, staff_user, flagged):
+    """A second click while the first verdict's answer is on its way would be queued by htmx
+    and dropped when that answer replaces the form: the buttons are disabled until it is in."""
+    login(page, next_url=f"/audits/{flagged.pk}/")
+    held = []
+
+    def hold(route):
+        held.append((route, route.fetch()))
+
+    page.route(re.compile(r"/reviews/$"), hold)
+    whole = page.locator(f"#verdict-{flagged.pk}")
+    whole.locator("button[value=confirmed]").click()
+    for _ in range(100):  # until the server has recorded it (its answer held)
+        if held:
+            break
+        page.wait_for_timeout(50)
+    for value in ("confirmed", "false_positive", "unsure"):
+        expect(whole.locator(f"button[value={value}]")).to_be_disabled()
+    for route, response in held:
+        route.fulfill(response=response)
+    page.unroute(re.compile(r"/reviews/$"))
+    expect(whole.locator("button[value=confirmed]")).to_have_attribute("aria-pressed", "true")
+    whole.locator("button[value=unsure]").click()  # enabled again: the next one goes through
+    expect(whole.locator("button[value=unsure]")).to_have_attribute("aria-pressed", "true")
+    assert Review.objects.get(is_current=True).verdict == "unsure"
+    assert page.errors == []
+
+
 def test_a_verdict_from_a_live_card_stays_on_the_page(page, login, staff_user, flagged):
     login(page, next_url="/live/")
     page.wait_for_selector("[data-live-indicator][data-state=connected]")
