@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 _lock = threading.Lock()
 _settled: set[str] = set()
-_paused_by: int | None = None  # the thread whose batch paused the collector
+_paused = False  # a batch of this process paused the collector
 
 
 def settle(stage: str) -> bool:
@@ -65,16 +65,16 @@ def batch_without_collections() -> Iterator[None]:
     pauses the collector and its batch's end restarts it: the batches of other threads
     never extend the pause, so it lasts one batch at most. A collector paused by someone
     else stays as it is."""
-    global _paused_by
+    global _paused
     with _lock:
-        mine = _paused_by is None and gc.isenabled()
+        mine = not _paused and gc.isenabled()
         if mine:
-            _paused_by = threading.get_ident()
+            _paused = True
             gc.disable()
     try:
         yield
     finally:
         if mine:
             with _lock:
-                _paused_by = None
+                _paused = False
                 gc.enable()

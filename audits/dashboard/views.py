@@ -109,7 +109,7 @@ def audit_detail(request: HttpRequest, pk: Any) -> HttpResponse:
 
 
 DETAIL_SECTIONS = frozenset(
-    {"header", "results", "reviews", "review_history", "response", "diff", "links", "trace"}
+    {"header", "results", "review_history", "response", "diff", "links", "trace"}
 )
 
 

@@ -13,6 +13,32 @@ from tests.factories import annotation, make_audit, result
 pytestmark = pytest.mark.browser
 
 
+class LateAnswers:
+    """Requests whose URL matches `pattern`: answered by the server at once, the answers
+    handed to the page only on `deliver()`; from then on requests go through."""
+
+    def __init__(self, page, pattern: str):
+        self.page, self.held, self.holding = page, [], True
+        page.route(re.compile(pattern), self._route)
+
+    def _route(self, route):
+        if self.holding:
+            self.held.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    def wait_for_one(self):
+        for _ in range(100):  # until the server has answered one
+            if self.held:
+                return
+            self.page.wait_for_timeout(50)
+
+    def deliver(self):
+        self.holding = False
+        for route, response in self.held:
+            route.fulfill(response=response)
+
+
 @pytest.fixture
 def flagged(staff_user):
     return make_audit(
@@ -43,27 +69,14 @@ def test_verdicts_on_the_detail_page_update_in_place(page, login, staff_user, fl
     # Two verdicts in a row while the history the first one asked for is still on its way (the
     # server answered before the second verdict, the browser hears it after): the stale answer
     # must not be the last word.
-    late = []
-
-    def deliver_late(route):
-        if late is not None:
-            late.append((route, route.fetch()))
-        else:
-            route.continue_()
-
-    page.route(re.compile(r"section=review"), deliver_late)
+    late = LateAnswers(page, r"section=review")
     whole = page.locator(f"#verdict-{flagged.pk}")
     whole.locator("button[value=confirmed]").click()
     expect(whole.locator("button[value=confirmed]")).to_have_attribute("aria-pressed", "true")
-    for _ in range(100):  # until the server has answered the first refresh
-        if late:
-            break
-        page.wait_for_timeout(50)
+    late.wait_for_one()
     whole.locator("button[value=unsure]").click()
     expect(whole.locator("button[value=unsure]")).to_have_attribute("aria-pressed", "true")
-    held, late = late, None
-    for route, response in held:
-        route.fulfill(response=response)
+    late.deliver()
     expect(history.locator("li")).to_have_count(3)
     expect(history.locator("li.superseded")).to_have_count(1)
 
@@ -79,23 +92,13 @@ def test_the_buttons_wait_while_a_verdict_is_on_its_way(page, login, staff_user,
     """A second click while the first verdict's answer is on its way would be queued by htmx
     and dropped when that answer replaces the form: the buttons are disabled until it is in."""
     login(page, next_url=f"/audits/{flagged.pk}/")
-    held = []
-
-    def hold(route):
-        held.append((route, route.fetch()))
-
-    page.route(re.compile(r"/reviews/$"), hold)
+    late = LateAnswers(page, r"/reviews/$")
     whole = page.locator(f"#verdict-{flagged.pk}")
     whole.locator("button[value=confirmed]").click()
-    for _ in range(100):  # until the server has recorded it (its answer held)
-        if held:
-            break
-        page.wait_for_timeout(50)
+    late.wait_for_one()  # the server has recorded it, its answer held
     for value in ("confirmed", "false_positive", "unsure"):
         expect(whole.locator(f"button[value={value}]")).to_be_disabled()
-    for route, response in held:
-        route.fulfill(response=response)
-    page.unroute(re.compile(r"/reviews/$"))
+    late.deliver()
     expect(whole.locator("button[value=confirmed]")).to_have_attribute("aria-pressed", "true")
     whole.locator("button[value=unsure]").click()  # enabled again: the next one goes through
     expect(whole.locator("button[value=unsure]")).to_have_attribute("aria-pressed", "true")
