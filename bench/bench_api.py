@@ -1,7 +1,7 @@
 """API benchmarks: ingest, end to end, export and list, against the server (uvicorn) on 127.0.0.1 with SQLite.
 
     .venv/bin/python bench/bench_api.py [--rows 100000] [--ingest 2000] [--e2e 5000]
-        [--before PATH] [--e2e-only] [--phoenix]
+        [--rounds 3] [--before PATH] [--e2e-only] [--phoenix]
 
 - ingest: POST /api/audits (wait=false) audits/s through HTTP, against a raw ORM bulk
   insert of the same rows in the same run (target >= 300/s);
@@ -15,6 +15,9 @@
   server's with its children); asserts every accepted audit is complete. The clock starts
   after one audit went through and the processes are quiet (the start's CPU is printed
   beside the run: analysis processes loading Django and the registry are not per audit).
+  Each scenario runs `--rounds` times (3), each round with its own baseline around it;
+  the figures and verdicts are the rounds' medians (one round's ratio moved by a fifth
+  with the machine's speed), each round's figures printed below them.
   `--scenarios WORD...` runs only the scenarios whose label contains a word.
   `--before PATH` runs the same scenarios against another source tree (e.g. a
   `git worktree` of an older commit) for a before/after in the same run;
@@ -335,6 +338,46 @@ E2E_PER_WORKER_TARGET = 150
 CPU_RATIO_TARGET = 4
 
 
+def median_round(rounds: list[dict]) -> dict:
+    """The last round's record with the medians of the rounds' figures (each round's
+    figures kept under "rounds"): one round's ratio moves by a fifth with the machine."""
+    r = dict(rounds[-1])
+    for name in ("accepted_per_s", "analysed_per_s", "cpu_ms_per_audit",
+                 "engine_cpu_ms_around", "ratio"):
+        r[name] = statistics.median(x[name] for x in rounds)
+    if len(rounds) > 1:
+        r["rounds"] = [{name: x[name] for name in ("accepted_per_s", "analysed_per_s",
+                                                   "cpu_ms_per_audit", "engine_cpu_ms_around",
+                                                   "ratio")} for x in rounds]
+    return r
+
+
+def print_scenario(tree: str, label: str, backend: str, workers: int, r: dict) -> None:
+    """A scenario's lines: medians over its rounds, verdicts on the medians."""
+    rate, ratio = r["analysed_per_s"], r["ratio"]
+    target = E2E_TARGETS.get(label.split(",")[0])
+    if backend == "database":
+        target = E2E_PER_WORKER_TARGET * workers
+    verdict = "" if tree == "before" else (
+        f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
+    workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
+    print(f"  [{tree}] {label:38s} accepted {r['accepted_per_s']:6.0f}/s  "
+          f"analysed+stored {rate:6.0f}/s{verdict}"
+          + (f"  ({r['retried_503']} requests retried after a 503)"
+             if r.get("retried_503") else ""))
+    cpu_verdict = "" if tree == "before" else (
+        f" (target <= {CPU_RATIO_TARGET}x: {'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
+    pad = " " * (len(tree) + 3 + 38)
+    print(f"  {pad} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
+          f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
+          f"{cpu_verdict}  peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
+          f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)")
+    if "rounds" in r:
+        each = ", ".join(f"{x['analysed_per_s']:.0f}/s {x['cpu_ms_per_audit']:.2f} ms "
+                         f"{x['ratio']:.1f}x" for x in r["rounds"])
+        print(f"  {pad} medians of {len(r['rounds'])} rounds: {each}")
+
+
 def end_to_end(key: str, args) -> dict:
     """Accepted/s and analysed-and-stored/s, the CPU per audit against the engine alone."""
     from throughput import engine_cpu_ms, run_scenario
@@ -371,37 +414,23 @@ def end_to_end(key: str, args) -> dict:
         for label, backend, batch, clients, workers, env in scenarios:
             if tree == "before" and (workers > 1 or env):
                 continue  # the old tree: one worker is enough to compare
-            # The engine's baseline measured right before and right after the scenario:
-            # the machine's speed drifts by a third from minute to minute here, and a
-            # baseline taken minutes earlier moved the ratio as much.
-            around = engine_cpu_ms()
-            r = run_scenario(root=root, db=DB_PATH, key=key, backend=backend, n=n,
-                             batch=batch, clients=clients, workers=workers, env_extra=env)
-            r["engine_cpu_ms_around"] = (around + engine_cpu_ms()) / 2
+            rounds = []
+            for _ in range(args.rounds):
+                # The engine's baseline measured right before and right after each round:
+                # the machine's speed drifts by a third from minute to minute here, and a
+                # baseline taken minutes earlier moved the ratio as much.
+                around = engine_cpu_ms()
+                r = run_scenario(root=root, db=DB_PATH, key=key, backend=backend, n=n,
+                                 batch=batch, clients=clients, workers=workers, env_extra=env)
+                r["engine_cpu_ms_around"] = (around + engine_cpu_ms()) / 2
+                r["ratio"] = r["cpu_ms_per_audit"] / r["engine_cpu_ms_around"]
+                rounds.append(r)
+                if r["complete"] != r["stored"] or r["stored"] != n:
+                    failures.append(f"{tree} {label}: {r['stored']} stored, "
+                                    f"{r['complete']} complete of {n} accepted")
+            r = median_round(rounds)
             results[f"{tree}: {label}"] = r
-            ratio = r["cpu_ms_per_audit"] / r["engine_cpu_ms_around"]
-            rate = r["analysed_per_s"]
-            target = E2E_TARGETS.get(label.split(",")[0])
-            if backend == "database":
-                target = E2E_PER_WORKER_TARGET * workers
-            verdict = "" if tree == "before" else (
-                f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
-            workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
-            print(f"  [{tree}] {label:38s} accepted {r['accepted_per_s']:6.0f}/s  "
-                  f"analysed+stored {rate:6.0f}/s{verdict}"
-                  + (f"  ({r['retried_503']} requests retried after a 503)"
-                     if r.get("retried_503") else ""))
-            cpu_verdict = "" if tree == "before" else (
-                f" (target <= {CPU_RATIO_TARGET}x: "
-                f"{'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
-            print(f"  {'':{len(tree) + 2}} {'':38s} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
-                  f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
-                  f"{cpu_verdict}  "
-                  f"peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
-                  f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)")
-            if r["complete"] != r["stored"] or r["stored"] != n:
-                failures.append(f"{tree} {label}: {r['stored']} stored, "
-                                f"{r['complete']} complete of {n} accepted")
+            print_scenario(tree, label, backend, workers, r)
     if args.live_probe:
         results["live probe"] = live_probe(key, args, engine_ms)
     if args.phoenix:
@@ -521,6 +550,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="source tree to measure end to end too")
     parser.add_argument("--before-e2e", type=int, default=1000)
     parser.add_argument("--e2e-only", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of each end-to-end scenario (figures are their medians)")
     parser.add_argument("--scenarios", nargs="*",
                         help="only the end-to-end scenarios whose label contains one of these")
     parser.add_argument("--phoenix", action="store_true", help="the optional Phoenix step")
