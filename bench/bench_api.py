@@ -338,17 +338,18 @@ E2E_PER_WORKER_TARGET = 150
 CPU_RATIO_TARGET = 4
 
 
+ROUND_FIGURES = ("accepted_per_s", "analysed_per_s", "cpu_ms_per_audit",
+                 "engine_cpu_ms_around", "ratio")
+
+
 def median_round(rounds: list[dict]) -> dict:
     """The last round's record with the medians of the rounds' figures (each round's
     figures kept under "rounds"): one round's ratio moves by a fifth with the machine."""
     r = dict(rounds[-1])
-    for name in ("accepted_per_s", "analysed_per_s", "cpu_ms_per_audit",
-                 "engine_cpu_ms_around", "ratio"):
+    for name in ROUND_FIGURES:
         r[name] = statistics.median(x[name] for x in rounds)
     if len(rounds) > 1:
-        r["rounds"] = [{name: x[name] for name in ("accepted_per_s", "analysed_per_s",
-                                                   "cpu_ms_per_audit", "engine_cpu_ms_around",
-                                                   "ratio")} for x in rounds]
+        r["rounds"] = [{name: x[name] for name in ROUND_FIGURES} for x in rounds]
     return r
 
 
@@ -415,7 +416,7 @@ def end_to_end(key: str, args) -> dict:
             if tree == "before" and (workers > 1 or env):
                 continue  # the old tree: one worker is enough to compare
             rounds = []
-            for _ in range(args.rounds):
+            for _ in range(max(1, args.rounds)):
                 # The engine's baseline measured right before and right after each round:
                 # the machine's speed drifts by a third from minute to minute here, and a
                 # baseline taken minutes earlier moved the ratio as much.
