@@ -7,15 +7,17 @@ from types import MethodType
 
 from django.contrib import admin
 from django.db.models import FloatField, OuterRef, Subquery
+from django.utils.html import format_html, format_html_join
 
 from . import services
+from .link_rows import stored_links
 from .models import (
     AlertDelivery,
     AlertRule,
     AnalyzerRunRecord,
     Annotation,
+    AuditLinks,
     AuditRun,
-    LinkCheck,
     Review,
     TraceLine,
 )
@@ -102,10 +104,20 @@ class TraceLineInline(ReadOnlyInline):
     readonly_fields = fields
 
 
-class LinkCheckInline(ReadOnlyInline):
-    model = LinkCheck
-    fields = ["url", "label", "decision", "reason", "http_status", "healthy"]
+class LinkTableInline(ReadOnlyInline):
+    model = AuditLinks
+    fields = ["table"]
     readonly_fields = fields
+    verbose_name_plural = "links"
+
+    @admin.display(description="URL · label · decision · reason · HTTP status · healthy")
+    def table(self, obj: AuditLinks) -> str:
+        rows = format_html_join(
+            "", "<tr>{}</tr>",
+            ((format_html_join("", "<td>{}</td>", ((value,) for value in link)),)
+             for link in stored_links(obj.rows)),
+        )
+        return format_html("<table>{}</table>", rows)
 
 
 class ReviewInline(ReadOnlyInline):
@@ -134,7 +146,7 @@ class AuditRunAdmin(ReadOnlyAdmin):
     search_fields = ["id", "external_id", "user_input"]
     date_hierarchy = "created_at"
     list_select_related = ["api_key"]
-    inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkCheckInline, ReviewInline]
+    inlines = [ResultInline, AnnotationInline, TraceLineInline, LinkTableInline, ReviewInline]
     actions = ["rerun"]
 
     def has_rerun_permission(self, request):

@@ -20,7 +20,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from . import ordering, scoring, selectors, trace_rows
+from . import link_rows, ordering, scoring, selectors, trace_rows
 from .highlight import SEVERITY_RANK
 from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
 
@@ -452,13 +452,13 @@ def detail_rows(run: AuditRun, results: list[AnalyzerRunRecord], page: int = 1) 
         has_next = has_next or result.annotation_total > offset + FINDINGS_PER_PAGE
         shown.extend(result.shown_annotations)
     trace_total = trace_rows.line_count(run.trace_lines.all())
-    links_total = run.links.count()
+    links = link_rows.stored_links(link_rows.row_text(run))
     return DetailRows(
         page=page,
         has_next=has_next,
         annotations=shown,
         trace_lines=trace_rows.first_lines(run.trace_lines.all(), DETAIL_ROWS),
         trace_total=trace_total,
-        links=list(run.links.order_by("position", "id")[:DETAIL_ROWS]),
-        links_total=links_total,
+        links=links[:DETAIL_ROWS],
+        links_total=len(links),
     )

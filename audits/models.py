@@ -340,28 +340,20 @@ class TraceLine(models.Model):
         return self.text[:100]
 
 
-class LinkCheck(models.Model):
-    """One row of the audit's link table."""
+class AuditLinks(models.Model):
+    """The audit's link table in one row: `rows`, a JSON array of the contract's link
+    objects in order (see audits.link_rows; read them through it). No row: no links."""
 
-    class Decision(models.TextChoices):
-        KEEP = "keep"
-        REPLACE = "replace"
-        STRIP = "strip"
-
-    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="links")
-    position = models.PositiveIntegerField(default=0)
-    url = models.TextField()
-    label = models.TextField(blank=True, default="")
-    decision = models.CharField(max_length=10, choices=Decision.choices, default=Decision.KEEP)
-    reason = models.TextField(null=True, blank=True)
-    http_status = models.IntegerField(null=True, blank=True)
-    healthy = models.BooleanField(null=True, blank=True)
+    audit = models.OneToOneField(
+        AuditRun, on_delete=models.CASCADE, primary_key=True, related_name="link_table"
+    )
+    rows = models.TextField()
 
     class Meta:
-        ordering = ["audit", "position", "id"]
+        verbose_name = "link table"
 
     def __str__(self) -> str:
-        return self.url[:100]
+        return f"Links of {self.audit_id}"
 
 
 class CollisionDigest(models.Model):

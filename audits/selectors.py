@@ -14,7 +14,8 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import ordering
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from .link_rows import link_dicts
+from .models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
 from .trace_rows import texts_of
 
@@ -203,10 +204,10 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ).values_list("audit_id", "text")):
         trace[audit_id].append(line)
     links: dict[Any, list[dict]] = {i: [] for i in ids}
-    for link in LinkCheck.objects.filter(audit_id__in=ids).order_by(
-        "audit_id", "position", "id"
-    ).values("audit_id", "url", "label", "decision", "reason", "http_status", "healthy"):
-        links[link.pop("audit_id")].append(link)
+    for audit_id, text in AuditLinks.objects.filter(audit_id__in=ids).values_list(
+        "audit_id", "rows"
+    ):
+        links[audit_id] = link_dicts(text)
     reviews: dict[Any, list[dict]] = {i: [] for i in ids}
     for review in Review.objects.filter(audit_id__in=ids).order_by("created_at", "id").values(
         "audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at",

@@ -29,12 +29,12 @@ from analyzers.engine.contract import AuditInput, AuditReport, Source
 from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.redflag import content_digest
 
-from . import heap, people_first, workers
+from . import heap, link_rows, people_first, workers
 from .bulk import Statement, converter, db_value, prepare_insert, row_group, run_statement
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
 from .heartbeats import running_run
-from .models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from .models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, TraceLine
 from .queues import LARGE_QUEUE
 from .scoring import top_result
 from .signals import audit_finished
@@ -843,7 +843,7 @@ def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[St
         # A retried run starts from a clean slate.
         AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
         TraceLine.objects.using(using).filter(audit__in=runs).delete()
-        LinkCheck.objects.using(using).filter(audit__in=runs).delete()
+        AuditLinks.objects.using(using).filter(audit__in=runs).delete()
     results, annotations, trace, links, finished = statements
     run_statement(results)
     result_ids = _result_ids(audit_ids, using)
@@ -894,11 +894,8 @@ def _report_rows(
             )
         if report.trace:  # one row: audits.trace_rows
             trace.append((audit_id, 0, packed(report.trace)))
-        links.extend(
-            (audit_id, i, link.url, link.label, link.decision, link.reason,
-             link.http_status, link.healthy)
-            for i, link in enumerate(report.links)
-        )
+        if report.links:  # one row: audits.link_rows
+            links.append((audit_id, link_rows.packed(report.links)))
     return (
         [audit_id for _, _, audit_id, _ in keys],
         prepare_insert(AnalyzerRunRecord, RESULT_COLUMNS, results, using=using,
@@ -907,7 +904,8 @@ def _report_rows(
                        prepared=(*PREPARED, "result_id")),
         prepare_insert(TraceLine, ("audit_id", "position", "text"), trace, using=using,
                        prepared=PREPARED),
-        prepare_insert(LinkCheck, LINK_COLUMNS, links, using=using, prepared=PREPARED),
+        prepare_insert(AuditLinks, ("audit_id", "rows"), links, using=using,
+                       prepared=("audit_id",)),
     )
 
 
@@ -919,9 +917,6 @@ RESULT_COLUMNS = (
 ANNOTATION_COLUMNS = (
     "audit_id", "result_id", "position", "analyzer_id", "type", "label", "severity",
     "description", "evidence", "start", "end", "audit_created_at",
-)
-LINK_COLUMNS = (
-    "audit_id", "position", "url", "label", "decision", "reason", "http_status", "healthy",
 )
 _FINISHED_FIELDS = (
     "cleaned_response", "threshold", "overall_score", "has_card", "top_score", "top_analyzer",

@@ -27,6 +27,9 @@ sys.path.insert(0, str(ROOT))
 BENCH_DIR = ROOT / "var" / "bench"
 TARGET_MS = 60.0
 FIRST_LOAD_RUNS = 5
+# one link of the contract's shape (audits.link_rows): an audit's link table in one row
+LINK_ROW = ('[{"url":"https://docs.acme.example/api","label":"the docs","decision":"keep",'
+            '"reason":null,"http_status":200,"healthy":true}]')
 
 
 def setup_django(db_path: Path) -> None:
@@ -56,7 +59,7 @@ def populate(n: int) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from audits.models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+    from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, TraceLine
 
     rng = random.Random(1)
     analyzers = ["redflag", "links", "grounding", "prompt_leak", "bias", "tone"]
@@ -98,8 +101,7 @@ def populate(n: int) -> None:
                          any(s >= 0.3 for s in scores), created, created, created, "", 1,
                          top, analyzers[scores.index(top)]))
             traces += [(run_id, p, f"[AUDIT] step {p}") for p in range(3)]
-            links.append((run_id, 0, "https://docs.acme.example/api", "the docs", "keep", 200,
-                          True))
+            links.append((run_id, LINK_ROW))
         with transaction.atomic(), connection.cursor() as cursor:
             _insert(cursor, AuditRun, [
                 "id", "status", "incomplete", "request_hash", "user_input", "response",
@@ -114,8 +116,7 @@ def populate(n: int) -> None:
                 "audit", "result", "position", "analyzer_id", "type", "label", "severity",
                 "description", "evidence", "start", "end", "audit_created_at"], annotations)
             _insert(cursor, TraceLine, ["audit", "position", "text"], traces)
-            _insert(cursor, LinkCheck, [
-                "audit", "position", "url", "label", "decision", "http_status", "healthy"], links)
+            _insert(cursor, AuditLinks, ["audit", "rows"], links)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"inserted {n} audits in {time.perf_counter() - started:.1f} s")

@@ -24,6 +24,7 @@ minutes, hence the generous start timeout (--phoenix-start-timeout).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sqlite3
@@ -51,7 +52,13 @@ from phoenix_side import (  # noqa: E402
     send_all,
     wait_until,
 )
-from throughput import cpu_seconds, free_port, peak_rss_mb, wait_for_server  # noqa: E402
+from throughput import (  # noqa: E402
+    STORED_TABLES,
+    cpu_seconds,
+    free_port,
+    peak_rss_mb,
+    wait_for_server,
+)
 
 django.setup()
 
@@ -72,9 +79,9 @@ def _count(where: str) -> int:
 
 def _clear() -> None:
     with sqlite3.connect(DB_PATH, timeout=30) as conn:
-        for table in ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
-                      "audits_linkcheck", "audits_auditrun"):
-            conn.execute(f"DELETE FROM {table}")
+        for table in STORED_TABLES:
+            with contextlib.suppress(sqlite3.OperationalError):  # not in an older tree
+                conn.execute(f"DELETE FROM {table}")
 
 
 def bench_auditor(root: Path, bodies: list[bytes], n: int, key: str,

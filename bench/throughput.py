@@ -26,6 +26,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+# The tables a stored audit writes (the link tables of this tree and of older ones).
+STORED_TABLES = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
+                 "audits_auditlinks", "audits_linkcheck", "audits_auditrun")
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 PROBE_MARK = "lone-probe"  # in the probe's audits: what its filtered Live page shows
@@ -359,9 +363,9 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
     stored = _count(db, "1") - before - len(probe["ids"])
     complete = _count(db, "status = 'complete'") - before - len(probe["ids"])
     with sqlite3.connect(db, timeout=30) as conn:
-        for table in ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
-                      "audits_linkcheck", "audits_auditrun"):
-            conn.execute(f"DELETE FROM {table}")
+        for table in STORED_TABLES:
+            with contextlib.suppress(sqlite3.OperationalError):  # not in an older tree
+                conn.execute(f"DELETE FROM {table}")
         with contextlib.suppress(sqlite3.OperationalError):
             conn.execute("DELETE FROM django_tasks_db_dbtaskresult")
     return {"backend": backend, "n": n, "batch": batch, "clients": clients,

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from audits.models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, TraceLine
+from audits.link_rows import StoredLink, packed
+from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, TraceLine
 from audits.scoring import top_result
 
 CATEGORIES = {
@@ -147,9 +148,12 @@ def make_audit(
             for i, t in enumerate(trace if trace is not None else ["[AUDIT] start", "[AUDIT] done"])
         ]
     )
-    LinkCheck.objects.bulk_create(
-        [LinkCheck(audit=run, position=i, **link) for i, link in enumerate(links or [])]
-    )
+    if links:
+        AuditLinks.objects.create(
+            audit=run,
+            rows=packed(StoredLink(**{"reason": None, "http_status": None, "healthy": None,
+                                      **link}) for link in links),
+        )
     return run
 
 

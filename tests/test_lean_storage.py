@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from audits.link_rows import link_dicts, row_text
 from audits.models import AlertRule, AnalyzerRunRecord, Annotation, AuditRun, TraceLine
 from audits.review.alerts import matching_audits
 from audits.selectors import AuditFilters, filter_audits
@@ -158,8 +159,8 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
         rows = run.trace_lines.order_by("position").values_list("position", "text")
         assert [line.text for line in lines_of(rows)] == list(report.trace)
         assert len(rows) == 1  # one row per stored audit (audits.trace_rows)
-        assert list(run.links.order_by("position").values_list("url", flat=True)) == [
-            link.url for link in report.links]
+        assert [link["url"] for link in link_dicts(row_text(run))] == [
+            link.url for link in report.links]  # one row per audit (audits.link_rows)
     assert Annotation.objects.count() == sum(
         len(r.annotations) for report in reports.values() for r in report.results) > 0
 

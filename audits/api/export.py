@@ -16,7 +16,7 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from ..models import AnalyzerRunRecord, Annotation, AuditRun, LinkCheck, Review, TraceLine
+from ..models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from ..ordering import DEFAULT_SORT
 from ..selectors import after_cursor, encode_cursor_raw
 from ..trace_rows import texts_of
@@ -142,15 +142,10 @@ def export_page(
         .values_list("audit_id", "text")
     )):
         trace.setdefault(audit_id, []).append(_s(line))
-    links: dict[Any, list[str]] = {}
-    for link in _raw(
-        LinkCheck.objects.filter(audit_id__in=ids).order_by("audit_id", "position", "id")
-        .values_list("audit_id", "url", "label", "decision", "reason", "http_status", "healthy")
-    ):
-        links.setdefault(link[0], []).append(
-            f'{{"url":{_s(link[1])},"label":{_s(link[2])},"decision":{_s(link[3])},'
-            f'"reason":{_s(link[4])},"http_status":{_s(link[5])},"healthy":{_bool(link[6])}}}'
-        )
+    # each audit's link table is stored as the JSON array this writes (audits.link_rows)
+    links: dict[Any, str] = dict(_raw(
+        AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows")
+    ))
     reviews: dict[Any, list[str]] = {}
     for v in _raw(
         Review.objects.filter(audit_id__in=ids).order_by("created_at", "id")
@@ -178,7 +173,7 @@ def export_page(
             f'"top_analyzer":{_s(r[22] or None)},"has_card":{_bool(r[19])},'
             f'"results":[{",".join(t for t, _ in res)}],'
             f'"surfaced_results":[{",".join(t for t, s in res if s)}],'
-            f'"links":[{",".join(links.get(r[0], ()))}],'
+            f'"links":{links.get(r[0], "[]")},'
             f'"trace":[{",".join(trace.get(r[0], ()))}],"reviewed_at":{_s(_dt(r[20]))},'
             f'"reviews":[{",".join(reviews.get(r[0], ()))}]}}\n'
         )
