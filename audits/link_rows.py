@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-FIELDS = ("url", "label", "decision", "reason", "http_status", "healthy")
+from .models import AuditLinks
 
 
 class StoredLink(NamedTuple):
@@ -44,13 +44,12 @@ def link_dicts(text: str | None) -> list[dict[str, Any]]:
 
 
 def stored_links(text: str | None) -> list[StoredLink]:
-    return [StoredLink(*(link.get(name) for name in FIELDS)) for link in link_dicts(text)]
+    return [StoredLink(*(link.get(name) for name in StoredLink._fields))
+            for link in link_dicts(text)]
 
 
 def row_text(run: Any) -> str | None:
     """The text of `run`'s link row; None when it has none (no links)."""
-    from .models import AuditLinks
-
     try:
         return run.link_table.rows
     except AuditLinks.DoesNotExist:

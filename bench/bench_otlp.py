@@ -24,7 +24,6 @@ minutes, hence the generous start timeout (--phoenix-start-timeout).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sqlite3
@@ -53,7 +52,7 @@ from phoenix_side import (  # noqa: E402
     wait_until,
 )
 from throughput import (  # noqa: E402
-    STORED_TABLES,
+    clear_stored,
     cpu_seconds,
     free_port,
     peak_rss_mb,
@@ -79,9 +78,7 @@ def _count(where: str) -> int:
 
 def _clear() -> None:
     with sqlite3.connect(DB_PATH, timeout=30) as conn:
-        for table in STORED_TABLES:
-            with contextlib.suppress(sqlite3.OperationalError):  # not in an older tree
-                conn.execute(f"DELETE FROM {table}")
+        clear_stored(conn)
 
 
 def bench_auditor(root: Path, bodies: list[bytes], n: int, key: str,

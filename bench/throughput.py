@@ -30,6 +30,13 @@ from pathlib import Path
 STORED_TABLES = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
                  "audits_auditlinks", "audits_linkcheck", "audits_auditrun")
 
+
+def clear_stored(conn: sqlite3.Connection) -> None:
+    """Delete every stored audit (a table an older tree lacks is skipped)."""
+    for table in STORED_TABLES:
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute(f"DELETE FROM {table}")
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 PROBE_MARK = "lone-probe"  # in the probe's audits: what its filtered Live page shows
@@ -363,9 +370,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
     stored = _count(db, "1") - before - len(probe["ids"])
     complete = _count(db, "status = 'complete'") - before - len(probe["ids"])
     with sqlite3.connect(db, timeout=30) as conn:
-        for table in STORED_TABLES:
-            with contextlib.suppress(sqlite3.OperationalError):  # not in an older tree
-                conn.execute(f"DELETE FROM {table}")
+        clear_stored(conn)
         with contextlib.suppress(sqlite3.OperationalError):
             conn.execute("DELETE FROM django_tasks_db_dbtaskresult")
     return {"backend": backend, "n": n, "batch": batch, "clients": clients,
