@@ -16,6 +16,7 @@ from analyzers.engine.textdiff import bounded_word_diff
 
 from . import cards, scoring, surfacing
 from .highlight import highlight_segments, side_by_side
+from .link_rows import with_links
 from .models import Annotation, AuditRun
 
 MAX_MARKED_CHANGES = 2000  # changes the live stream marks at most
@@ -50,6 +51,9 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
     applied = surfacing.applied_thresholds(run)
     for result in results:
         result.applied_threshold = applied.for_analyzer(result.analyzer_id)
+        # the links result's list is the link table the page shows (audits.link_rows)
+        result.supplementary = with_links(
+            result.supplementary, f"the audit's link table ({rows.links_total} links)")
     can_rerun = bool(
         request is not None and request.user.has_perm("audits.add_auditrun")
     )

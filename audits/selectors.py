@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import ordering
-from .link_rows import link_dicts
+from .link_rows import link_dicts, with_links
 from .models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
 from .trace_rows import texts_of
@@ -208,6 +208,10 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "audit_id", "rows"
     ):
         links[audit_id] = link_dicts(text)
+    for audit_id, items in results.items():
+        for item in items:
+            if item["analyzer_id"] == "links":
+                item["supplementary"] = with_links(item["supplementary"], links[audit_id])
     reviews: dict[Any, list[dict]] = {i: [] for i in ids}
     for review in Review.objects.filter(audit_id__in=ids).order_by("created_at", "id").values(
         "audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at",

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from .link_rows import link_dicts, row_text
+from .link_rows import link_dicts, row_text, with_links
 from .models import AnalyzerRunRecord, Annotation, AuditRun, Review, TraceLine
 from .reviews import review_to_dict
 from .trace_rows import split_row
@@ -52,14 +52,15 @@ def annotation_to_dict(a: Annotation) -> dict[str, Any]:
     }
 
 
-def result_to_dict(r: AnalyzerRunRecord) -> dict[str, Any]:
+def result_to_dict(r: AnalyzerRunRecord, links: list[dict[str, Any]]) -> dict[str, Any]:
+    """A result of the Audit JSON (`links`: its audit's link table, audits.link_rows)."""
     return {
         "analyzer_id": r.analyzer_id,
         "category": r.category,
         "score": r.score,
         "should_surface": r.should_surface,
         "annotations": [annotation_to_dict(a) for a in r.annotations.all()],
-        "supplementary": r.supplementary or {},
+        "supplementary": with_links(r.supplementary or {}, links),
         "status": r.status,
         "error": r.error,
         "duration_ms": r.duration_ms,
@@ -69,7 +70,8 @@ def result_to_dict(r: AnalyzerRunRecord) -> dict[str, Any]:
 
 def audit_to_dict(run: AuditRun) -> dict[str, Any]:
     """The Audit JSON of CONTRACT.md section 2 (plus a few documented extras)."""
-    results = [result_to_dict(r) for r in run.results.all()]
+    links = link_dicts(row_text(run))
+    results = [result_to_dict(r, links) for r in run.results.all()]
     return {
         "id": str(run.id),
         "external_id": run.external_id,
@@ -95,7 +97,7 @@ def audit_to_dict(run: AuditRun) -> dict[str, Any]:
         "has_card": run.has_card,
         "results": results,
         "surfaced_results": [r for r in results if r["surfaced"]],
-        "links": link_dicts(row_text(run)),
+        "links": links,
         "trace": [line for row in run.trace_lines.all() for line in split_row(row.text)],
         "reviewed_at": _iso(run.reviewed_at),
         "reviews": [review_to_dict(r) for r in run.reviews.all()],

@@ -878,15 +878,19 @@ def _report_rows(
     keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
              db_value(AuditRun, "created_at", run.created_at, using=using))
             for run, report in pairs]
-    results = [
-        (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
-         r.score, r.should_surface, surfaced[run.pk][i], r.supplementary, created_at)
-        for run, report, audit_id, created_at in keys
-        for i, r in enumerate(report.results)
-    ]
-    annotations, trace, links = [], [], []
-    for _, report, audit_id, created_at in keys:
+    results, annotations, trace, links = [], [], [], []
+    for run, report, audit_id, created_at in keys:
+        # one row: audits.link_rows (the links result's copy of it is not stored again)
+        link_dicts = link_rows.contract_dicts(report.links)
+        if link_dicts:
+            links.append((audit_id, link_rows.row_json(link_dicts)))
+        shown = surfaced[run.pk]
         for i, r in enumerate(report.results):
+            results.append(
+                (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
+                 r.score, r.should_surface, shown[i],
+                 link_rows.stored_supplementary(r.analyzer_id, r.supplementary, link_dicts),
+                 created_at))
             annotations.extend(
                 (audit_id, (audit_id, i), j, r.analyzer_id, a.type, a.label, a.severity,
                  a.description, a.evidence, a.start, a.end, created_at)
@@ -894,8 +898,6 @@ def _report_rows(
             )
         if report.trace:  # one row: audits.trace_rows
             trace.append((audit_id, 0, packed(report.trace)))
-        if report.links:  # one row: audits.link_rows
-            links.append((audit_id, link_rows.packed(report.links)))
     return (
         [audit_id for _, _, audit_id, _ in keys],
         prepare_insert(AnalyzerRunRecord, RESULT_COLUMNS, results, using=using,

@@ -11,11 +11,19 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
-from analyzers.engine.contract import AuditReport, LinkRecord
-from audits import cards
-from audits.link_rows import StoredLink, link_dicts, packed, stored_links
-from audits.models import AuditLinks, AuditRun
-from audits.services import store_report
+from analyzers.engine.contract import AnalyzerRun, AuditReport, LinkRecord
+from audits import cards, services
+from audits.api.export import _supplementary
+from audits.link_rows import (
+    IN_LINK_ROW,
+    StoredLink,
+    link_dicts,
+    packed,
+    stored_links,
+    with_links_json,
+)
+from audits.models import AnalyzerRunRecord, AuditLinks, AuditRun
+from audits.services import store_report, submit_audit
 
 pytestmark = pytest.mark.django_db
 
@@ -94,6 +102,85 @@ def test_the_api_the_export_and_the_detail_page_read_every_link(api_client, staf
     assert f"{links[rows].url}<" not in html
     assert "<script>window.__x" not in html  # the label is escaped
     assert "&lt;/td&gt;&lt;script&gt;window.__x=1&lt;/script&gt;" in html
+
+
+LINKED = (
+    "Read [the guide](https://docs.acme.example/guide) and [this](https://evil.example/x), "
+    "or https://blog.other.example/tuning and <https://evil.example/y?q=\"1\">.\n\n"
+    "Then [setup](https://docs.acme.example/setup)."
+)
+
+
+def _audited(text: str = LINKED) -> AuditRun:
+    """An audit of `text` analysed by the engine and stored, as the server does."""
+    run = submit_audit(user_input="How do I tune search?", response=text, enqueue=False)
+    assert services.execute_run(run.pk) == "complete"
+    return AuditRun.objects.get(pk=run.pk)
+
+
+def _links_result(run: AuditRun) -> dict:
+    with connection.cursor() as cursor:  # as stored, not as a reader rebuilds it
+        cursor.execute(f"SELECT supplementary FROM {AnalyzerRunRecord._meta.db_table} "
+                       "WHERE audit_id = %s AND analyzer_id = 'links'",
+                       [AnalyzerRunRecord._meta.get_field("audit").get_db_prep_value(
+                           run.pk, connection)])
+        (value,) = cursor.fetchone()
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_the_links_result_keeps_its_list_once_and_every_reader_gives_it_back(
+        api_client, staff_user):
+    run = _audited()
+    table = link_dicts(AuditLinks.objects.get(audit=run).rows)
+    assert len(table) == 5 and {link["decision"] for link in table} == {"strip"}
+    stored = _links_result(run)
+    assert stored["links"] == IN_LINK_ROW  # not a second copy of the table
+    assert stored["counts"] == {"strip": 5}
+
+    def links_result(audit: dict) -> dict:
+        (result,) = [r for r in audit["results"] if r["analyzer_id"] == "links"]
+        return result["supplementary"]
+
+    single = api_client.get(f"/api/audits/{run.pk}").json()
+    (listed,) = api_client.get("/api/audits", {"limit": 10}).json()["items"]
+    export = api_client.get("/api/audits/export", {"format": "jsonl"})
+    (line,) = b"".join(export.streaming_content).decode().split("\n")[:-1]
+    for audit in (single, listed, json.loads(line)):
+        assert links_result(audit) == {"links": table, "counts": stored["counts"]}
+        assert audit["links"] == table
+
+    client = Client()
+    client.force_login(staff_user)
+    html = client.get(reverse("audits:detail", args=[run.pk])).content.decode()
+    assert "the audit&#x27;s link table (5 links)" in html
+    assert IN_LINK_ROW not in html
+
+
+def test_a_links_list_that_is_not_the_table_is_stored_whole(api_client):
+    links = _links(3)
+    own = [link.model_dump() for link in links[:2]]  # capped at another limit, say
+    result = AnalyzerRun(analyzer_id="links", category="links",
+                         supplementary={"links": own, "counts": {"keep": 1}})
+    run = AuditRun.objects.create(user_input="q", response="r", status="running")
+    store_report(run, AuditReport(threshold=0.3, overall_score=0.0, results=[result],
+                                  cleaned_response="r", links=links), fresh=True)
+    assert _links_result(run)["links"] == own
+    (got,) = api_client.get(f"/api/audits/{run.pk}").json()["results"]
+    assert got["supplementary"]["links"] == own
+
+
+def test_the_export_puts_the_row_back_in_stored_text_and_in_decoded_json():
+    row = packed(_links(2))
+    text = json.dumps({"links": IN_LINK_ROW, "counts": {"strip": 2}})
+    assert json.loads(_supplementary("links", text, row)) == {
+        "links": json.loads(row), "counts": {"strip": 2}}
+    decoded = {"counts": {"strip": 2}, "links": IN_LINK_ROW}  # jsonb's key order
+    assert json.loads(_supplementary("links", decoded, row))["links"] == json.loads(row)
+    assert json.loads(_supplementary("links", text, None))["links"] == []
+    # another analyzer's value, and a label that spells the marker, are left alone
+    assert _supplementary("tone", text, row) == text
+    spelled = json.dumps({"links": [{"label": '"links": "@link_row"'}]})
+    assert with_links_json(spelled, row) == spelled
 
 
 def test_the_admin_shows_the_link_table_escaped(admin_client):

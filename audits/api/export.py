@@ -16,6 +16,7 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
+from .. import link_rows
 from ..models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from ..ordering import DEFAULT_SORT
 from ..selectors import after_cursor, encode_cursor_raw
@@ -50,6 +51,18 @@ def _raw_json(value: Any, empty: str) -> str:
         text = value.decode() if isinstance(value, bytes) else value
         return text if text not in ("null", "") else empty
     return _dumps(value) if value else empty
+
+
+def _supplementary(analyzer_id: str, value: Any, link_row: str | None) -> str:
+    """A result's stored supplementary as JSON, the links analyzer's with its audit's link
+    row put back in (audits.link_rows)."""
+    if analyzer_id == "links":
+        if isinstance(value, (str, bytes)):
+            text = value.decode() if isinstance(value, bytes) else value
+            value = link_rows.with_links_json(text, link_row)
+        else:  # a driver that decodes JSON (psycopg)
+            value = link_rows.with_links(value, link_rows.link_dicts(link_row))
+    return _raw_json(value, "{}")
 
 
 def _s(value: Any) -> str:
@@ -122,6 +135,10 @@ def export_page(
             f'"description":{_s(a[4])},"evidence":{_s(a[5])},"start":{_s(a[6])},'
             f'"end":{_s(a[7])}}}'
         )
+    # each audit's link table is stored as the JSON array this writes (audits.link_rows)
+    links: dict[Any, str] = dict(_raw(
+        AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows")
+    ))
     for r in _raw(
         AnalyzerRunRecord.objects.filter(audit_id__in=ids)
         .order_by("audit_id", "position", "id")
@@ -132,7 +149,7 @@ def export_page(
             f'{{"analyzer_id":{_s(r[2])},"category":{_s(r[3])},"score":{_num(r[4])},'
             f'"should_surface":{_bool(r[5])},'
             f'"annotations":[{",".join(annotations.get(r[0], ()))}],'
-            f'"supplementary":{_raw_json(r[6], "{}")},"status":{_s(r[7])},'
+            f'"supplementary":{_supplementary(r[2], r[6], links.get(r[1]))},"status":{_s(r[7])},'
             f'"error":{_s(r[8])},"duration_ms":{_num(r[9])},"surfaced":{_bool(r[10])}}}'
         )
         results.setdefault(r[1], []).append((text, bool(r[10])))
@@ -142,10 +159,6 @@ def export_page(
         .values_list("audit_id", "text")
     )):
         trace.setdefault(audit_id, []).append(_s(line))
-    # each audit's link table is stored as the JSON array this writes (audits.link_rows)
-    links: dict[Any, str] = dict(_raw(
-        AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows")
-    ))
     reviews: dict[Any, list[str]] = {}
     for v in _raw(
         Review.objects.filter(audit_id__in=ids).order_by("created_at", "id")
