@@ -371,7 +371,8 @@ def print_scenario(tree: str, label: str, backend: str, workers: int, r: dict) -
     pad = " " * (len(tree) + 3 + 38)
     web = r["web_cpu_ms_per_audit"]
     print(f"  {pad} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
-          f"(web process {web:.2f}, the rest {r['cpu_ms_per_audit'] - web:.2f}) "
+          f"(server process {web:.2f}, analysis processes and workers "
+          f"{r['cpu_ms_per_audit'] - web:.2f}) "
           f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
           f"{cpu_verdict}  peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
           f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)")
