@@ -881,15 +881,15 @@ def _report_rows(
     results, annotations, trace, links = [], [], [], []
     for run, report, audit_id, created_at in keys:
         # one row: audits.link_rows (the links result's copy of it is not stored again)
-        link_dicts = link_rows.contract_dicts(report.links)
-        if link_dicts:
-            links.append((audit_id, link_rows.row_json(link_dicts)))
+        table = link_rows.contract_dicts(report.links)
+        if table:
+            links.append((audit_id, link_rows.row_json(table)))
         shown = surfaced[run.pk]
         for i, r in enumerate(report.results):
             results.append(
                 (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
                  r.score, r.should_surface, shown[i],
-                 link_rows.stored_supplementary(r.analyzer_id, r.supplementary, link_dicts),
+                 link_rows.stored_supplementary(r.analyzer_id, r.supplementary, table),
                  created_at))
             annotations.extend(
                 (audit_id, (audit_id, i), j, r.analyzer_id, a.type, a.label, a.severity,

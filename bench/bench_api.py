@@ -339,7 +339,7 @@ CPU_RATIO_TARGET = 4
 
 
 ROUND_FIGURES = ("accepted_per_s", "analysed_per_s", "cpu_ms_per_audit",
-                 "web_cpu_ms_per_audit", "engine_cpu_ms_around", "ratio")
+                 "server_process_cpu_ms_per_audit", "engine_cpu_ms_around", "ratio")
 
 
 def median_round(rounds: list[dict]) -> dict:
@@ -369,10 +369,10 @@ def print_scenario(tree: str, label: str, backend: str, workers: int, r: dict) -
     cpu_verdict = "" if tree == "before" else (
         f" (target <= {CPU_RATIO_TARGET}x: {'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
     pad = " " * (len(tree) + 3 + 38)
-    web = r["web_cpu_ms_per_audit"]
+    own = r["server_process_cpu_ms_per_audit"]
     print(f"  {pad} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
-          f"(server process {web:.2f}, analysis processes and workers "
-          f"{r['cpu_ms_per_audit'] - web:.2f}) "
+          f"(server process {own:.2f}, analysis processes and workers "
+          f"{r['cpu_ms_per_audit'] - own:.2f}) "
           f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
           f"{cpu_verdict}  peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
           f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)")

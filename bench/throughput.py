@@ -346,7 +346,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
             prober = threading.Thread(target=lambda: asyncio.run(
                 _probe(port, probe_cookie, key, stop_probe, probe)), daemon=True)
         cpu0 = sum(tree_cpu_seconds(p.pid) for p in procs)
-        web0 = cpu_seconds(procs[0].pid)
+        own0 = cpu_seconds(procs[0].pid)
         t0 = time.perf_counter()
         if prober:
             prober.start()
@@ -365,7 +365,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
             prober.join(320)
             done = _count(db, "status IN ('complete', 'failed')") - before - len(probe["ids"])
         cpu = sum(tree_cpu_seconds(p.pid) for p in procs) - cpu0
-        web = cpu_seconds(procs[0].pid) - web0
+        own = cpu_seconds(procs[0].pid) - own0
         rss = [tree_peak_rss_mb(p.pid) for p in procs]
         children = len(_children(procs[0].pid))
     finally:
@@ -384,7 +384,7 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
             "workers": workers, "retried_503": retries, "stored": stored, "analysed": done, "complete": complete,
             "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
             "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
-            "web_cpu_ms_per_audit": web * 1000 / max(done, 1),
+            "server_process_cpu_ms_per_audit": own * 1000 / max(done, 1),
             "peak_rss_mb": {"server": rss[0], "workers": rss[1:]},
             "server_children": children, "warm_up_cpu_s": warm_up_cpu,
             **({"probe": probe} if probe_cookie else {})}

@@ -12,7 +12,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from audits.link_rows import link_dicts, row_text
@@ -21,6 +20,7 @@ from audits.review.alerts import matching_audits
 from audits.selectors import AuditFilters, filter_audits
 from audits.trace_rows import lines_of
 from tests.factories import annotation, make_audit, result
+from tests.migrating import migrate_to
 
 SQLITE_PLANS = pytest.mark.skipif(connection.vendor != "sqlite",
                                   reason="SQLite's query plans (EXPLAIN QUERY PLAN)")
@@ -91,13 +91,11 @@ def test_readers_by_audit_seek_an_index():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
-    executor = MigrationExecutor(connection)
-    executor.migrate([BEFORE])
+    old = migrate_to(BEFORE)
     tables = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline")
     before = {t: _indexes(t) for t in tables}
     assert "result_analyzer_idx" in before["audits_analyzerrunrecord"]
     assert ["audit_id"] in before["audits_traceline"].values()
-    old = executor.loader.project_state([BEFORE]).apps
     run = old.get_model("audits", "AuditRun").objects.create(status="complete")
     record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
         audit_id=run.pk, analyzer_id="tone", audit_created_at=run.created_at)
@@ -106,8 +104,7 @@ def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
         audit_created_at=run.created_at)
     old.get_model("audits", "TraceLine").objects.create(audit_id=run.pk, position=0, text="x")
 
-    executor = MigrationExecutor(connection)
-    executor.migrate([LEAN])
+    migrate_to(LEAN)
     assert _indexes("audits_annotation") == before["audits_annotation"]
     assert "result_analyzer_idx" not in _indexes("audits_analyzerrunrecord")
     assert ["audit_id"] not in _indexes("audits_analyzerrunrecord").values()
@@ -116,12 +113,9 @@ def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
     assert AnalyzerRunRecord.objects.get().audit_id == run.pk
     assert TraceLine.objects.get().audit_id == run.pk
 
-    executor = MigrationExecutor(connection)
-    executor.migrate([BEFORE])  # back: the same indexes, by the same names
+    migrate_to(BEFORE)  # back: the same indexes, by the same names
     assert {t: _indexes(t) for t in before} == before
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_to()
     assert AuditRun.objects.count() == 1
 
 

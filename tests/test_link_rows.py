@@ -7,7 +7,6 @@ import json
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
@@ -24,6 +23,7 @@ from audits.link_rows import (
 )
 from audits.models import AnalyzerRunRecord, AuditLinks, AuditRun
 from audits.services import store_report, submit_audit
+from tests.migrating import migrate_to
 
 pytestmark = pytest.mark.django_db
 
@@ -203,9 +203,7 @@ def test_packed_rows_are_the_contract_objects():
 def test_the_migration_packs_link_rows_in_order_and_back():
     before = ("audits", "0011_trace_lines_without_breaks")
     after = ("audits", "0012_links_in_one_row")
-    executor = MigrationExecutor(connection)
-    executor.migrate([before])
-    old = executor.loader.project_state([before]).apps
+    old = migrate_to(before)
     Run, LinkCheck = old.get_model("audits", "AuditRun"), old.get_model("audits", "LinkCheck")
     one, two, bare = (Run.objects.create(status="complete") for _ in range(3))
     for position in (2, 0, 1):  # written out of order: read back by position
@@ -213,9 +211,7 @@ def test_the_migration_packs_link_rows_in_order_and_back():
                                  label=HOSTILE, decision="keep", http_status=200, healthy=True)
     LinkCheck.objects.create(audit_id=two.pk, url="javascript:x", decision="strip",
                              reason="LINK_UNSAFE_SCHEME")
-    executor = MigrationExecutor(connection)
-    executor.migrate([after])
-    new = executor.loader.project_state([after]).apps.get_model("audits", "AuditLinks")
+    new = migrate_to(after).get_model("audits", "AuditLinks")
     tables = {t.audit_id: json.loads(t.rows) for t in new.objects.all()}
     assert set(tables) == {one.pk, two.pk}  # no row for the audit without links
     assert [link["url"] for link in tables[one.pk]] == ["https://a/0", "https://a/1",
@@ -226,11 +222,8 @@ def test_the_migration_packs_link_rows_in_order_and_back():
                                "reason": "LINK_UNSAFE_SCHEME", "http_status": None,
                                "healthy": None}]
 
-    executor = MigrationExecutor(connection)
-    executor.migrate([before])  # and back: one row per link again
-    back = executor.loader.project_state([before]).apps.get_model("audits", "LinkCheck")
+    back = migrate_to(before).get_model("audits", "LinkCheck")  # and back: a row per link
     assert list(back.objects.filter(audit_id=one.pk).order_by("position")
                 .values_list("position", "url")) == [(0, "https://a/0"), (1, "https://a/1"),
                                                      (2, "https://a/2")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())  # the schema the other tests use
+    migrate_to()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
@@ -17,6 +15,7 @@ from audits.live import fragments
 from audits.models import AuditRun, TraceLine
 from audits.services import store_report
 from audits.trace_rows import Line, first_lines, line_count, lines_after, lines_of, packed
+from tests.migrating import migrate_to
 
 pytestmark = pytest.mark.django_db
 
@@ -98,14 +97,10 @@ def test_the_api_the_export_and_the_pages_read_every_line(api_client, staff_user
 def test_the_migration_keeps_a_break_inside_an_older_line_as_a_space():
     before = ("audits", "0010_audit_ids_ordered_by_time")
     after = ("audits", "0011_trace_lines_without_breaks")
-    executor = MigrationExecutor(connection)
-    executor.migrate([before])
-    old = executor.loader.project_state([before]).apps
+    old = migrate_to(before)
     run = old.get_model("audits", "AuditRun").objects.create(status="complete")
     old.get_model("audits", "TraceLine").objects.create(audit_id=run.pk, position=0,
                                                         text="[AUDIT] a\nb")
-    executor = MigrationExecutor(connection)
-    executor.migrate([after])
+    migrate_to(after)
     assert TraceLine.objects.get().text == "[AUDIT] a b"
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())  # the schema the other tests use
+    migrate_to()

@@ -22,6 +22,7 @@ from audits import services
 from audits.dashboard import queries as dashboard
 from audits.models import AnalyzerRunRecord, Annotation, AuditRun
 from tests.factories import annotation, make_audit, result
+from tests.migrating import migrate_to
 
 
 def _now() -> datetime:
@@ -328,11 +329,7 @@ def test_an_empty_database_gives_empty_figures():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_copies_created_at_onto_existing_results_and_annotations():
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connection)
-    executor.migrate([("audits", "0003_alerts")])
-    old = executor.loader.project_state([("audits", "0003_alerts")]).apps
+    old = migrate_to(("audits", "0003_alerts"))
     at = datetime(2026, 1, 2, 23, 59, 59, 999999, tzinfo=UTC)
     run = old.get_model("audits", "AuditRun").objects.create(created_at=at, status="complete")
     record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
@@ -341,8 +338,6 @@ def test_the_migration_copies_created_at_onto_existing_results_and_annotations()
     old.get_model("audits", "Annotation").objects.create(
         audit_id=run.pk, result_id=record.pk, analyzer_id="tone", type="dismissive"
     )
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_to()
     assert AnalyzerRunRecord.objects.get().audit_created_at == at
     assert Annotation.objects.get().audit_created_at == at
