@@ -8,7 +8,10 @@ interpreter's dispatch cost different time per instruction.
 Run: .venv/bin/python bench/instructions.py [--before PATH] [--audits N]
 (`--before`: another tree, e.g. `git archive main | tar -x -C PATH`, counted the same way).
 Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
-the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts).
+the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts); and
+`worker`: what an analysis process does with that shape (`services.execute_runs` on
+batches of 32 stored runs: claim, analyse, store) on a fresh SQLite file, counted in user
+space (the kernel's part of SQLite's writes is not).
 Needs valgrind (skipped with a message when absent). Warm-up audits run uninstrumented;
 instrumentation is switched on (`callgrind_control -i on`) only for the counted audits.
 """
@@ -26,7 +29,41 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = ("2kb", "bare", "e2e")
+SHAPES = ("2kb", "bare", "e2e", "worker")
+
+_WORKER = r"""
+import os, sys, time
+root, shape, n, flag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, root); sys.path.insert(0, root + "/bench")
+os.environ["DATABASE_URL"] = "sqlite:///" + flag + ".sqlite3"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+os.environ["AUDITOR_ANALYSIS_PROCESSES"] = "0"
+import django
+django.setup()
+from django.core.management import call_command
+from throughput import audit_body
+from analyzers.config_store import load_config_with_snapshot
+from audits import services
+from audits.models import AuditRun
+call_command("migrate", verbosity=0)
+BATCH = 32
+n -= n % BATCH
+config, snapshot = load_config_with_snapshot()
+runs = AuditRun.objects.bulk_create(  # stored as submit_audits does, not queued
+    AuditRun(user_input=body["user_input"], response=body["response"],
+             sources=body["sources"], metadata=body["metadata"], threshold=config.threshold,
+             config_snapshot=snapshot)
+    for body in map(audit_body, range(2 * BATCH + n)))
+ids = [run.pk for run in runs]
+for start in range(0, len(ids), BATCH):
+    if start == 2 * BATCH:
+        open(flag + ".ready", "w").close()
+        while not os.path.exists(flag + ".go"):
+            time.sleep(0.05)
+    outcome = services.execute_runs(ids[start:start + BATCH])
+    assert set(outcome.values()) == {"complete"}, outcome
+os._exit(0)
+"""
 
 _CHILD = r"""
 import asyncio, os, sys, time
@@ -62,7 +99,7 @@ def count(tree: Path, shape: str, audits: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         flag = os.path.join(tmp, "flag")
         child = os.path.join(tmp, "child.py")
-        Path(child).write_text(_CHILD)
+        Path(child).write_text(_WORKER if shape == "worker" else _CHILD)
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={tmp}/out", sys.executable, child, str(tree), shape,
@@ -81,6 +118,8 @@ def count(tree: Path, shape: str, audits: int) -> float:
     m = re.search(r"Collected : (\d+)", output)
     if m is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{output[-2000:]}")
+    if shape == "worker":
+        audits -= audits % 32
     return int(m.group(1)) / audits / 1000
 
 
@@ -88,13 +127,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="another tree, counted the same way")
     parser.add_argument("--audits", type=int, default=300)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("instructions: skipped (valgrind is not installed)")
         return
     trees = [("before", args.before)] if args.before else []
     trees.append(("this tree", ROOT))
-    for shape in SHAPES:
+    for shape in args.shapes.split(","):
         counts = {name: count(tree, shape, args.audits) for name, tree in trees}
         line = ", ".join(f"{name} {k:,.0f}k" for name, k in counts.items())
         if args.before:

@@ -198,3 +198,32 @@ def test_a_digest_recorded_meanwhile_by_another_process_sends_the_batch_round_ag
     assert all(collided(AuditRun.objects.get(pk=run.pk)) for run in runs)
     row = CollisionDigest.objects.get(scope_hash=scope_hash(INPUT["user_input"]))
     assert (row.first_family, row.shared) == ("elsewhere", True)
+
+
+@pytest.mark.django_db
+def test_a_batch_reads_each_scope_s_own_rows_by_the_index():
+    """The batch's read seeks (scope, digest) pairs: the same digest in another scope is
+    another question, and the plan searches the unique index instead of reading every
+    digest ever recorded (which grows with every audit stored)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from audits.collisions import CollisionBatch
+
+    store = DatabaseCollisionStore()
+    store.seen_before_sync("scope A", "d", "A")
+    for i in range(50):  # other digests, the rows a scan would read
+        store.seen_before_sync(f"scope {i}", f"other {i}", "X")
+    with CaptureQueriesContext(connection) as queries:
+        batch = CollisionBatch([("scope A", "d"), ("scope B", "d"), ("scope B", "e")])
+    assert batch.answer("run", "scope A", "d", "B") is True  # A recorded it
+    assert batch.answer("run", "scope B", "d", "B") is False  # new in scope B
+    assert batch.answer("run", "scope B", "e", "B") is False
+    if connection.vendor != "sqlite":
+        return
+    (query,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "SCAN audits_collisiondigest" not in plan and "SCAN t " not in plan, plan
+    assert "SEARCH t USING INDEX" in plan, plan

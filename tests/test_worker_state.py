@@ -269,17 +269,34 @@ def test_the_snapshot_key_is_remembered_and_follows_the_snapshot():
 
 @pytest.mark.django_db
 def test_claiming_a_batch_seeks_its_ids_whatever_the_queue_depth():
-    """The claim's SELECT seeks the ids. With `status = ?` in SQL, SQLite's planner took
-    the status index and walked every pending run of the queue for each batch."""
+    """The claim seeks the ids. With `status = ?` in SQL, SQLite's planner took the status
+    index and walked every pending run of the queue for each batch. The claimed runs come
+    back as stored now, newest first."""
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(12)]
     with CaptureQueriesContext(connection) as queries:
         claimed = services._claim_many([r.pk for r in runs[:11]] + [runs[0].pk])
-    assert sorted(map(str, claimed)) == sorted(str(r.pk) for r in runs[:11])
-    assert services._claim_many([runs[0].pk, runs[11].pk]) == [runs[11].pk]
+    assert [r.pk for r in claimed] == [r.pk for r in reversed(runs[:11])]
+    assert {(r.status, r.attempts) for r in claimed} == {("running", 1)}
+    assert [r.pk for r in services._claim_many([runs[0].pk, runs[11].pk])] == [runs[11].pk]
+    assert AuditRun.objects.get(pk=runs[0].pk).attempts == 1  # claimed once
     if connection.vendor != "sqlite":
         return  # (the plan below is SQLite's EXPLAIN QUERY PLAN)
-    select = next(q["sql"] for q in queries if q["sql"].startswith("SELECT"))
+    claim = next(q["sql"] for q in queries if q["sql"].startswith("UPDATE"))
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN QUERY PLAN {select}")
+        cursor.execute(f"EXPLAIN QUERY PLAN {claim}")
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
     assert "audit_status_idx" not in plan and "sqlite_autoindex" in plan, plan
+
+
+@pytest.mark.django_db
+def test_the_claim_tells_which_runs_have_trace_lines_already():
+    """Storing skips its deletes only when nothing of the runs is stored yet: the claim
+    says whether a run has trace lines (a stream writes them as it goes)."""
+    from audits.models import TraceLine
+
+    streamed, plain = (submit_audit(**INPUT, enqueue=False) for _ in range(2))
+    TraceLine.objects.create(audit=streamed, position=0, text="[AUDIT] paragraph 1")
+    claimed = {r.pk: r for r in services._claim_many([streamed.pk, plain.pk])}
+    assert services._nothing_stored([claimed[plain.pk]]) is True
+    assert services._nothing_stored([claimed[streamed.pk]]) is False
+    assert services._nothing_stored(list(claimed.values())) is False
