@@ -34,7 +34,8 @@ class AuditRun(models.Model):
         related_name="audits",
     )
     external_id = models.CharField(max_length=200, null=True, blank=True)
-    # SHA-256 of the canonical request body: the same external_id with another body is a 409.
+    # SHA-256 of the canonical request body: the same external_id with another body is a 409
+    # (empty without an external_id: nothing compares it then).
     request_hash = models.CharField(max_length=64, blank=True, default="")
 
     user_input = models.TextField(blank=True, default="")

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import logging
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -127,15 +128,16 @@ def submit_audit(
     sources = [Source.model_validate(s).model_dump() for s in sources or []]
     metadata = dict(metadata or {})
     options = dict(options or {})
-    fingerprint = request_fingerprint(
-        user_input=user_input,
-        response=response,
-        sources=sources,
-        metadata=metadata,
-        collision_key=collision_key,
-        options=options,
-    )
+    fingerprint = ""  # (compared only when the same external_id comes again)
     if external_id is not None:
+        fingerprint = request_fingerprint(
+            user_input=user_input,
+            response=response,
+            sources=sources,
+            metadata=metadata,
+            collision_key=collision_key,
+            options=options,
+        )
         existing = _existing_or_conflict(
             api_key=api_key, external_id=external_id, fingerprint=fingerprint
         )
@@ -260,23 +262,28 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
     from analyzers.config_store import load_config_with_snapshot
 
     config, snapshot = load_config_with_snapshot()
-    runs = []
+    rows = []
     for item in items:
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
         metadata = dict(item.get("metadata") or {})
         options = dict(item.get("options") or {})
-        fingerprint = request_fingerprint(
+        fingerprint = "" if item.get("external_id") is None else request_fingerprint(
             user_input=item["user_input"], response=item["response"], sources=sources,
             metadata=metadata, collision_key=item.get("collision_key"), options=options,
         )
-        runs.append(AuditRun(
-            external_id=item.get("external_id"), rerun_of=item.get("rerun_of"),
-            api_key=api_key, request_hash=fingerprint, user_input=item["user_input"],
-            response=item["response"], cleaned_response="", sources=sources,
-            metadata=metadata, collision_key=item.get("collision_key"), options=options,
-            threshold=config.threshold, config_snapshot=snapshot,
-            incomplete=bool(item.get("incomplete", False)),
+        rerun_of = item.get("rerun_of")
+        rows.append((
+            item.get("external_id"), None if rerun_of is None else rerun_of.pk,
+            None if api_key is None else api_key.pk, fingerprint, item["user_input"],
+            item["response"], sources, metadata, item.get("collision_key"), options,
+            config.threshold, snapshot, bool(item.get("incomplete", False)),
         ))
+    runs = _new_runs(_SUBMITTED_COLUMNS, rows)
+    for item, run in zip(items, runs, strict=True):
+        if item.get("rerun_of") is not None:
+            _RERUN_OF.set_cached_value(run, item["rerun_of"])
+        if api_key is not None:
+            _API_KEY.set_cached_value(run, api_key)
     insert = _runs_insert(runs)
     with transaction.atomic():
         _insert_runs(runs, insert)
@@ -288,6 +295,35 @@ def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[A
             transaction.on_commit(lambda: enqueue_audits(queued))
     for run in runs:
         run.was_created = True
+    return runs
+
+
+_SUBMITTED_COLUMNS = ("external_id", "rerun_of_id", "api_key_id", "request_hash", "user_input",
+                      "response", "sources", "metadata", "collision_key", "options",
+                      "threshold", "config_snapshot", "incomplete")
+_RERUN_OF = AuditRun._meta.get_field("rerun_of")
+_API_KEY = AuditRun._meta.get_field("api_key")
+
+
+def _new_runs(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[AuditRun]:
+    """`AuditRun(**dict(zip(columns, row)))` for each row (`columns`: attnames), through
+    the model's positional path: each field set by its place, not looked up by name (half
+    the CPU of the keyword path, which was a third of storing a batch request). Fields
+    not in `columns` get their defaults, callable ones (the id, `created_at`) called for
+    each run."""
+    fields = AuditRun._meta.concrete_fields
+    place = {field.attname: i for i, field in enumerate(fields)}
+    given = [place[name] for name in columns]
+    defaults = [(i, field.get_default) for i, field in enumerate(fields)
+                if field.attname not in columns]
+    runs = []
+    for values in rows:
+        row: list[Any] = [None] * len(fields)
+        for i, default in defaults:
+            row[i] = default()
+        for i, value in zip(given, values, strict=True):
+            row[i] = value
+        runs.append(AuditRun(*row))
     return runs
 
 

@@ -10,8 +10,10 @@ Run: .venv/bin/python bench/instructions.py [--before PATH] [--audits N]
 Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
 the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts); and
 `worker`: what an analysis process does with that shape (`services.execute_runs` on
-batches of 32 stored runs: claim, analyse, store) on a fresh SQLite file, counted in user
-space (the kernel's part of SQLite's writes is not).
+batches of 32 stored runs: claim, analyse, store) on a fresh SQLite file, and `submit`:
+what the server does with a batch request of 100 of them (validate the items, store the
+runs; not the HTTP layer), both counted in user space (the kernel's part of SQLite's
+writes is not).
 Needs valgrind (skipped with a message when absent). Warm-up audits run uninstrumented;
 instrumentation is switched on (`callgrind_control -i on`) only for the counted audits.
 """
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = ("2kb", "bare", "e2e", "worker")
+SHAPES = ("2kb", "bare", "e2e", "worker", "submit")
 
 _WORKER = r"""
 import os, sys, time
@@ -62,6 +64,32 @@ for start in range(0, len(ids), BATCH):
             time.sleep(0.05)
     outcome = services.execute_runs(ids[start:start + BATCH])
     assert set(outcome.values()) == {"complete"}, outcome
+os._exit(0)
+"""
+
+_SUBMIT = r"""
+import os, sys, time
+root, shape, n, flag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, root); sys.path.insert(0, root + "/bench")
+os.environ["DATABASE_URL"] = "sqlite:///" + flag + ".sqlite3"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
+import django
+django.setup()
+from django.core.management import call_command
+from throughput import audit_body
+from audits import services
+from audits.api.router import AuditIn, _item_fields
+call_command("migrate", verbosity=0)
+services.enqueue_audits = lambda queued: None  # stored, not queued: the worker's part
+BATCH = 100
+n -= n % BATCH
+for start in range(0, 2 * BATCH + n, BATCH):
+    if start == 2 * BATCH:
+        open(flag + ".ready", "w").close()
+        while not os.path.exists(flag + ".go"):
+            time.sleep(0.05)
+    services.submit_audits([_item_fields(AuditIn.model_validate(audit_body(i)))
+                            for i in range(start, start + BATCH)])
 os._exit(0)
 """
 
@@ -99,7 +127,7 @@ def count(tree: Path, shape: str, audits: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         flag = os.path.join(tmp, "flag")
         child = os.path.join(tmp, "child.py")
-        Path(child).write_text(_WORKER if shape == "worker" else _CHILD)
+        Path(child).write_text({"worker": _WORKER, "submit": _SUBMIT}.get(shape, _CHILD))
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              f"--callgrind-out-file={tmp}/out", sys.executable, child, str(tree), shape,
@@ -118,8 +146,8 @@ def count(tree: Path, shape: str, audits: int) -> float:
     m = re.search(r"Collected : (\d+)", output)
     if m is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{output[-2000:]}")
-    if shape == "worker":
-        audits -= audits % 32
+    if shape in ("worker", "submit"):
+        audits -= audits % (32 if shape == "worker" else 100)
     return int(m.group(1)) / audits / 1000
 
 
