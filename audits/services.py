@@ -825,16 +825,24 @@ def _supports_row_locks() -> bool:
 def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     """`execute_run` for several runs (a worker taking a deep queue in small batches):
     one claim (which reads the runs), and the reports stored in one transaction. Returns
-    each id's
-    final status ("skipped": another worker had it)."""
+    each id's final status ("skipped": another worker had it).
+
+    The collector stays off until the batch's runs and reports are freed (by their
+    reference counts): a collection at its end would walk them all first."""
     if len(run_ids) == 1:
         return {str(run_ids[0]): execute_run(run_ids[0])}
     runs = _claim_many(run_ids)
     outcome = {str(run_id): "skipped" for run_id in run_ids}
     if not runs:
         return outcome
+    with heap.batch_without_collections():
+        _execute_batch(runs, outcome)
+        del runs
+    return outcome
+
+
+def _execute_batch(runs: list[AuditRun], outcome: dict[str, str]) -> None:
     with contextlib.ExitStack() as stack:
-        stack.enter_context(heap.batch_without_collections())
         for run in runs:
             stack.enter_context(running_run(run.pk))
         done = _analyse_and_store(runs, outcome)
@@ -842,7 +850,6 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
         outcome[str(run.pk)] = run.status
         if run.status == AuditRun.Status.COMPLETE:
             _finished(run, report)
-    return outcome
 
 
 def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:
