@@ -131,6 +131,9 @@ def _hrefs(text: str) -> list[str]:
 # A strip that forms a new link, then dangling-attribution cleanup (an IndexError once).
 @example(text="[a [b](https://evil.test) c](javascript:x) [this blog](vbscript:x)")
 @example(text="according to [x [y](https://evil.test) z](javascript:1) via [source](data:x)")
+# A CR is a line ending between a link's parts, as LF is: `[x](\r)` links to "" (once kept).
+@example(text="[x](\r)")
+@example(text="[x](\r\n)")
 def test_no_rule_raises_and_no_non_http_link_survives(text):
     result = audit_text(text, SETTINGS)
     for href in _hrefs(result.cleaned_response):

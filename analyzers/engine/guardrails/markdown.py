@@ -52,7 +52,7 @@ def _destination_pattern(depth: int) -> re.Pattern[str]:
 
 _BARE_DESTINATION = _destination_pattern(MAX_PAREN_DEPTH)
 _FLAT_DESTINATION = re.compile(r"(?:[^\x00-\x20()\\]|\\[\s\S]|\\\Z)*+")
-_ANGLE_DESTINATION = re.compile(r"(?:[^<>\n\\]|\\[\s\S])*+")
+_ANGLE_DESTINATION = re.compile(r"(?:[^<>\r\n\\]|\\[\s\S])*+")
 _CLOSER_OR_STOP = re.compile(r"[\x00-\x20)\\]")
 
 
@@ -87,15 +87,16 @@ class MdLink:
 
 
 def _skip_space(text: str, i: int, n: int) -> int:
-    """Spaces and tabs with at most one newline, as between link parts."""
+    """Spaces and tabs with at most one line ending ("\n", "\r\n" or "\r", as CommonMark
+    reads them), as between link parts."""
     seen_newline = False
     while i < n:
         c = text[i]
         if c in " \t":
             i += 1
-        elif c == "\n" and not seen_newline:
+        elif c in "\r\n" and not seen_newline:
             seen_newline = True
-            i += 1
+            i += 2 if c == "\r" and i + 1 < n and text[i + 1] == "\n" else 1
         else:
             break
     return i
