@@ -1,4 +1,4 @@
-"""Instructions per audit of the deterministic engine, counted by valgrind's callgrind.
+"""Instructions per audit (the engine; an analysis process; a batch request), by callgrind.
 
 On the shared 2-core machine CPU-time rates move by ±20% with the load; the number of
 instructions an audit executes does not (it is the same from run to run within a few
@@ -6,7 +6,9 @@ per cent), so it tells a small speed-up from noise. It is not time: a regex loop
 interpreter's dispatch cost different time per instruction.
 
 Run: .venv/bin/python bench/instructions.py [--before PATH] [--audits N]
-(`--before`: another tree, e.g. `git archive main | tar -x -C PATH`, counted the same way).
+(`--before`: another tree, e.g. `git archive main | tar -x -C PATH`, counted the same way;
+give it a `shared/` beside it, e.g. a link to this one's: the `2kb` and `bare` shapes read
+`../shared/samples/config.json` and fall back to a smaller configuration without it).
 Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
 the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts); and
 `worker`: what an analysis process does with that shape (`services.execute_runs` on
