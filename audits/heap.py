@@ -16,8 +16,8 @@ tests/engine/test_engine_no_cycles.py) would stay.
 While a batch of audits is analysed and stored (`services.execute_runs`), the collector
 does not run at all (`batch_without_collections`, lifted once the batch's runs and reports
 are freed): the batch keeps its reports until they are stored, and each young-generation
-pass walked them again (0.2 ms of CPU per audit in
-batches of 32, a third of the engine's own time; README, Benchmarks). The engine and
+pass walked them again (0.2 ms of CPU per audit in batches of 32, a third of the engine's
+own time; README, Benchmarks). The engine and
 storing make no reference cycles, so nothing waits for the collector; what another thread
 of the process made meanwhile is collected when the batch ends.
 """
