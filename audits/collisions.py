@@ -15,7 +15,8 @@ goes to the database as before.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Coroutine, Iterable, Iterator
+import itertools
+from collections.abc import Coroutine, Iterable
 from contextvars import ContextVar
 from typing import Any
 
@@ -98,11 +99,6 @@ _current_batch: ContextVar[tuple[CollisionBatch, Any] | None] = ContextVar(
 )
 
 
-def _chunks(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 class CollisionRace(Exception):
     """Another process recorded a digest a batch was told was new: its answers may be wrong."""
 
@@ -120,13 +116,13 @@ class CollisionBatch:
         keys = {(scope_hash(scope), digest[:128]) for scope, digest in expected}
         # key -> [first_family, shared] as last read or answered; None: no row.
         self.state: dict[tuple[str, str], list | None] = dict.fromkeys(keys)
-        for chunk in _chunks(list(keys), 500):
+        for chunk in itertools.batched(keys, 500):
             for scope_h, digest, first_family, shared in self._read(chunk):
                 self.state[(scope_h, digest)] = [first_family, bool(shared)]
         self.inserted: dict[tuple[str, str], Any] = {}  # key -> the run that recorded it
         self.shared: set[tuple[str, str]] = set()  # existing rows another family produced
 
-    def _read(self, keys: list[tuple[str, str]]) -> list[tuple]:
+    def _read(self, keys: tuple[tuple[str, str], ...]) -> list[tuple]:
         """The rows of `keys` ((scope hash, digest) pairs): the pairs joined to the table,
         each a search of its unique index. (A filter on the digests alone used no index:
         it read every digest ever recorded, once per batch.)"""

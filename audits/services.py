@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -226,7 +226,8 @@ def submit_audits_once(
             new[external_id] = i
     if new:
         try:
-            runs = submit_audits([items[i] for i in new.values()], api_key=api_key)
+            runs = submit_audits([items[i] for i in new.values()], api_key=api_key,
+                                 fingerprints=[fingerprints[i] for i in new.values()])
         except IntegrityError:
             return [_submit_one(item, api_key) for item in items]
         for i, run in zip(new.values(), runs, strict=True):
@@ -255,22 +256,29 @@ def _submit_one(item: dict[str, Any], api_key: Any) -> AuditRun | ExternalIdConf
         return exc
 
 
-def submit_audits(items: list[dict[str, Any]], *, api_key: Any = None) -> list[AuditRun]:
+def submit_audits(
+    items: list[dict[str, Any]], *, api_key: Any = None, fingerprints: list[str] | None = None,
+) -> list[AuditRun]:
     """`submit_audit` for several audits (a batch request): one transaction and one insert
     for all, each enqueued on commit. An `external_id` is stored as given, unchecked:
-    `submit_audits_once` checks them first."""
+    `submit_audits_once` checks them first (and hands over the `fingerprints` it made)."""
     from analyzers.config_store import load_config_with_snapshot
 
     config, snapshot = load_config_with_snapshot()
     rows = []
-    for item in items:
+    for i, item in enumerate(items):
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
         metadata = dict(item.get("metadata") or {})
         options = dict(item.get("options") or {})
-        fingerprint = "" if item.get("external_id") is None else request_fingerprint(
-            user_input=item["user_input"], response=item["response"], sources=sources,
-            metadata=metadata, collision_key=item.get("collision_key"), options=options,
-        )
+        if fingerprints is not None:
+            fingerprint = fingerprints[i]
+        elif item.get("external_id") is None:
+            fingerprint = ""  # (compared only when the same external_id comes again)
+        else:
+            fingerprint = request_fingerprint(
+                user_input=item["user_input"], response=item["response"], sources=sources,
+                metadata=metadata, collision_key=item.get("collision_key"), options=options,
+            )
         rerun_of = item.get("rerun_of")
         rows.append((
             item.get("external_id"), None if rerun_of is None else rerun_of.pk,
@@ -767,8 +775,6 @@ def _claim_many(run_ids: list[Any]) -> list[AuditRun]:
     """Move the pending runs among `run_ids` to running in one transaction; those runs, as
     stored now, newest first (the order of AuditRun's listing, the order they are analysed
     in: the first of two equal outputs is the one not flagged as a duplicate)."""
-    from django.db import connections
-
     using = router.db_for_write(AuditRun)
     if connections[using].vendor == "sqlite":
         return _claim_returning(run_ids, using)
@@ -796,8 +802,6 @@ def _claim_returning(run_ids: list[Any], using: str) -> list[AuditRun]:
     per batch (the statuses read, the UPDATE, the runs read, an EXISTS for trace lines).
     `+status` keeps the planner on the ids: `status = ?` would take the status index and
     walk every pending run of a deep queue."""
-    from django.db import connections
-
     connection = connections[using]
     quote = connection.ops.quote_name
     table = quote(AuditRun._meta.db_table)
@@ -807,9 +811,8 @@ def _claim_returning(run_ids: list[Any], using: str) -> list[AuditRun]:
                    f"{quote(TraceLine._meta.get_field('audit').column)} = "
                    f"{table}.{quote(pk.column)})")
     runs: list[AuditRun] = []
-    for start in range(0, len(run_ids), 500):
-        chunk = [pk.get_db_prep_value(pk.to_python(i), connection)
-                 for i in run_ids[start:start + 500]]
+    for ids in itertools.batched(run_ids, 500):
+        chunk = [pk.get_db_prep_value(pk.to_python(i), connection) for i in ids]
         sql = (f"UPDATE {table} SET status = %s, started_at = %s, attempts = attempts + 1, "
                f"error = '' WHERE {quote(pk.column)} IN ({', '.join(['%s'] * len(chunk))}) "
                f"AND +status = %s RETURNING {columns}, {trace_lines} AS had_trace_lines")

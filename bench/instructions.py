@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ("2kb", "bare", "e2e", "worker", "submit")
 
-_WORKER = r"""
+# Django on a fresh SQLite file (the worker and submit shapes), the database migrated.
+_DJANGO = r"""
 import os, sys, time
 root, shape, n, flag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.path.insert(0, root); sys.path.insert(0, root + "/bench")
@@ -46,12 +47,14 @@ import django
 django.setup()
 from django.core.management import call_command
 from throughput import audit_body
-from analyzers.config_store import load_config_with_snapshot
 from audits import services
-from audits.models import AuditRun
 call_command("migrate", verbosity=0)
+"""
+
+_WORKER = _DJANGO + r"""
+from analyzers.config_store import load_config_with_snapshot
+from audits.models import AuditRun
 BATCH = 32
-n -= n % BATCH
 config, snapshot = load_config_with_snapshot()
 runs = AuditRun.objects.bulk_create(  # stored as submit_audits does, not queued
     AuditRun(user_input=body["user_input"], response=body["response"],
@@ -69,22 +72,10 @@ for start in range(0, len(ids), BATCH):
 os._exit(0)
 """
 
-_SUBMIT = r"""
-import os, sys, time
-root, shape, n, flag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-sys.path.insert(0, root); sys.path.insert(0, root + "/bench")
-os.environ["DATABASE_URL"] = "sqlite:///" + flag + ".sqlite3"
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
-import django
-django.setup()
-from django.core.management import call_command
-from throughput import audit_body
-from audits import services
+_SUBMIT = _DJANGO + r"""
 from audits.api.router import AuditIn, _item_fields
-call_command("migrate", verbosity=0)
 services.enqueue_audits = lambda queued: None  # stored, not queued: the worker's part
 BATCH = 100
-n -= n % BATCH
 for start in range(0, 2 * BATCH + n, BATCH):
     if start == 2 * BATCH:
         open(flag + ".ready", "w").close()
@@ -124,8 +115,13 @@ os._exit(0)
 """
 
 
+BATCHES = {"worker": 32, "submit": 100}  # audits per call of those shapes' children
+
+
 def count(tree: Path, shape: str, audits: int) -> float:
     """Thousands of instructions per audit of `shape` in `tree`."""
+    if shape in BATCHES:  # whole batches, one at least
+        audits = max(BATCHES[shape], audits - audits % BATCHES[shape])
     with tempfile.TemporaryDirectory() as tmp:
         flag = os.path.join(tmp, "flag")
         child = os.path.join(tmp, "child.py")
@@ -148,8 +144,6 @@ def count(tree: Path, shape: str, audits: int) -> float:
     m = re.search(r"Collected : (\d+)", output)
     if m is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{output[-2000:]}")
-    if shape in ("worker", "submit"):
-        audits -= audits % (32 if shape == "worker" else 100)
     return int(m.group(1)) / audits / 1000
 
 
