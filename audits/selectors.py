@@ -15,7 +15,15 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from . import ordering
 from .link_rows import link_dicts, with_links
-from .models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
+from .models import (
+    AnalyzerRunRecord,
+    Annotation,
+    AnnotationKind,
+    AuditLinks,
+    AuditRun,
+    Review,
+    TraceLine,
+)
 from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
 from .trace_rows import texts_of
 
@@ -98,12 +106,12 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
             )
         )
     if f.type or f.severity:
-        annotations = Annotation.objects.filter(audit=OuterRef("pk"))
+        kinds = AnnotationKind.objects.filter(audit=OuterRef("pk"))
         if f.type:
-            annotations = annotations.filter(type=f.type)
+            kinds = kinds.filter(type=f.type)
         if f.severity:
-            annotations = annotations.filter(severity=f.severity)
-        qs = qs.filter(Exists(annotations))
+            kinds = kinds.filter(severity=f.severity)
+        qs = qs.filter(Exists(kinds))
     if f.reviewed is not None:
         qs = qs.filter(reviewed_at__isnull=not f.reviewed)
     if f.verdict:

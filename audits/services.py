@@ -35,7 +35,14 @@ from .bulk import Statement, converter, db_value, prepare_insert, row_group, run
 from .collisions import CollisionBatch
 from .events import ALL_AUDITS_GROUP, apublish, audit_watched, capturing, has_watchers, publish
 from .heartbeats import running_run
-from .models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, TraceLine
+from .models import (
+    AnalyzerRunRecord,
+    Annotation,
+    AnnotationKind,
+    AuditLinks,
+    AuditRun,
+    TraceLine,
+)
 from .queues import LARGE_QUEUE
 from .scoring import top_result
 from .signals import audit_finished
@@ -897,7 +904,7 @@ def store_reports(
     surfaced = {run.pk: apply_current(run, report.results, policy) for run, report in pairs}
     runs = [run for run, _ in pairs]
     using = runs[0]._state.db or router.db_for_write(AuditRun)
-    audit_ids, results, annotations, trace, links = _report_rows(pairs, surfaced, using)
+    audit_ids, *inserts = _report_rows(pairs, surfaced, using)
     now = timezone.now()
     for run, report in pairs:
         run.cleaned_response = report.cleaned_response
@@ -912,8 +919,7 @@ def store_reports(
     chunk_of = {audit_id: i // STORE_CHUNK for i, audit_id in enumerate(audit_ids)}
     pieces = [
         _rows_by_chunk(statement, chunk_of, len(chunks), key)
-        for statement, key in ((results, 0), (annotations, 0), (trace, 0), (links, 0),
-                               (finished, -1))
+        for statement, key in [*((insert, 0) for insert in inserts), (finished, -1)]
     ]
     done = 0
     while done < len(chunks):
@@ -938,12 +944,14 @@ def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[St
         AnalyzerRunRecord.objects.using(using).filter(audit__in=runs).delete()
         TraceLine.objects.using(using).filter(audit__in=runs).delete()
         AuditLinks.objects.using(using).filter(audit__in=runs).delete()
-    results, annotations, trace, links, finished = statements
+        AnnotationKind.objects.using(using).filter(audit__in=runs).delete()
+    results, annotations, kinds, trace, links, finished = statements
     run_statement(results)
     result_ids = _result_ids(audit_ids, using)
     for row in annotations.rows:
         row[1] = result_ids[row[1]]  # (audit id, position) -> the new result's id
     run_statement(annotations)
+    run_statement(kinds)
     run_statement(trace)
     run_statement(links)
     run_statement(finished)
@@ -963,16 +971,16 @@ def _rows_by_chunk(statement: Statement, chunk_of: dict[Any, int], chunks: int,
 
 def _report_rows(
     pairs: list[tuple[AuditRun, AuditReport]], surfaced: dict[Any, list[bool]], using: str,
-) -> tuple[list[Any], Statement, Statement, Statement, Statement]:
-    """The stored audit ids and the INSERTs of the reports' results, annotations, trace
-    lines and links, built before the transaction (its write lock holds the other writers
+) -> tuple[list[Any], Statement, Statement, Statement, Statement, Statement]:
+    """The stored audit ids and the INSERTs of the reports' results, annotations, their
+    kinds, trace lines and links, built before the transaction (its write lock holds the other writers
     and the requests). An annotation's `result_id` is its result's (audit id, position)
     until the new results' ids are read."""
     # Each audit's id and creation time converted once, not once per row and table.
     keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
              db_value(AuditRun, "created_at", run.created_at, using=using))
             for run, report in pairs]
-    results, annotations, trace, links = [], [], [], []
+    results, annotations, kinds, trace, links = [], [], [], [], []
     for run, report, audit_id, created_at in keys:
         # one row: audits.link_rows (the links result's copy of it is not stored again)
         table = link_rows.contract_dicts(report.links)
@@ -990,6 +998,9 @@ def _report_rows(
                  a.description, a.evidence, a.start, a.end, created_at)
                 for j, a in enumerate(r.annotations)
             )
+        counted = AnnotationKind.counted(a for r in report.results for a in r.annotations)
+        kinds.extend((audit_id, type_, severity, n, created_at)
+                     for (type_, severity), n in counted.items())
         if report.trace:  # one row: audits.trace_rows
             trace.append((audit_id, 0, packed(report.trace)))
     return (
@@ -998,6 +1009,9 @@ def _report_rows(
                        prepared=PREPARED),
         prepare_insert(Annotation, ANNOTATION_COLUMNS, annotations, using=using,
                        prepared=(*PREPARED, "result_id")),
+        prepare_insert(AnnotationKind, ("audit_id", "type", "severity", "count",
+                                        "audit_created_at"), kinds, using=using,
+                       prepared=PREPARED),
         prepare_insert(TraceLine, ("audit_id", "position", "text"), trace, using=using,
                        prepared=PREPARED),
         prepare_insert(AuditLinks, ("audit_id", "rows"), links, using=using,

@@ -13,7 +13,14 @@ from typing import Any
 from django.utils import timezone
 
 from audits.link_rows import StoredLink, packed
-from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, TraceLine
+from audits.models import (
+    AnalyzerRunRecord,
+    Annotation,
+    AnnotationKind,
+    AuditLinks,
+    AuditRun,
+    TraceLine,
+)
 from audits.scoring import top_result
 
 CATEGORIES = {
@@ -133,15 +140,20 @@ def make_audit(
     run = AuditRun.objects.create(**defaults)
     if status != "complete":
         return run
+    annotations = []
     for i, r in enumerate(results):
         data = {k: v for k, v in r.items() if k != "annotations"}
         record = AnalyzerRunRecord.objects.create(audit=run, position=i, **data)
-        Annotation.objects.bulk_create(
+        annotations += Annotation.objects.bulk_create(
             [
                 Annotation(audit=run, result=record, position=j, analyzer_id=r["analyzer_id"], **a)
                 for j, a in enumerate(r["annotations"])
             ]
         )
+    AnnotationKind.objects.bulk_create(  # as audits.services stores them
+        AnnotationKind(audit=run, type=type_, severity=severity, count=n)
+        for (type_, severity), n in AnnotationKind.counted(annotations).items()
+    )
     TraceLine.objects.bulk_create(
         [
             TraceLine(audit=run, position=i, text=t)

@@ -2,12 +2,15 @@
 
 Migration 0009 made the results' two audit-related indexes one (audit, analyzer_id,
 surfaced), and dropped the trace lines' audit index (their unique (audit, position) leads
-with it). The annotations keep theirs: the list filters on a rare type or severity need
-the (type, audit) and (severity, audit) indexes.
+with it). Migration 0013 moved the annotations' type, severity and trends indexes to one
+`AnnotationKind` row per (audit, type, severity): the list filters on a rare type or
+severity still seek (type, audit) and (severity, audit), with one entry per pair instead of
+one per annotation.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -15,7 +18,14 @@ from django.db import connection
 from django.utils import timezone
 
 from audits.link_rows import link_dicts, row_text
-from audits.models import AlertRule, AnalyzerRunRecord, Annotation, AuditRun, TraceLine
+from audits.models import (
+    AlertRule,
+    AnalyzerRunRecord,
+    Annotation,
+    AnnotationKind,
+    AuditRun,
+    TraceLine,
+)
 from audits.review.alerts import matching_audits
 from audits.selectors import AuditFilters, filter_audits
 from audits.trace_rows import lines_of
@@ -25,6 +35,7 @@ from tests.migrating import migrate_to
 SQLITE_PLANS = pytest.mark.skipif(connection.vendor != "sqlite",
                                   reason="SQLite's query plans (EXPLAIN QUERY PLAN)")
 
+KINDS_BEFORE, KINDS = ("audits", "0012_links_in_one_row"), ("audits", "0013_annotation_kinds")
 BEFORE, LEAN = ("audits", "0008_surfacing_policies_and_collision_families"), (
     "audits", "0009_leaner_child_indexes")
 
@@ -51,9 +62,20 @@ def test_results_and_trace_lines_keep_one_index_per_reader():
 
 
 @pytest.mark.django_db
+def test_annotations_keep_their_two_foreign_key_indexes_and_kinds_carry_the_filters():
+    assert sorted(_indexes(Annotation._meta.db_table).values()) == [["audit_id"], ["result_id"]]
+    assert sorted(_indexes(AnnotationKind._meta.db_table).values()) == sorted([
+        ["audit_id", "type", "severity"],  # unique: one row per pair, and by audit
+        ["type", "audit_id"],
+        ["severity", "audit_id"],
+        ["audit_created_at", "type", "severity", "count"],  # covering, for the trends
+    ])
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(("filters", "seek"), [
-    (AuditFilters(type="dismissive"), "annotation_type_idx (type=? AND audit_id=?)"),
-    (AuditFilters(severity="critical"), "annotation_severity_idx (severity=? AND audit_id=?)"),
+    (AuditFilters(type="dismissive"), "kind_type_idx (type=? AND audit_id=?)"),
+    (AuditFilters(severity="critical"), "kind_severity_idx (severity=? AND audit_id=?)"),
 ])
 @SQLITE_PLANS
 def test_list_filters_on_annotations_seek_the_value_first(filters, seek):
@@ -120,6 +142,35 @@ def test_the_migration_keeps_the_rows_and_swaps_only_indexes_both_ways():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_kinds_migration_counts_the_stored_annotations_and_goes_back():
+    old = migrate_to(KINDS_BEFORE)
+    before = _indexes("audits_annotation")
+    assert "annotation_type_idx" in before
+    run = old.get_model("audits", "AuditRun").objects.create(status="complete")
+    other = old.get_model("audits", "AuditRun").objects.create(status="complete")
+    record = old.get_model("audits", "AnalyzerRunRecord").objects.create(
+        audit_id=run.pk, analyzer_id="links", audit_created_at=run.created_at)
+    for audit, type_, severity in [(run, "LINK_HOST_NOT_ALLOWED", "warning")] * 3 + [
+            (run, "LINK_HOST_NOT_ALLOWED", "critical"), (other, "sycophancy", "info")]:
+        old.get_model("audits", "Annotation").objects.create(
+            audit_id=audit.pk, result_id=record.pk, analyzer_id="links", type=type_,
+            severity=severity, audit_created_at=audit.created_at)
+
+    migrate_to(KINDS)
+    assert _kinds(run) == {("LINK_HOST_NOT_ALLOWED", "warning"): 3,
+                           ("LINK_HOST_NOT_ALLOWED", "critical"): 1}
+    assert _kinds(other) == {("sycophancy", "info"): 1}
+    assert AnnotationKind.objects.get(audit_id=other.pk).audit_created_at == other.created_at
+    assert filter_audits(AuditFilters(severity="critical")).get().pk == run.pk
+    assert "annotation_type_idx" not in _indexes("audits_annotation")
+
+    migrate_to(KINDS_BEFORE)  # back: the annotations' indexes again
+    assert _indexes("audits_annotation") == before
+    migrate_to()
+    assert Annotation.objects.count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeypatch):
     from audits import services
 
@@ -155,6 +206,8 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
         assert len(rows) == 1  # one row per stored audit (audits.trace_rows)
         assert [link["url"] for link in link_dicts(row_text(run))] == [
             link.url for link in report.links]  # one row per audit (audits.link_rows)
+        assert _kinds(run) == Counter(
+            (a.type, a.severity) for r in report.results for a in r.annotations)
     assert Annotation.objects.count() == sum(
         len(r.annotations) for report in reports.values() for r in report.results) > 0
 
@@ -182,12 +235,17 @@ def _reports(n: int):
     )) for i, run in enumerate(runs)]
 
 
+def _kinds(run) -> dict[tuple[str, str], int]:
+    return {(k.type, k.severity): k.count for k in AnnotationKind.objects.filter(audit_id=run.pk)}
+
+
 def _assert_stored(pairs) -> None:
     for i, (run, _) in enumerate(pairs):
         run.refresh_from_db()
         assert (run.status, run.cleaned_response) == ("complete", f"clean {i}")
         record = AnalyzerRunRecord.objects.get(audit=run)  # one result, not two
         assert record.annotations.count() == i % 3
+        assert _kinds(run) == ({("sycophancy", "warning"): i % 3} if i % 3 else {})
         assert [line.text for line in lines_of(
             run.trace_lines.values_list("position", "text"))] == [f"t{i}"]
 

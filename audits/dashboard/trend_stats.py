@@ -38,7 +38,7 @@ from typing import Any
 from django.db.models import Case, Count, F, Max, Min, Q, Sum, Value, When
 from django.utils import timezone
 
-from ..models import AnalyzerRunRecord, Annotation, AuditRun
+from ..models import AnalyzerRunRecord, AnnotationKind, AuditRun
 
 CACHE_VERSION = 2  # 2: the histogram bins the highest score (top_score), with cards per bin
 CACHE_SECONDS = 7 * 24 * 3600
@@ -186,8 +186,8 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
         chunk = busy[start : start + CHUNK]
         part = [segments[i] for i in chunk]
         for i, row in _grouped(
-            Annotation.objects.all(), "audit_created_at", part, chunk, ["type", "severity"],
-            n=Count("*"),
+            AnnotationKind.objects.all(), "audit_created_at", part, chunk,
+            ["type", "severity"], n=Sum("count"),
         ):
             types = out[i]["types"].setdefault(row["type"], {})
             types[row["severity"]] = types.get(row["severity"], 0) + row["n"]
