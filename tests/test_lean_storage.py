@@ -325,3 +325,23 @@ def test_a_chunk_of_runs_is_finished_by_one_update_that_seeks_each_run_by_its_id
         plan = " | ".join(row[-1] for row in cursor.fetchall())
     assert "SEARCH audits_auditrun USING COVERING INDEX" in plan and "(id=?)" in plan, plan
     assert "SCAN audits_auditrun" not in plan, plan
+
+
+@pytest.mark.django_db
+@SQLITE_PLANS
+def test_the_trends_top_types_read_only_the_kinds_covering_index():
+    from django.db.models import Sum
+
+    from audits.dashboard.trend_stats import _grouped
+
+    make_audit(results=[result("tone", 0.5, [annotation("dismissive")] * 3)])
+    now = timezone.now()
+    day = [(None, now - timedelta(days=1), now + timedelta(days=1))]
+    qs = (AnnotationKind.objects.filter(audit_created_at__gte=day[0][1],
+                                        audit_created_at__lt=day[0][2])
+          .values("type", "severity").annotate(n=Sum("count")).order_by())
+    assert "COVERING INDEX kind_trends_idx (audit_created_at>? AND audit_created_at<?)" in (
+        _plan(qs)), _plan(qs)
+    rows = [row for _, row in _grouped(AnnotationKind.objects.all(), "audit_created_at", day,
+                                       [0], ["type", "severity"], n=Sum("count"))]
+    assert [(r["type"], r["n"]) for r in rows] == [("dismissive", 3)]

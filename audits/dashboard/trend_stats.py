@@ -4,9 +4,10 @@ A window (the last N days, up to now) is cut into segments: the partial first da
 whole day in between, and today (plus anything created after today, which counts in the
 totals but has no day of its own, as before). The segments are aggregated with three
 queries on covering indexes: audits grouped by segment (a binary search over the day
-starts in a CASE) and score bin; results and annotations, through their copy of the
-audit's `created_at`, as a UNION ALL of one grouped range scan per day (cheaper than a
-CASE per row over 6 times as many rows). The window's figures are sums of the segments':
+starts in a CASE) and score bin; results and annotation kinds (one row per audit, type
+and severity, with its count), through their copy of the audit's `created_at`, as a UNION
+ALL of one grouped range scan per day (cheaper than a CASE per row over 6 times as many
+rows). The window's figures are sums of the segments':
 the same numbers one query over the window gives (averages from partial sums added with
 math.fsum, equal after the page's rounding).
 
@@ -150,7 +151,7 @@ def _grouped(qs, field: str, segments: list[Segment], numbers: list[int], keys: 
 
 def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
     """The figures of each segment (sorted, disjoint): one query of audits, then one of
-    results and one of annotations (per CHUNK segments) over the segments with audits."""
+    results and one of annotation kinds (per CHUNK segments) over the segments with audits."""
     out = [empty_stats(bins) for _ in segments]
     if not segments:
         return out
