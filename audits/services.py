@@ -101,6 +101,12 @@ def request_fingerprint(
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _stored_fingerprint(external_id: str | None, **body: Any) -> str:
+    """The `request_hash` to store: the body's `request_fingerprint` for an audit with an
+    `external_id`, "" without one (only a retry with the same external_id compares it)."""
+    return "" if external_id is None else request_fingerprint(**body)
+
+
 def _existing_or_conflict(
     *, api_key: Any, external_id: str, fingerprint: str
 ) -> AuditRun | None:
@@ -135,16 +141,11 @@ def submit_audit(
     sources = [Source.model_validate(s).model_dump() for s in sources or []]
     metadata = dict(metadata or {})
     options = dict(options or {})
-    fingerprint = ""  # (compared only when the same external_id comes again)
+    fingerprint = _stored_fingerprint(
+        external_id, user_input=user_input, response=response, sources=sources,
+        metadata=metadata, collision_key=collision_key, options=options,
+    )
     if external_id is not None:
-        fingerprint = request_fingerprint(
-            user_input=user_input,
-            response=response,
-            sources=sources,
-            metadata=metadata,
-            collision_key=collision_key,
-            options=options,
-        )
         existing = _existing_or_conflict(
             api_key=api_key, external_id=external_id, fingerprint=fingerprint
         )
@@ -277,15 +278,11 @@ def submit_audits(
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
         metadata = dict(item.get("metadata") or {})
         options = dict(item.get("options") or {})
-        if fingerprints is not None:
-            fingerprint = fingerprints[i]
-        elif item.get("external_id") is None:
-            fingerprint = ""  # (compared only when the same external_id comes again)
-        else:
-            fingerprint = request_fingerprint(
-                user_input=item["user_input"], response=item["response"], sources=sources,
-                metadata=metadata, collision_key=item.get("collision_key"), options=options,
-            )
+        fingerprint = fingerprints[i] if fingerprints is not None else _stored_fingerprint(
+            item.get("external_id"), user_input=item["user_input"], response=item["response"],
+            sources=sources, metadata=metadata, collision_key=item.get("collision_key"),
+            options=options,
+        )
         rerun_of = item.get("rerun_of")
         rows.append((
             item.get("external_id"), None if rerun_of is None else rerun_of.pk,
@@ -973,9 +970,9 @@ def _report_rows(
     pairs: list[tuple[AuditRun, AuditReport]], surfaced: dict[Any, list[bool]], using: str,
 ) -> tuple[list[Any], Statement, Statement, Statement, Statement, Statement]:
     """The stored audit ids and the INSERTs of the reports' results, annotations, their
-    kinds, trace lines and links, built before the transaction (its write lock holds the other writers
-    and the requests). An annotation's `result_id` is its result's (audit id, position)
-    until the new results' ids are read."""
+    kinds, trace lines and links, built before the transaction (its write lock holds the
+    other writers and the requests). An annotation's `result_id` is its result's (audit
+    id, position) until the new results' ids are read."""
     # Each audit's id and creation time converted once, not once per row and table.
     keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
              db_value(AuditRun, "created_at", run.created_at, using=using))

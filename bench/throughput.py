@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 
 # The tables a stored audit writes (the link tables of this tree and of older ones).
-STORED_TABLES = ("audits_analyzerrunrecord", "audits_annotation", "audits_traceline",
-                 "audits_auditlinks", "audits_linkcheck", "audits_auditrun",
+STORED_TABLES = ("audits_analyzerrunrecord", "audits_annotation", "audits_annotationkind",
+                 "audits_traceline", "audits_auditlinks", "audits_linkcheck", "audits_auditrun",
                  "django_tasks_db_dbtaskresult")  # (and the database queue's task rows)
 
 

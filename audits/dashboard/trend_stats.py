@@ -7,9 +7,9 @@ queries on covering indexes: audits grouped by segment (a binary search over the
 starts in a CASE) and score bin; results and annotation kinds (one row per audit, type
 and severity, with its count), through their copy of the audit's `created_at`, as a UNION
 ALL of one grouped range scan per day (cheaper than a CASE per row over 6 times as many
-rows). The window's figures are sums of the segments':
-the same numbers one query over the window gives (averages from partial sums added with
-math.fsum, equal after the page's rounding).
+rows). The window's figures are sums of the segments': the same numbers one query over the
+window gives (averages from partial sums added with math.fsum, equal after the page's
+rounding).
 
 A whole past day is cached (Django's cache, the default alias: per process with LocMem)
 once it is *settled*: no audit created that day is pending or running. A finished audit
