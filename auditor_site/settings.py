@@ -221,6 +221,9 @@ if AUDITOR_TASK_BACKEND == "thread":
                 "SWEEP_INTERVAL": AUDITOR_RECOVERY_INTERVAL,
                 # Audits claimed, analysed and stored together when the queue is deep.
                 "BATCH_SIZE": envint("AUDITOR_TASK_BATCH", 32),
+                # ... and up to this many when the queue is deep and nobody watches or
+                # waits for a page (audits.task_backends, `_batch_limit`).
+                "DEEP_BATCH_SIZE": envint("AUDITOR_TASK_DEEP_BATCH", 64),
                 # Analysis in this many child processes, off the server's GIL (0: in
                 # the task threads); see audits.analysis_processes.
                 "PROCESSES": envint("AUDITOR_ANALYSIS_PROCESSES", 0),

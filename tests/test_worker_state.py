@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.db import connection
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
 from analyzers.config_store import config_version, save_config
 from analyzers.engine.config import AuditorConfig
-from audits import services, workers
+from audits import events, people_first, services, workers
 from audits.models import AuditRun
 from audits.services import submit_audit
 
@@ -160,6 +162,44 @@ def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monke
     for run in runs:
         run.refresh_from_db()
         assert run.results.count() > 0 and run.attempts == 1
+
+
+async def _no_pause() -> float:
+    return 0.0
+
+
+@pytest.mark.parametrize("someone", ["nobody", "a feed watcher", "a page request"])
+@pytest.mark.django_db(transaction=True)
+def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
+    thread_tasks, monkeypatch, batches, someone,
+):
+    monkeypatch.setattr(thread_tasks, "batch_size", 4)
+    monkeypatch.setattr(thread_tasks, "deep_batch_size", 8)  # deep: 16 queued (2 threads)
+    layer = get_channel_layer()
+    with contextlib.ExitStack() as stack:
+        if someone == "a feed watcher":
+            async_to_sync(layer.group_add)(events.ALL_AUDITS_GROUP, "watcher-channel")
+            stack.callback(async_to_sync(layer.group_discard), events.ALL_AUDITS_GROUP,
+                           "watcher-channel")
+        elif someone == "a page request":
+            stack.enter_context(people_first.waiting())
+        gate = threading.Event()
+        blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
+                    for _ in range(thread_tasks.max_workers)]
+        runs = [submit_audit(**INPUT, enqueue=False) for _ in range(40)]
+        services.enqueue_audits([(run.pk, False) for run in runs])  # queued behind blockers
+        monkeypatch.setattr(people_first, "make_way", _no_pause)  # batches only, here
+        gate.set()
+        for blocker in blockers:
+            blocker.result()
+        assert thread_tasks.wait_idle(timeout=60)
+    assert sum(batches) == 40
+    if someone == "nobody":
+        assert batches[:2] == [8, 8] and batches[-1] <= 4  # shallower: batches of 4 again
+    else:
+        assert max(batches) == 4
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
+        "status", flat=True)) == {"complete"}
 
 
 @pytest.mark.django_db(transaction=True)
