@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 
 import pytest
@@ -253,6 +254,31 @@ def database_tasks(settings):
     _reset_task_backends(value)
     yield
     _reset_task_backends(IMMEDIATE)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_worker_logs_no_record_per_task_at_its_default_verbosity(
+    database_tasks, settings, caplog,
+):
+    from django.core.management import call_command
+
+    settings.AUDITOR_RECOVERY_INTERVAL = 0
+    tasks_logger = logging.getLogger("django.tasks")
+    level = tasks_logger.level
+    tasks_logger.setLevel(logging.WARNING)  # AUDITOR_TASK_LOG_LEVEL's default
+    caplog.set_level(logging.DEBUG)  # every record that is made reaches caplog
+    runs = [submit_audit(**INPUT) for _ in range(3)]
+    own_settings = connection.settings_dict
+    try:
+        call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload")
+        assert tasks_logger.level == logging.WARNING
+    finally:
+        connection.settings_dict = own_settings  # the worker made this thread's persistent
+        tasks_logger.setLevel(level)
+    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
+        "status", flat=True)) == {"complete"}
+    assert not [r for r in caplog.records
+                if r.name.startswith("django.tasks") and r.levelno < logging.WARNING]
 
 
 @pytest.mark.django_db(transaction=True)
