@@ -177,6 +177,9 @@ def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
     monkeypatch.setattr(thread_tasks, "batch_size", 4)
     monkeypatch.setattr(thread_tasks, "deep_batch_size", 8)  # deep: 16 queued (2 threads)
     layer = get_channel_layer()
+    async_to_sync(layer.flush)()  # no watcher left behind by an earlier test
+    assert not events.has_watchers(events.ALL_AUDITS_GROUP)
+    assert not people_first.someone_waiting()
     with contextlib.ExitStack() as stack:
         if someone == "a feed watcher":
             async_to_sync(layer.group_add)(events.ALL_AUDITS_GROUP, "watcher-channel")
