@@ -206,6 +206,20 @@ def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
         "status", flat=True)) == {"complete"}
 
 
+def test_the_deep_batch_limit_needs_a_deep_queue_and_never_raises(thread_tasks, monkeypatch):
+    deep = thread_tasks.deep_batch_size * thread_tasks.max_workers
+    monkeypatch.setattr(events, "has_watchers", lambda group: False)
+    monkeypatch.setattr(people_first, "someone_waiting", lambda: False)
+    assert thread_tasks._batch_limit(deep - 1) == thread_tasks.batch_size
+    assert thread_tasks._batch_limit(deep) == thread_tasks.deep_batch_size
+
+    def broken_layer(group):
+        raise RuntimeError("no channel layer")
+
+    monkeypatch.setattr(events, "has_watchers", broken_layer)
+    assert thread_tasks._batch_limit(deep) == thread_tasks.batch_size  # as if watched
+
+
 @pytest.mark.django_db(transaction=True)
 def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
