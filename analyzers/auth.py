@@ -304,10 +304,24 @@ class ApiKeyAuth(HttpBearer):
             if key is None:
                 return None
         self._check_scope(key)
-        ticket = rate_limiter.hit(key)
-        if ticket is not None:
-            await sync_to_async(rate_limiter.settle)(key, ticket)
+        await count_request(key)
         return key
+
+    def cached(self, request: HttpRequest) -> ApiKey | None:
+        """The request's key when its token was verified recently (`cached_key`) and it
+        has the scope; else None. Nothing is counted or queried: for a caller that leaves
+        every other case to this auth (audits.api.submit_asgi)."""
+        token = self._token(request)
+        key = cached_key(token) if token else None
+        return key if key is not None and key.allows(self.scope) else None
+
+
+async def count_request(key: ApiKey) -> None:
+    """Count one request of `key` against its rate limit (RateLimited past it); a query
+    only when the shared counter is due (`RateLimiter.hit`)."""
+    ticket = rate_limiter.hit(key)
+    if ticket is not None:
+        await sync_to_async(rate_limiter.settle)(key, ticket)
 
 
 ingest_auth = ApiKeyAuth("ingest")

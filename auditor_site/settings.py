@@ -250,6 +250,9 @@ AUDITOR_REQUEST_LOCK_WAIT_MS = envint("AUDITOR_REQUEST_LOCK_WAIT_MS", 2000)
 # requests that arrive while a commit is in flight are stored together, at most this many.
 AUDITOR_API_GROUP_COMMIT = envbool("AUDITOR_API_GROUP_COMMIT", True)
 AUDITOR_API_GROUP_MAX = envint("AUDITOR_API_GROUP_MAX", 100)
+# POST /api/audits answered in front of Django when its key was verified recently and its
+# body is valid (audits/api/submit_asgi.py); off: every submission through Django.
+AUDITOR_API_FAST_SUBMIT = envbool("AUDITOR_API_FAST_SUBMIT", True)
 # Bounded work: `?wait=true` waits at most this long (then 202), with at most this many
 # waiting requests per API key (more are queued: 202); responses of at least this many
 # characters are audited on the thread backend's own lane for large audits.

@@ -398,6 +398,10 @@ def end_to_end(key: str, args) -> dict:
         ("thread batches, 1 analysis process", "thread", 100, 1, 0, procs),
         (f"thread batches, {cores} analysis processes", "thread", 100, 1, 0, procs_cores),
         (f"thread 16 clients, {cores} analysis procs", "thread", 1, 16, 0, procs_cores),
+        # The same through Django's handler (audits.api.submit_asgi off): the baseline of
+        # the endpoint that answers POST /api/audits in front of Django.
+        (f"thread 16 clients, {cores} analysis procs, via Django", "thread", 1, 16, 0,
+         {**procs_cores, "AUDITOR_API_FAST_SUBMIT": "0"}),
         ("database batches, 1 db_worker", "database", 100, 1, 1, {}),
         (f"database batches, {cores} db_workers", "database", 100, 1, cores, {}),
         (f"database 16 clients, {cores} db_workers", "database", 1, 16, cores, {}),

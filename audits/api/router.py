@@ -154,10 +154,11 @@ def _conflict(body: AuditIn, exc: services.ExternalIdConflict) -> HttpError:
     )
 
 
-async def _submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
+async def submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
     """`_submit` under ASGI: the audit is stored with the others submitted meanwhile, in
     one transaction (audits.api.group_commit), and queued when it commits (so also for
-    `wait`: that commit is the audit's own, never an outer one)."""
+    `wait`: that commit is the audit's own, never an outer one). Also the store of
+    `POST /api/audits` answered in front of Django (audits.api.submit_asgi)."""
     if not isinstance(request, ASGIRequest) or not settings.AUDITOR_API_GROUP_COMMIT:
         return await run_in_db_thread(request, _submit, request, body, wait)
     outcome = await group_commit.submit(request, group_commit.Submission(
@@ -190,9 +191,9 @@ async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
     # and by at most AUDITOR_WAIT_PER_KEY requests of one key at once; past either bound
     # the answer is 202 and the audit completes in the background.
     if not wait or not _wait_slots.acquire(request.auth):
-        return await _submit_grouped(request, body, False)
+        return await submit_grouped(request, body, False)
     try:
-        outcome = await _submit_grouped(request, body, True)
+        outcome = await submit_grouped(request, body, True)
         if outcome.status_code != 202:
             return outcome
         return await _wait_for(request, outcome.value["id"])
