@@ -6,7 +6,7 @@ the view (README, Benchmarks). This plain ASGI app (routed in auditor_site/asgi.
 the request itself only when it needs nothing of that machinery:
 
 - `POST /api/audits`, without a query string (`?wait=` and anything unexpected go to
-  Django), with `AUDITOR_API_FAST_SUBMIT` and group commit on;
+  Django), with `AUDITOR_API_FAST_SUBMIT` on;
 - nothing Django's middleware would refuse or redirect: the Host is allowed
   (`ALLOWED_HOSTS`, Django's own check), the request is secure or `SECURE_SSL_REDIRECT`
   off, no `DISALLOWED_USER_AGENTS`, no script prefix;
@@ -115,7 +115,7 @@ def _plain_request(scope: Scope) -> ASGIRequest | None:
     """The request as Django would see it, when it is one this endpoint may answer."""
     if (scope["method"] != "POST" or scope.get("query_string") or scope.get("root_path")
             or settings.FORCE_SCRIPT_NAME or settings.DISALLOWED_USER_AGENTS
-            or not settings.AUDITOR_API_FAST_SUBMIT or not settings.AUDITOR_API_GROUP_COMMIT):
+            or not settings.AUDITOR_API_FAST_SUBMIT):
         return None
     try:
         request = ASGIRequest(scope, io.BytesIO())
