@@ -439,6 +439,17 @@ def end_to_end(key: str, args) -> dict:
             r = median_round(rounds)
             results[f"{tree}: {label}"] = r
             print_scenario(tree, label, backend, workers, r)
+    fast = results.get(f"after: thread 16 clients, {cores} analysis procs")
+    django = results.get(f"after: thread 16 clients, {cores} analysis procs, via Django")
+    if fast and django:  # the endpoint in front of Django against its baseline, this run
+
+        def ratio(name: str) -> float:
+            return fast[name] / django[name]
+
+        print(f"  POST /api/audits in front of Django / via Django: server process CPU per "
+              f"audit x{ratio('server_process_cpu_ms_per_audit'):.2f}, all of it "
+              f"x{ratio('cpu_ms_per_audit'):.2f}, analysed and stored/s "
+              f"x{ratio('analysed_per_s'):.2f}")
     if args.live_probe:
         results["live probe"] = live_probe(key, args, engine_ms)
     if args.phoenix:
