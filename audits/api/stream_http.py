@@ -24,15 +24,12 @@ from typing import Any
 from django.conf import settings
 
 from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
+from .asgi_body import Disconnected
 
 logger = logging.getLogger(__name__)
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class Disconnected(Exception):
-    pass
 
 
 class LineReader:

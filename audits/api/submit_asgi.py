@@ -45,6 +45,7 @@ from analyzers.auth import count_request, ingest_auth_async
 
 from ..schemas import AuditAccepted, AuditIn, AuditOut
 from . import router
+from .asgi_body import Disconnected, Receive, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ RESPONSE_MIDDLEWARE = (
 ANSWERS = {200: AuditOut, 202: AuditAccepted}  # the view's success schemas
 
 Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -81,8 +81,9 @@ class SubmitEndpoint:
         if key is None:
             await self.django(scope, receive, send)
             return
-        raw = await _read_body(receive)
-        if raw is None:  # the client left: nothing stored, nobody to answer
+        try:  # its size bounded before (auditor_site.body_limit): no 413 here
+            raw = await read_body(receive, settings.AUDITOR_MAX_BODY_BYTES)
+        except Disconnected:  # the client left: nothing stored, nobody to answer
             return
         body = _valid_body(raw)
         if body is None:
@@ -125,18 +126,6 @@ def _plain_request(scope: Scope) -> ASGIRequest | None:
     if settings.SECURE_SSL_REDIRECT and not request.is_secure():
         return None
     return request
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole body (its size bounded by auditor_site.body_limit); None if the client left."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _valid_body(raw: bytes) -> AuditIn | None:

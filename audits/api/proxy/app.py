@@ -30,6 +30,7 @@ from analyzers.config_store import load_proxy_config
 
 from ...schemas import AuditIn
 from ...stream_session import StreamError, StreamSession, authenticate, bearer_token
+from ..asgi_body import Disconnected, read_body
 from .relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
 from .upstream import (
     ProxyFailure,
@@ -50,10 +51,6 @@ MODELS_PATH = "/v1/models"
 PATHS = (CHAT_PATH, CHAT_PATH + "/", MODELS_PATH, MODELS_PATH + "/")
 EXTENSION_KEYS = {"sources", "external_id", "collision_key", "options", "metadata"}
 ERROR_BODY_CAP = 64_000
-
-
-class Disconnected(Exception):
-    pass
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
@@ -80,21 +77,6 @@ async def _failure(send: Send, exc: ProxyFailure | StreamError,
         if exc.status == 401:
             headers = [*headers, (b"www-authenticate", b"Bearer")]
     await _answer(send, exc.status, exc.body, [*headers, *exc.headers])
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    parts, size, more = [], 0, True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise StreamError(413, f"request body too large: the limit is {limit} bytes")
-        parts.append(chunk)
-        more = message.get("more_body", False)
-    return b"".join(parts)
 
 
 def _text(content: Any) -> str:
@@ -164,7 +146,7 @@ async def proxy_endpoint(scope: dict[str, Any], receive: Receive, send: Send) ->
         if path == MODELS_PATH:
             await _models(upstream, send)
             return
-        raw = await _read_body(receive, settings.AUDITOR_MAX_BODY_BYTES)
+        raw = await read_body(receive, settings.AUDITOR_MAX_BODY_BYTES)
         body, head = parse_request(raw)
         if config.mode == "clean" and body.get("n") not in (None, 1):
             raise StreamError(400, "n > 1 is not supported in clean mode")
