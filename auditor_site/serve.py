@@ -5,7 +5,8 @@ uvicorn (httptools + uvloop + websockets, `uvicorn[standard]`) serving
 daphne, uvicorn hands a request body to the application as it arrives and stops reading
 the socket while the application does not ask for more, so `BodyLimitMiddleware` refuses
 an oversized upload before it is buffered. A WebSocket message may be at most
-`AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing.
+`AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing, and a request's line and headers
+`AUDITOR_MAX_HEAD_BYTES` (auditor_site/head_limit.py: httptools has no such bound).
 
 Analysis processes: unless `AUDITOR_ANALYSIS_PROCESSES` is set, this server analyses in
 `default_analysis_processes()` child processes (2 on a machine with 2 cores or more, else
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
     django.setup()
     import auditor_site.asgi  # noqa: F401  (loaded now, to be settled with the rest)
+    from auditor_site.head_limit import HeadLimitedProtocol
 
     heap.settle("start")
     config = uvicorn.Config(
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         lifespan="off",  # Channels' router speaks http and websocket only
+        http=HeadLimitedProtocol,  # httptools, with a bound on a request's head
         ws_max_size=settings.AUDITOR_MAX_BODY_BYTES + WS_FRAMING,
         timeout_graceful_shutdown=args.graceful_timeout,
         log_level=args.log_level,

@@ -1,4 +1,4 @@
-"""The shipped server: bodies refused before they are buffered, prompt SIGTERM.
+"""The shipped server: bodies and heads refused before they are buffered, prompt SIGTERM.
 
 Against a real server process on 127.0.0.1 (`tests.live_support.start_server`), with raw
 sockets so the test controls exactly what is sent: a body that never arrives, or a chunked
@@ -87,6 +87,88 @@ def test_bodies_within_the_limit_still_reach_the_api(server, make_key):
         assert client.post("/api/audits", content=chunks(), headers=headers).status_code == 202
         unauthenticated = client.post("/api/audits", content=b"x" * (LIMIT + 1))
         assert unauthenticated.status_code == 413
+
+
+HEAD_LIMIT = 65_536  # AUDITOR_MAX_HEAD_BYTES's default
+
+
+def rss_kb(proc) -> int:
+    with open(f"/proc/{proc.pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def send_endlessly(sock: socket.socket, prefix: bytes, total: int) -> int:
+    """`prefix`, then up to `total` bytes of "a" in 1 MiB pieces; how many were sent
+    before the server closed the connection."""
+    sock.sendall(prefix)
+    piece, sent = b"a" * (1 << 20), 0
+    try:
+        while sent < total:
+            sock.sendall(piece)
+            sent += len(piece)
+    except OSError:  # the server answered and closed
+        pass
+    return sent
+
+
+def test_a_header_that_never_ends_gets_431_and_the_server_keeps_its_memory(server):
+    """httptools keeps a header until it ends: before the bound, 200 MB of one header grew
+    the server by ~400 MB."""
+    port, proc = server
+    before = rss_kb(proc)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sent = send_endlessly(sock, b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    b"X-Padding: ", 64 << 20)
+        status, head = read_status(sock)
+    assert status == 431
+    assert b"connection: close" in head.lower()
+    assert sent < 64 << 20  # refused while it was still being sent
+    assert rss_kb(proc) - before < 16_000
+
+
+def test_a_url_over_the_head_limit_gets_431(server):
+    port, _ = server
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        send_endlessly(sock, b"GET /accounts/login/?q=", 4 << 20)
+        status, _ = read_status(sock)
+    assert status == 431
+
+
+def test_heads_within_the_limit_still_reach_the_app(server, make_key):
+    """A head just under the limit, sent in small pieces; then, on one keep-alive
+    connection, three requests whose heads add up to more than the limit; and a body larger
+    than the limit that may arrive in the same read as its head: none of it is refused."""
+    port, _ = server
+
+    def head(headers: int) -> bytes:  # ~1 KB per header
+        padding = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"v" * 1000) for i in range(headers))
+        return b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n" + padding + b"\r\n"
+
+    big, get = head(62), head(40)
+    assert HEAD_LIMIT - 4096 < len(big) < HEAD_LIMIT
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for i in range(0, len(big), 1000):
+            sock.sendall(big[i:i + 1000])
+            time.sleep(0.001)
+        assert read_status(sock)[0] == 200
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for _ in range(3):
+            sock.sendall(get)
+            status, head = read_status(sock)
+            assert status == 200
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            rest = head.split(b"\r\n\r\n", 1)[1]
+            while len(rest) < length:
+                rest += sock.recv(65536)
+    key = make_key("ingest")
+    body = json.dumps({"user_input": "q", "response": "x" * 90_000}).encode()
+    assert len(body) > HEAD_LIMIT
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Authorization: Bearer " + key.encode() + b"\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        assert read_status(sock)[0] == 202
 
 
 def test_sigterm_stops_the_server_promptly_while_a_request_keeps_a_thread_busy(tmp_path, make_key):
