@@ -238,8 +238,10 @@ else:
     raise ImproperlyConfigured("AUDITOR_TASK_BACKEND must be 'thread', 'database' or 'immediate'")
 # API limits: request body size and requests per minute per API key.
 AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
-# A request's line and headers, on the shipped server (auditor_site/head_limit.py).
+# A request's line and headers, on the shipped server (auditor_site/head_limit.py): their
+# size, and the seconds they may take to arrive.
 AUDITOR_MAX_HEAD_BYTES = envint("AUDITOR_MAX_HEAD_BYTES", 65_536)
+AUDITOR_HEAD_TIMEOUT_S = max(1, envint("AUDITOR_HEAD_TIMEOUT_S", 30))
 AUDITOR_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_RATE_LIMIT_PER_MINUTE", 6000)
 # POST /v1/traces (OTLP): body on the wire, after gzip, spans per request, text per span.
 AUDITOR_OTLP_MAX_BODY_BYTES = envint("AUDITOR_OTLP_MAX_BODY_BYTES", 8_000_000)

@@ -1,4 +1,5 @@
-"""The shipped server: bodies and heads refused before they are buffered, prompt SIGTERM.
+"""The shipped server: bodies and heads refused before they are buffered, heads that take
+too long refused, prompt SIGTERM.
 
 Against a real server process on 127.0.0.1 (`tests.live_support.start_server`), with raw
 sockets so the test controls exactly what is sent: a body that never arrives, or a chunked
@@ -169,6 +170,72 @@ def test_heads_within_the_limit_still_reach_the_app(server, make_key):
                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                      % (len(body), body))
         assert read_status(sock)[0] == 202
+
+
+@pytest.fixture(scope="module")
+def impatient_server(django_db_setup, tmp_path_factory):
+    """A server giving a request head 1 s, whose audits take 1.5 s to analyse."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("impatient") / "server.log"
+    proc = start_server(port, log, AUDITOR_HEAD_TIMEOUT_S="1",
+                        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
+                        SLOW_ANALYZER_SECONDS="1.5")
+    yield port
+    stop(proc)
+
+
+def test_a_head_trickling_in_gets_408_when_its_time_is_up(impatient_server):
+    """uvicorn's keep-alive timeout stops at the first byte: a byte now and then held a
+    connection for as long as the client liked."""
+    with socket.create_connection(("127.0.0.1", impatient_server)) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        try:
+            for _ in range(20):  # 6 s of one byte every 0.3 s, unless closed before
+                time.sleep(0.3)
+                sock.sendall(b"z")
+        except OSError:
+            pass
+        status, head = read_status(sock)
+        assert status == 408
+        assert b"connection: close" in head.lower()
+        assert time.monotonic() - started < 3
+        assert sock.recv(65536) == b""  # closed
+
+
+def test_a_connection_that_never_sends_a_byte_is_closed_without_an_answer(impatient_server):
+    with socket.create_connection(("127.0.0.1", impatient_server)) as sock:
+        sock.settimeout(5)
+        started = time.monotonic()
+        assert sock.recv(65536) == b""
+        assert time.monotonic() - started < 3
+
+
+def test_the_head_timeout_spares_slow_answers_and_idle_keep_alive(impatient_server, make_key):
+    """A response longer than the timeout (an analysis of 1.5 s waited for), a pause
+    between two requests, and a head sent in pieces within its time: all answered on one
+    connection."""
+    key = make_key("ingest")
+    body = json.dumps({"user_input": "q", "response": "answer"}).encode()
+    post = (b"POST /api/audits?wait=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer " + key.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body))
+    with socket.create_connection(("127.0.0.1", impatient_server)) as sock:
+        started = time.monotonic()
+        sock.sendall(post)
+        status, head = read_status(sock, timeout=15)
+        assert status == 201 and time.monotonic() - started > 1.5
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        while len(rest) < length:
+            rest += sock.recv(65536)
+        time.sleep(0.8)  # idle between requests (the keep-alive timeout is 5 s)
+        get = b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for i in range(0, len(get), 10):
+            sock.sendall(get[i:i + 10])
+            time.sleep(0.1)
+        assert read_status(sock)[0] == 200
 
 
 def test_sigterm_stops_the_server_promptly_while_a_request_keeps_a_thread_busy(tmp_path, make_key):
