@@ -28,8 +28,6 @@ from typing import Any
 from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-DEFAULT_MAX_HEAD_BYTES = 65_536
-DEFAULT_HEAD_TIMEOUT_S = 30
 TOO_LARGE = (431, b"Request Header Fields Too Large", b"Request header fields too large.")
 TOO_SLOW = (408, b"Request Timeout", b"Request head not received in time.")
 
@@ -40,8 +38,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_head_bytes = getattr(settings, "AUDITOR_MAX_HEAD_BYTES", DEFAULT_MAX_HEAD_BYTES)
-        self.head_timeout_s = getattr(settings, "AUDITOR_HEAD_TIMEOUT_S", DEFAULT_HEAD_TIMEOUT_S)
+        self.max_head_bytes = settings.AUDITOR_MAX_HEAD_BYTES
+        self.head_timeout_s = settings.AUDITOR_HEAD_TIMEOUT_S
         self.head_bytes = 0  # of the head being read, in reads that did not complete it
         self.reading_head = True
         self.heads_read = 0
