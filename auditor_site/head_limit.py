@@ -26,10 +26,10 @@ import asyncio
 from typing import Any
 
 from django.conf import settings
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-TOO_LARGE = (431, b"Request Header Fields Too Large", b"Request header fields too large.")
-TOO_SLOW = (408, b"Request Timeout", b"Request head not received in time.")
+TOO_LARGE = (431, b"Request header fields too large.")
+TOO_SLOW = (408, b"Request head not received in time.")
 
 
 class HeadLimitedProtocol(HttpToolsProtocol):
@@ -101,9 +101,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self.logger.warning("Request head not complete in %g s refused.", self.head_timeout_s)
         self._refuse(*TOO_SLOW)
 
-    def _refuse(self, status: int, reason: bytes, text: bytes) -> None:
+    def _refuse(self, status: int, text: bytes) -> None:
         """An answer with the server's default headers, then close (as uvicorn's own 400)."""
-        content = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
         content.extend([

@@ -1,5 +1,5 @@
 """Reading a request body in the plain ASGI apps in front of Django (the proxy, the stream
-endpoint, `POST /api/audits`)."""
+endpoint, `POST /api/audits`), and their ASGI callables' types."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from ..stream_session import StreamError
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Disconnected(Exception):

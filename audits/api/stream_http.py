@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
 
 from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
-from .asgi_body import Disconnected
+from .asgi_body import Disconnected, Receive, Send
 
 logger = logging.getLogger(__name__)
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class LineReader:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
@@ -45,7 +44,7 @@ from analyzers.auth import count_request, ingest_auth_async
 
 from ..schemas import AuditAccepted, AuditIn, AuditOut
 from . import router
-from .asgi_body import Disconnected, Receive, read_body
+from .asgi_body import Disconnected, Receive, Send, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +60,6 @@ RESPONSE_MIDDLEWARE = (
 ANSWERS = {200: AuditOut, 202: AuditAccepted}  # the view's success schemas
 
 Scope = dict[str, Any]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class SubmitEndpoint:

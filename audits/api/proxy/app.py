@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -30,7 +29,7 @@ from analyzers.config_store import load_proxy_config
 
 from ...schemas import AuditIn
 from ...stream_session import StreamError, StreamSession, authenticate, bearer_token
-from ..asgi_body import Disconnected, read_body
+from ..asgi_body import Disconnected, Receive, Send, read_body
 from .relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
 from .upstream import (
     ProxyFailure,
@@ -43,8 +42,6 @@ from .upstream import (
 
 logger = logging.getLogger(__name__)
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
