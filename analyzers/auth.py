@@ -16,6 +16,10 @@ Hot-path costs are kept off the database:
   `RATE_SYNC_LOCK_WAIT_MS` for the lock, and if the counter is locked (or the database
   fails), the hits stay pending in memory and this request is decided on what this process
   knows; the next sync adds them.
+- Besides the minute, a key has a per-second burst (`AUDITOR_RATE_BURST_PER_S`, a token
+  bucket of that many requests refilled at that rate), counted in this process only: a
+  flood of one key (pollers) is refused within the second, not after its minute's budget.
+  A key without a rate limit (0) has no burst limit either.
 """
 
 from __future__ import annotations
@@ -162,6 +166,12 @@ def _increment(bucket: str, n: int) -> int | None:
 
 
 @dataclass
+class _Bucket:
+    tokens: float
+    at: float  # time.monotonic() of the last refill
+
+
+@dataclass
 class _Window:
     window: int
     shared: int = 0  # the database count at the last sync (every process's hits)
@@ -171,15 +181,35 @@ class _Window:
 
 
 class RateLimiter:
-    """Requests per key and minute; see the module docstring for the sharing rules."""
+    """Requests per key and minute, and per second (the burst); see the module docstring
+    for the sharing rules."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._windows: dict[str, _Window] = {}  # by key prefix (unique, never reused)
+        self._buckets: dict[str, _Bucket] = {}  # the per-second burst, by key prefix
 
     def reset(self) -> None:
         with self._lock:
             self._windows.clear()
+            self._buckets.clear()
+
+    def _take_burst(self, prefix: str) -> None:
+        """One token of the key's burst bucket (under `_lock`); RateLimited when empty."""
+        rate = settings.AUDITOR_RATE_BURST_PER_S
+        if rate <= 0:
+            return
+        now = time.monotonic()
+        bucket = self._buckets.get(prefix)
+        if bucket is None:
+            if len(self._buckets) >= AUTH_CACHE_MAX:  # bounded, as the verified keys
+                self._buckets.clear()
+            bucket = self._buckets[prefix] = _Bucket(float(rate), now)
+        bucket.tokens = min(float(rate), bucket.tokens + (now - bucket.at) * rate)
+        bucket.at = now
+        if bucket.tokens < 1:
+            raise RateLimited(max(1, math.ceil((1 - bucket.tokens) / rate)))
+        bucket.tokens -= 1
 
     def hit(self, key: ApiKey) -> tuple[_Window, int, float] | None:
         """Count one request. Returns None when allowed with no sync due, else a
@@ -190,6 +220,7 @@ class RateLimiter:
         now = time.time()
         window = int(now // WINDOW_S)
         with self._lock:
+            self._take_burst(key.prefix)
             state = self._windows.get(key.prefix)
             if state is None or state.window != window:
                 state = self._windows[key.prefix] = _Window(window)
@@ -247,7 +278,8 @@ rate_limiter = RateLimiter()
 
 
 def hit_rate_limit(key: ApiKey) -> None:
-    """Count one request for `key` in the current minute; RateLimited over the limit."""
+    """Count one request for `key` in the current minute and second; RateLimited over
+    either limit."""
     ticket = rate_limiter.hit(key)
     if ticket is not None:
         rate_limiter.settle(key, ticket)

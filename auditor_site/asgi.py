@@ -6,7 +6,8 @@ get 413 before they are read (auditor_site/body_limit.py). Requests and WebSocke
 most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
 `POST /api/audits` is answered in front of Django in its common case (a recently
-verified key, a valid body: audits/api/submit_asgi.py), else by Django.
+verified key, a valid body: audits/api/submit_asgi.py), else by Django; so is
+`GET /api/audits/<id>` (audits/api/poll_asgi.py).
 `POST /api/audits/stream` and the OpenAI-compatible proxy (`/v1/chat/completions`,
 `/v1/models`) go to plain ASGI apps in front of Django (Django reads a whole body before
 its views run, and cannot see a client leave mid-answer); `/ws/ingest/` is authenticated
@@ -38,6 +39,7 @@ from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.api import api  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
 from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
+from audits.api.poll_asgi import PollEndpoint, is_poll  # noqa: E402
 from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
 from audits.api.proxy import proxy_endpoint  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
@@ -47,6 +49,7 @@ from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noq
 
 STREAM_PATH = "/api/audits/stream"
 submit_endpoint = SubmitEndpoint(api, django_asgi_app)
+poll_endpoint = PollEndpoint(api, django_asgi_app)
 
 
 async def route_http(scope, receive, send):
@@ -55,6 +58,8 @@ async def route_http(scope, receive, send):
         await stream_endpoint(scope, receive, send)
     elif scope["path"] == SUBMIT_PATH:  # its common case in front of Django
         await submit_endpoint(scope, receive, send)
+    elif is_poll(scope):  # GET /api/audits/<id>: its common case too
+        await poll_endpoint(scope, receive, send)
     elif scope["path"] in PROXY_PATHS:  # the OpenAI-compatible proxy (audits/api/proxy/)
         await proxy_endpoint(scope, receive, send)
     else:

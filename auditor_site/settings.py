@@ -7,6 +7,7 @@ layer, in-process tasks); DATABASE_URL, REDIS_URL and AUDITOR_TASK_BACKEND scale
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -152,6 +153,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # failures only: no row per successful login
 AXES_VERBOSE = False
+# The address is REMOTE_ADDR: the peer, or what a trusted proxy forwarded (the server decides,
+# AUDITOR_TRUSTED_PROXIES); never a client's own X-Forwarded-For, even with ipware installed.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -242,11 +246,39 @@ AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
 # size, and the seconds they may take to arrive.
 AUDITOR_MAX_HEAD_BYTES = envint("AUDITOR_MAX_HEAD_BYTES", 65_536)
 AUDITOR_HEAD_TIMEOUT_S = max(1, envint("AUDITOR_HEAD_TIMEOUT_S", 30))
+# Seconds a request body may go without a byte (the streams' bodies: the stream timeout).
+AUDITOR_BODY_IDLE_TIMEOUT_S = max(1, envint("AUDITOR_BODY_IDLE_TIMEOUT_S", 30))
+
+
+def default_max_connections() -> int:
+    """Connections open at once: well under the file descriptors this process may open,
+    leaving room for the database, logs and analysis processes."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, min(int(soft * 0.8) - 100, 10_000))
+
+
+# Past this many open connections, a new one gets 503 at once (auditor_site/head_limit.py).
+AUDITOR_MAX_CONNECTIONS = max(1, envint("AUDITOR_MAX_CONNECTIONS", default_max_connections()))
+# Addresses (IPs or CIDRs, comma-separated) whose X-Forwarded-For / X-Forwarded-Proto the
+# server believes (the reverse proxy in front); none by default: the peer is the client.
+AUDITOR_TRUSTED_PROXIES = [
+    part.strip() for part in os.environ.get("AUDITOR_TRUSTED_PROXIES", "").split(",") if part.strip()
+]
+# Streams (POST /api/audits/stream, /ws/ingest/, the proxy): the seconds a stream may go
+# without a byte from its client, and the seconds it may last in all.
+AUDITOR_STREAM_IDLE_TIMEOUT_S = max(1, envint("AUDITOR_STREAM_IDLE_TIMEOUT_S", 120))
+AUDITOR_STREAM_MAX_S = max(1, envint("AUDITOR_STREAM_MAX_S", 900))
 AUDITOR_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_RATE_LIMIT_PER_MINUTE", 6000)
+# A key's burst: requests per second, per server process (analyzers/auth.py; 0: none).
+AUDITOR_RATE_BURST_PER_S = envint("AUDITOR_RATE_BURST_PER_S", 100)
 # POST /v1/traces (OTLP): body on the wire, after gzip, spans per request, text per span.
 AUDITOR_OTLP_MAX_BODY_BYTES = envint("AUDITOR_OTLP_MAX_BODY_BYTES", 8_000_000)
 AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES = envint("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", 32_000_000)
 AUDITOR_OTLP_MAX_SPANS = envint("AUDITOR_OTLP_MAX_SPANS", 2000)
+# OTLP/JSON (several times protobuf's CPU per byte): its own, lower, bound on the body.
+AUDITOR_OTLP_JSON_MAX_BYTES = envint("AUDITOR_OTLP_JSON_MAX_BYTES", 4_000_000)
 AUDITOR_OTLP_MAX_TEXT_CHARS = envint("AUDITOR_OTLP_MAX_TEXT_CHARS", 200_000)
 # How long a request waits for SQLite's write lock before its 503 (analyzers/lock_wait.py).
 AUDITOR_REQUEST_LOCK_WAIT_MS = envint("AUDITOR_REQUEST_LOCK_WAIT_MS", 2000)
@@ -262,6 +294,13 @@ AUDITOR_API_FAST_SUBMIT = envbool("AUDITOR_API_FAST_SUBMIT", True)
 # characters are audited on the thread backend's own lane for large audits.
 AUDITOR_WAIT_TIMEOUT_S = envint("AUDITOR_WAIT_TIMEOUT_S", 30)
 AUDITOR_WAIT_PER_KEY = envint("AUDITOR_WAIT_PER_KEY", 2)
+# GET /api/audits/{id} (audits/api/polling.py): finished audits kept serialised per process
+# (entries, bytes); GETs of one key waiting at once with `?wait=`; answered in front of
+# Django when the key was verified recently (audits/api/poll_asgi.py).
+AUDITOR_POLL_CACHE_ENTRIES = envint("AUDITOR_POLL_CACHE_ENTRIES", 1000)
+AUDITOR_POLL_CACHE_BYTES = envint("AUDITOR_POLL_CACHE_BYTES", 32_000_000)
+AUDITOR_POLL_WAIT_PER_KEY = envint("AUDITOR_POLL_WAIT_PER_KEY", 100)
+AUDITOR_API_FAST_GET = envbool("AUDITOR_API_FAST_GET", True)
 AUDITOR_LARGE_AUDIT_CHARS = envint("AUDITOR_LARGE_AUDIT_CHARS", 100_000)
 
 # Third-party analyzers by dotted path (comma-separated in the environment).

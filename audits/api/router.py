@@ -44,7 +44,7 @@ from ..schemas import (
     ReviewIn,
     ReviewOut,
 )
-from . import group_commit
+from . import group_commit, polling
 from .export import export_page
 from .stream_http import buffered_stream
 
@@ -201,30 +201,7 @@ async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
         _wait_slots.release(request.auth)
 
 
-class _WaitSlots:
-    """`?wait=true` requests in progress per API key, in this process."""
-
-    def __init__(self) -> None:
-        self.counts: dict[object, int] = {}
-
-    def acquire(self, key: object) -> bool:
-        key_id = getattr(key, "pk", key)
-        if self.counts.get(key_id, 0) >= settings.AUDITOR_WAIT_PER_KEY:
-            return False
-        self.counts[key_id] = self.counts.get(key_id, 0) + 1
-        return True
-
-    def release(self, key: object) -> None:
-        key_id = getattr(key, "pk", key)
-        left = self.counts.get(key_id, 0) - 1
-        if left > 0:
-            self.counts[key_id] = left
-        else:
-            self.counts.pop(key_id, None)
-
-
-_wait_slots = _WaitSlots()  # only touched on the event loop: no lock needed
-WAIT_PAUSES_S = (0.01, 0.25)  # the first and the longest pause between two looks
+_wait_slots = polling.WaitSlots("AUDITOR_WAIT_PER_KEY")
 
 
 def _finished(run_id: str) -> tuple[str, dict | None]:
@@ -239,7 +216,7 @@ async def _wait_for(request: HttpRequest, run_id: str):
     """201 with the Audit once it finished, or 202 when it did not in time."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.AUDITOR_WAIT_TIMEOUT_S
-    pause, longest = WAIT_PAUSES_S
+    pause, longest = polling.WAIT_PAUSES_S
     while True:
         status, done = await run_in_db_thread(request, _finished, run_id)
         if done is not None:
@@ -540,10 +517,24 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
 @router.get(
     "/audits/{audit_id}",
     auth=read_auth_async,
-    response={200: AuditOut, 404: ErrorOut, **ERRORS},
+    response={200: AuditOut, 304: None, 404: ErrorOut, **ERRORS},
     summary="Get one audit",
 )
-async def get_audit(request: HttpRequest, audit_id: str):
+async def get_audit(
+    request: HttpRequest,
+    audit_id: str,
+    wait: str | None = Query(
+        None, description="seconds to wait for a pending or running audit to finish (at "
+        "most `AUDITOR_WAIT_TIMEOUT_S`; `true`: that long); its state when the time is up",
+    ),
+):
+    """The Audit, with an `ETag`: send it back as `If-None-Match` for a `304` while the
+    audit is unchanged. Poll with `?wait=` rather than in a loop (audits.api.polling)."""
     # An async view: a cached key costs no thread hop; the queries run on a pooled
     # database thread (audits.db_threads), not on a request thread of their own.
-    return await run_in_db_thread(request, _full, _audit_id(audit_id))
+    try:
+        seconds = polling.wait_seconds(wait)
+    except ValueError:
+        raise HttpError(422, [{"loc": ["query", "wait"],
+                               "msg": "wait: seconds (0 or more), true or false"}]) from None
+    return await polling.respond(request, _audit_id(audit_id), seconds)
