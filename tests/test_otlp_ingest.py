@@ -187,6 +187,36 @@ def test_the_older_per_message_events(ingest_key):
     assert (run.metadata["provider"], run.metadata["input_tokens"]) == ("openai", 3)
 
 
+def flat_attributes(tracer, attrs: dict) -> None:
+    with tracer.start_as_current_span("openai.chat") as span:
+        span.set_attributes({"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
+                             **attrs})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"gen_ai.prompt": "Flat question?", "gen_ai.completion": "Flat answer."},
+    {"gen_ai.operation.name": "chat", "gen_ai.prompt": "Flat question?",
+     "gen_ai.completion": "Flat answer."},
+    {"gen_ai.prompt": json.dumps([{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "Flat question?"}]),
+     "gen_ai.completion": json.dumps([{"role": "assistant", "content": "Flat answer."}])},
+    {"llm.request.type": "chat", "gen_ai.prompt.0.role": "system",
+     "gen_ai.prompt.0.content": "Be brief.", "gen_ai.prompt.1.role": "user",
+     "gen_ai.prompt.1.content": "Flat question?", "gen_ai.completion.0.role": "assistant",
+     "gen_ai.completion.0.content": "Flat answer."},
+    {"gen_ai.operation.name": "chat", "gen_ai.prompt.0.content": "Flat question?",
+     "gen_ai.completion.0.content": "Flat answer."},
+], ids=["flat-text", "flat-text-with-operation", "flat-json-messages", "indexed",
+        "indexed-with-operation"])
+def test_the_older_flat_prompt_and_completion_attributes(ingest_key, attrs):
+    r = post(proto_body(record(lambda t: flat_attributes(t, attrs))), ingest_key)
+    assert r.status_code == 200 and not answer(r).HasField("partial_success")
+    run = AuditRun.objects.get()
+    assert (run.user_input, run.response) == ("Flat question?", "Flat answer.")
+    assert (run.metadata["provider"], run.metadata["model"]) == ("openai", "gpt-4o")
+    assert "gen_ai.prompt" not in run.metadata["attributes"]  # the text is not metadata
+
+
 def test_non_llm_spans_are_ignored_and_malformed_ones_rejected_the_rest_stored(ingest_key):
     def build(tracer):
         with tracer.start_as_current_span("GET /checkout"):
@@ -253,6 +283,22 @@ def test_a_body_over_the_limit_is_413(ingest_key, settings):
     r = post(proto_body(record(genai_chat)), ingest_key)
     assert r.status_code == 413
     assert AuditRun.objects.count() == 0
+
+
+def test_otlp_json_has_its_own_lower_body_limit(ingest_key, settings):
+    settings.AUDITOR_OTLP_JSON_MAX_BYTES = 2_000
+    spans = record(lambda t: [genai_chat(t, question=f"q{i}") for i in range(3)])
+    body = json_body(spans)
+    assert len(body) > 2_000 and len(proto_body(spans)) < 4_000
+    for sent, encoding in ((body, ""), (gzip.compress(body), "gzip")):  # gzip: once inflated
+        r = post(sent, ingest_key, content_type=JS, content_encoding=encoding)
+        assert r.status_code == 413
+        message = json.loads(r.content)["message"]
+        assert "2000 bytes" in message and "AUDITOR_OTLP_JSON_MAX_BYTES" in message
+        assert "http/protobuf" in message
+    assert AuditRun.objects.count() == 0
+    assert post(proto_body(spans), ingest_key).status_code == 200  # protobuf: its own limit
+    assert AuditRun.objects.count() == 3
 
 
 def test_too_many_spans_in_one_request_is_413(ingest_key, settings):

@@ -3,8 +3,10 @@ against a real daphne server on 127.0.0.1 (this run's test database) and a scrip
 
 from __future__ import annotations
 
+import json
 import time
 
+import httpx
 import pytest
 from openai import OpenAI
 from opentelemetry.exporter.otlp.json.http.trace_exporter import (
@@ -24,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from audits.models import AuditRun
 from tests.live_support import daphne
 from tests.llm_server import Reply, ScriptedLLMServer
-from tests.otlp_support import genai_chat, rag_trace, record, split
+from tests.otlp_support import genai_chat, json_body, rag_trace, record, split
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,6 +127,59 @@ def test_a_retrieval_exported_after_its_analysed_llm_span_reruns_it(server, make
     rerun = next(r for r in wait_for_audits(2) if r.rerun_of_id == first.pk)
     assert [s["title"] for s in rerun.sources] == ["kb-1"]
     assert rerun.status == "complete" and rerun.metadata["late_sources"] is True
+
+
+def test_a_poison_span_is_rejected_alone_and_the_export_succeeds(server, make_key):
+    """NaN in an attribute and a lone surrogate in the messages: the export is not failed
+    (nor retried), the other spans are stored."""
+    key = make_key("ingest")
+    spans = record(lambda t: [
+        genai_chat(t, question="good"),
+        genai_chat(t, question="nan", extra={"app.score": float("nan")}),
+        genai_chat(t, question="surrogate", extra={"gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "content": "\ud800"}])}),
+    ])
+    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    runs = {r.user_input: r for r in wait_for_audits(2)}
+    assert sorted(runs) == ["good", "nan"]
+    assert runs["nan"].metadata["attributes"]["app.score"] == "NaN"
+
+
+def test_flat_prompt_and_completion_attributes_exported_by_the_sdk(server, make_key):
+    key = make_key("ingest")
+
+    def build(tracer):
+        with tracer.start_as_current_span("openai.chat") as span:
+            span.set_attributes({"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
+                                 "gen_ai.prompt": QUESTION, "gen_ai.completion": HOSTILE})
+
+    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert exporter.export(record(build)) == SpanExportResult.SUCCESS
+    run = wait_for_audits(1)[0]
+    assert (run.user_input, run.response) == (QUESTION, HOSTILE)
+    assert run.annotations.filter(type="LINK_UNSAFE_SCHEME").exists()
+
+
+def test_the_shipped_server_bounds_otlp_json_below_protobuf(server, make_key):
+    key = make_key("ingest")
+    spans = record(lambda t: [genai_chat(t, question=f"q{i}", answer="a" * 9_000)
+                              for i in range(460)])
+    body = json_body(spans)
+    assert 4_000_000 < len(body) < 8_000_000  # under the protobuf limit, over the JSON one
+    r = httpx.post(f"{server}/v1/traces", content=body, timeout=30,
+                   headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert "AUDITOR_OTLP_JSON_MAX_BYTES" in r.json()["message"]
+    exporter = JsonSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert exporter.export(spans) == SpanExportResult.FAILURE  # a 413 is not retried
+    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    assert AuditRun.objects.count() == 460
 
 
 # --- end to end: an instrumented openai client ---------------------------------------------

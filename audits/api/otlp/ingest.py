@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from analyzers.engine.contract import Source
 
 from ... import services
+from ...schemas import AuditIn
 from . import spans, traces
 
 MAX_MESSAGES = 5  # distinct rejection reasons quoted in partial_success.error_message
@@ -47,13 +48,29 @@ class Outcome:
         return f"{self.rejected} span(s) rejected: " + "; ".join(f"{r} ({n})" for r, n in top)
 
 
-def _valid_sources(call: spans.LLMCall) -> str | None:
+def _unstorable(user_input: str, response: str, sources: list, metadata: dict) -> str | None:
+    """Why these fields cannot be stored (what `POST /api/audits` refuses: NUL characters,
+    lone surrogates, NaN, invalid sources), else None."""
     try:
-        for source in call.sources:
+        for source in sources:
             Source.model_validate(source)
+        AuditIn.model_validate({"user_input": user_input, "response": response,
+                                "sources": sources, "metadata": metadata})
     except ValidationError as exc:
-        return f"invalid audit: {exc.errors()[0]['msg']}"
+        error = exc.errors()[0]
+        return f"invalid audit: {error['msg'].removeprefix('Value error, ')}"[:300]
     return None
+
+
+def _readable(retrieved: list[spans.Retrieved], outcome: Outcome) -> list[spans.Retrieved]:
+    """The retrievals whose documents can be stored; the others rejected."""
+    kept = []
+    for item in retrieved:
+        if reason := _unstorable("", "", item.sources, {}):
+            outcome.reject(f"retrieval span: {reason}")
+        else:
+            kept.append(item)
+    return kept
 
 
 def ingest(request_message, api_key) -> Outcome:
@@ -75,6 +92,7 @@ def ingest(request_message, api_key) -> Outcome:
     retrieved, errors = spans.retrievals(retrieval, bounds)
     for _, error in errors:
         outcome.reject(error)
+    retrieved = _readable(retrieved, outcome)
     outcome.ignored += len(retrieved)
     by_trace = traces.recall(api_key, {span.trace_id for span in llm})
     for item in retrieved:
@@ -88,7 +106,7 @@ def ingest(request_message, api_key) -> Outcome:
             continue
         if call is None:
             outcome.ignored += 1
-        elif reason := _valid_sources(call):
+        elif reason := _unstorable(call.user_input, call.response, call.sources, call.metadata):
             outcome.reject(reason)
         else:
             calls.append(call)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,10 @@ MESSAGE_EVENTS = {
     "gen_ai.tool.message": "tool",
 }
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+# The conversation as flat span attributes (the older convention, and OpenLLMetry's indexed
+# form): an LLM span even without gen_ai.operation.name.
+FLAT_CONTENT = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.prompt.0.content",
+                "gen_ai.completion.0.content")
 STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 
 # Attributes that carry the conversation itself: in the audit's text, not its metadata.
@@ -158,23 +163,35 @@ def kind_of(span: Span) -> str:
         return "llm"
     if oi_kind == "RETRIEVER" or operation == "retrieval":
         return "retrieval"
-    if not oi_kind and not operation and (
-        "gen_ai.completion.0.content" in attrs or "gen_ai.prompt.0.content" in attrs
-    ):
-        return "llm"  # OpenLLMetry (Traceloop) before it set gen_ai.operation.name
+    if not oi_kind and not operation and any(key in attrs for key in FLAT_CONTENT):
+        return "llm"  # OpenLLMetry (Traceloop) and others before gen_ai.operation.name
     return "other"
 
 
 # --- messages ----------------------------------------------------------------------------
 
 
+NOT_JSON = object()
+
+
+def _loads(text: str, what: str) -> Any:
+    """json.loads, NOT_JSON for text that is not JSON; MalformedSpan past the interpreter's
+    nesting limit (json recurses): a deeply nested payload costs one failed parse."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise MalformedSpan(f"{what} is nested too deeply") from None
+    except ValueError:
+        return NOT_JSON
+
+
 def _json(value: Any, what: str) -> Any:
     if not isinstance(value, str):
         return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        raise MalformedSpan(f"{what} is not valid JSON") from None
+    data = _loads(value, what)
+    if data is NOT_JSON:
+        raise MalformedSpan(f"{what} is not valid JSON")
+    return data
 
 
 def _text_of(content: Any) -> str:
@@ -251,10 +268,7 @@ def _value_messages(value: Any, mime: Any, output: bool) -> list[tuple[str, str]
     if value is None:
         return []
     if str(mime or "").lower() == "application/json" and isinstance(value, str):
-        try:
-            data = json.loads(value)
-        except ValueError:
-            data = None
+        data = _loads(value, "output.value" if output else "input.value")
         if isinstance(data, dict):
             if output and isinstance(data.get("choices"), list) and data["choices"]:
                 choice = data["choices"][0]
@@ -277,7 +291,7 @@ def _event_messages(span: Span) -> tuple[list[tuple[str, str]], list[tuple[str, 
                 outputs += _messages(attrs["gen_ai.output.messages"], "gen_ai.output.messages")
         elif name in MESSAGE_EVENTS:
             content = attrs.get("content", attrs.get("gen_ai.event.content"))
-            inputs.append((MESSAGE_EVENTS[name], _text_of(_maybe_json(content))))
+            inputs.append((MESSAGE_EVENTS[name], _text_of(_maybe_json(content, name))))
         elif name == "gen_ai.choice":
             message = attrs.get("message", attrs.get("gen_ai.event.content"))
             if message is not None:
@@ -286,18 +300,25 @@ def _event_messages(span: Span) -> tuple[list[tuple[str, str]], list[tuple[str, 
                 outputs.append(("assistant", _text_of(attrs.get("message.content",
                                                                 attrs.get("content")))))
         elif name == "gen_ai.content.prompt" and "gen_ai.prompt" in attrs:
-            inputs += _messages(_maybe_json(attrs["gen_ai.prompt"]), "gen_ai.prompt")
+            inputs += _flat_messages(attrs, "gen_ai.prompt", "user")
         elif name == "gen_ai.content.completion" and "gen_ai.completion" in attrs:
-            outputs += _messages(_maybe_json(attrs["gen_ai.completion"]), "gen_ai.completion")
+            outputs += _flat_messages(attrs, "gen_ai.completion", "assistant")
     return inputs, outputs
 
 
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("[", "{"):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+def _flat_messages(attrs: dict[str, Any], key: str, role: str) -> list[tuple[str, str]]:
+    """`gen_ai.prompt` / `gen_ai.completion` (an event's or the span's): the text itself, or
+    the messages as JSON."""
+    value = _maybe_json(attrs[key], key)
+    if isinstance(value, str):
+        return [(role, value)]
+    return _messages(value, key)
+
+
+def _maybe_json(value: Any, what: str) -> Any:
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        data = _loads(value, what)
+        return value if data is NOT_JSON else data
     return value
 
 
@@ -324,6 +345,10 @@ def conversation(span: Span) -> tuple[str, list[tuple[str, str]], list[tuple[str
                   for f in _indexed(attrs, "gen_ai.prompt").values()]
         outputs = [(str(f.get("role", "assistant")), _text_of(f.get("content")))
                    for f in _indexed(attrs, "gen_ai.completion").values()]
+    if not inputs and "gen_ai.prompt" in attrs:  # the flat attributes of older instrumentations
+        inputs = _flat_messages(attrs, "gen_ai.prompt", "user")
+    if not outputs and "gen_ai.completion" in attrs:
+        outputs = _flat_messages(attrs, "gen_ai.completion", "assistant")
     return "genai", inputs, outputs
 
 
@@ -340,7 +365,7 @@ def documents(span: Span, limits: Limits) -> list[dict[str, Any]]:
     attrs = span.attributes
     docs: list[dict[str, Any]] = []
     for fields in _indexed(attrs, "retrieval.documents").values():
-        meta = _maybe_json(fields.get("document.metadata"))
+        meta = _maybe_json(fields.get("document.metadata"), "document.metadata")
         docs.append({"id": fields.get("document.id"), "content": fields.get("document.content"),
                      "metadata": meta if isinstance(meta, dict) else {}})
     if "gen_ai.retrieval.documents" in attrs:
@@ -376,17 +401,37 @@ def _first(attrs: dict[str, Any], *keys: str) -> Any:
     return None
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
+INT64_MAX = 2**63 - 1
+
+
+def _count(value: Any) -> int | None:
+    """A token count: a non-negative int64 from an int, float or numeric string; None for
+    anything else (NaN, Infinity, "1e999", negative, larger than int64)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float | str):
+    if not isinstance(value, int):
         try:
-            return int(float(value))
+            number = float(value)
         except ValueError:
             return None
-    return None
+        if not math.isfinite(number):
+            return None
+        value = int(number)
+    return value if 0 <= value <= INT64_MAX else None
+
+
+def _safe(value: Any) -> Any:
+    """A metadata value storable as JSON text anywhere: NaN and Infinity as strings ("NaN",
+    "Infinity", "-Infinity"), NUL characters as U+FFFD (the rest of the span is kept)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    return value
 
 
 def _bounded_attributes(attrs: dict[str, Any], limits: Limits) -> dict[str, Any]:
@@ -427,13 +472,13 @@ def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall 
     if len(user_input) > limits.max_text_chars or len(response) > limits.max_text_chars:
         raise MalformedSpan(f"input or output longer than {limits.max_text_chars} characters")
     attrs = span.attributes
-    input_tokens = _int(_first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
+    input_tokens = _count(_first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
                                "llm.token_count.prompt"))
-    output_tokens = _int(_first(attrs, "gen_ai.usage.output_tokens",
+    output_tokens = _count(_first(attrs, "gen_ai.usage.output_tokens",
                                 "gen_ai.usage.completion_tokens", "llm.token_count.completion"))
-    total_tokens = _int(_first(attrs, "llm.token_count.total", "llm.usage.total_tokens"))
+    total_tokens = _count(_first(attrs, "llm.token_count.total", "llm.usage.total_tokens"))
     if total_tokens is None and input_tokens is not None and output_tokens is not None:
-        total_tokens = input_tokens + output_tokens
+        total_tokens = _count(input_tokens + output_tokens)
     metadata = {
         "source": "otlp",
         "convention": convention,
@@ -458,7 +503,7 @@ def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall 
         external_id=f"{span.trace_id}:{span.span_id}",
         user_input=user_input,
         response=response,
-        metadata=metadata,
+        metadata=_safe(metadata),
         sources=sources,
     )
 

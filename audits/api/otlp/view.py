@@ -3,8 +3,10 @@
 The OTLP/HTTP answers: 200 with an `ExportTraceServiceResponse` in the request's encoding
 (`partial_success` counts the rejected spans and says why); 400 for a body that is not an
 export request; 401/403 for a missing, wrong or under-scoped key; 413 over the body,
-decompressed-size or span-count limits; 415 for another Content-Type or Content-Encoding;
-429 with `Retry-After` over the key's rate limit; 503 (retryable) when the database fails.
+decompressed-size or span-count limits (OTLP/JSON has its own, lower, size limit); 415 for
+another Content-Type or Content-Encoding; 429 with `Retry-After` over the key's rate limit;
+503 (retryable) when the database is unavailable. A span that cannot be read or stored is
+rejected alone (`partial_success`), the rest of the export stored.
 Error bodies are `google.rpc.Status`. Spans that are not LLM calls are accepted and ignored.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -29,6 +31,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 8_000_000
 DEFAULT_MAX_DECOMPRESSED_BYTES = 32_000_000
 DEFAULT_MAX_SPANS = 2_000
+# OTLP/JSON costs several times protobuf's CPU per byte to parse (json_format is Python):
+# its own, lower bound, on the body as sent and once decompressed.
+DEFAULT_JSON_MAX_BYTES = 4_000_000
+JSON_HINT = ("; OTLP/JSON is limited by AUDITOR_OTLP_JSON_MAX_BYTES: export protobuf "
+             "(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) or smaller batches "
+             "(OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
 
 
 def _setting(name: str, default: int) -> int:
@@ -54,39 +62,59 @@ def _authenticate(request: HttpRequest):
     return key
 
 
-def _read_body(request: HttpRequest) -> bytes:
+def _limits(fmt: str) -> tuple[int, int, str]:
+    """(body limit, decompressed limit, what a 413 adds) for this encoding."""
+    body = _setting("AUDITOR_OTLP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
+    decompressed = _setting("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", DEFAULT_MAX_DECOMPRESSED_BYTES)
+    if fmt != JSON:
+        return body, decompressed, ""
+    json_limit = _setting("AUDITOR_OTLP_JSON_MAX_BYTES", DEFAULT_JSON_MAX_BYTES)
+    return min(body, json_limit), min(decompressed, json_limit), JSON_HINT
+
+
+def _read_body(request: HttpRequest, limit: int, hint: str) -> bytes:
     """The raw body, refused past the limit (by Content-Length, else by what arrives)."""
-    limit = _setting("AUDITOR_OTLP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
     if length > limit:
-        raise OtlpError(413, f"request body is larger than {limit} bytes")
+        raise OtlpError(413, f"request body is larger than {limit} bytes{hint}")
     body = request.read(limit + 1)
     if len(body) > limit:
-        raise OtlpError(413, f"request body is larger than {limit} bytes")
+        raise OtlpError(413, f"request body is larger than {limit} bytes{hint}")
     return body
 
 
 def _handle(request: HttpRequest, fmt: str) -> HttpResponse:
+    """The export; 503 (retryable) only when the database cannot be reached or used, from
+    the key's lookup on: the data of a span never gives a 5xx (a bad span is rejected)."""
+    try:
+        return _export(request, fmt)
+    except (OperationalError, InterfaceError):
+        logger.exception("OTLP ingestion: the database is unavailable")
+        raise OtlpError(503, "the database is unavailable; try again later", retry_after=5) from None
+
+
+def _export(request: HttpRequest, fmt: str) -> HttpResponse:
     api_key = _authenticate(request)
+    body_limit, decompressed_limit, hint = _limits(fmt)
     body = decode.decompress(
-        _read_body(request),
+        _read_body(request, body_limit, hint),
         request.headers.get("Content-Encoding", ""),
-        _setting("AUDITOR_OTLP_MAX_DECOMPRESSED_BYTES", DEFAULT_MAX_DECOMPRESSED_BYTES),
+        decompressed_limit,
+        hint,
     )
-    message = decode.parse_request(body, fmt)
+    message, unreadable = decode.parse_request(body, fmt)
     max_spans = _setting("AUDITOR_OTLP_MAX_SPANS", DEFAULT_MAX_SPANS)
-    count = sum(len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans)
+    count = len(unreadable) + sum(
+        len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans)
     if count > max_spans:
         raise OtlpError(413, f"{count} spans in one request; the limit is {max_spans} "
                              "(lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
-    try:
-        outcome = ingest(message, api_key)
-    except DatabaseError:
-        logger.exception("OTLP ingestion: database error")
-        raise OtlpError(503, "the database is unavailable; try again later", retry_after=5) from None
+    outcome = ingest(message, api_key)
+    for reason in unreadable:
+        outcome.reject(reason)
     response = HttpResponse(
         decode.export_response(outcome.rejected, outcome.message(), fmt), content_type=fmt
     )
