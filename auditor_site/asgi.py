@@ -2,7 +2,9 @@
 `python -m auditor_site.serve`).
 
 Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_BODY_BYTES`
-get 413 before they are read (auditor_site/body_limit.py). Requests and WebSockets wait at
+get 413 before they are read (auditor_site/body_limit.py); then `KeyGate`: a body to an
+endpoint that needs an API key is refused from the head when the key cannot pass
+(auditor_site/key_gate.py). Requests and WebSockets wait at
 most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
 `POST /api/audits` is answered in front of Django in its common case (a recently
@@ -38,16 +40,20 @@ from django.conf import settings  # noqa: E402
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.api import api  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
+from auditor_site.key_gate import KeyGate  # noqa: E402
 from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
 from audits.api.poll_asgi import PollEndpoint, is_poll  # noqa: E402
 from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
 from audits.api.proxy import proxy_endpoint  # noqa: E402
+from audits.api.proxy.app import CHAT_PATH  # noqa: E402
 from audits.api.stream_http import stream_endpoint  # noqa: E402
 from audits.api.submit_asgi import PATH as SUBMIT_PATH  # noqa: E402
 from audits.api.submit_asgi import SubmitEndpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 STREAM_PATH = "/api/audits/stream"
+# Bodies sent as they come: their idle timeout is the streams' (auditor_site/head_limit.py).
+STREAMING_PATHS = frozenset({STREAM_PATH, STREAM_PATH + "/", CHAT_PATH, CHAT_PATH + "/"})
 submit_endpoint = SubmitEndpoint(api, django_asgi_app)
 poll_endpoint = PollEndpoint(api, django_asgi_app)
 
@@ -76,9 +82,12 @@ def body_limit(path: str) -> int:
     return settings.AUDITOR_MAX_BODY_BYTES
 
 
+# The scope of each key-protected path answered outside ninja (their own checks answer).
+FRONT_SCOPES = {path: "ingest" for path in (STREAM_PATH, OTLP_PATH, *PROXY_PATHS)}
+
 # The stream endpoint counts its own body (it answers while it reads).
 http_app = BodyLimitMiddleware(
-    route_http,
+    KeyGate(route_http, FRONT_SCOPES),
     limit=body_limit,
     counted_by_app=(STREAM_PATH, STREAM_PATH + "/"),
 )

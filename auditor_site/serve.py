@@ -6,7 +6,10 @@ daphne, uvicorn hands a request body to the application as it arrives and stops 
 the socket while the application does not ask for more, so `BodyLimitMiddleware` refuses
 an oversized upload before it is buffered. A WebSocket message may be at most
 `AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing, and a request's line and headers
-`AUDITOR_MAX_HEAD_BYTES` (auditor_site/head_limit.py: httptools has no such bound).
+`AUDITOR_MAX_HEAD_BYTES` (auditor_site/head_limit.py: httptools has no such bound). The
+same protocol times heads and bodies and caps the open connections
+(`AUDITOR_MAX_CONNECTIONS`). The client's address (REMOTE_ADDR: the login throttle) is the
+peer's, or what `X-Forwarded-For` says when the peer is in `AUDITOR_TRUSTED_PROXIES`.
 
 Analysis processes: unless `AUDITOR_ANALYSIS_PROCESSES` is set, this server analyses in
 `default_analysis_processes()` child processes (2 on a machine with 2 cores or more, else
@@ -22,6 +25,7 @@ this way is re-queued by the recovery of runs left behind).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     django.setup()
-    import auditor_site.asgi  # noqa: F401  (loaded now, to be settled with the rest)
+    import auditor_site.asgi  # (loaded now, to be settled with the rest)
     from auditor_site.head_limit import HeadLimitedProtocol
 
     heap.settle("start")
@@ -63,7 +67,12 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         lifespan="off",  # Channels' router speaks http and websocket only
-        http=HeadLimitedProtocol,  # httptools, with a bound on a request's head
+        # httptools, with bounds on a request's head and body and on the connections
+        http=functools.partial(HeadLimitedProtocol,
+                               stream_paths=auditor_site.asgi.STREAMING_PATHS),
+        # X-Forwarded-For/-Proto only from the proxies named (uvicorn's default: loopback)
+        proxy_headers=bool(settings.AUDITOR_TRUSTED_PROXIES),
+        forwarded_allow_ips=settings.AUDITOR_TRUSTED_PROXIES,
         ws_max_size=settings.AUDITOR_MAX_BODY_BYTES + WS_FRAMING,
         timeout_graceful_shutdown=args.graceful_timeout,
         log_level=args.log_level,
