@@ -1,8 +1,14 @@
 """The `proxy` section of the configuration: where `POST /v1/chat/completions` sends requests.
 
 ```json
-"proxy": {"base_url": null, "api_key_env": "AUDITOR_UPSTREAM_API_KEY", "timeout_s": 60, "mode": "clean"}
+"proxy": {"base_url": null, "api_key_env": "AUDITOR_UPSTREAM_API_KEY", "timeout_s": 60, "mode": "clean",
+          "extra_text": "audit", "max_held_bytes": 1000000}
 ```
+
+`timeout_s` bounds the wait for the upstream's next byte (AUDITOR_STREAM_MAX_S bounds a whole
+answer). In mode `clean`, `extra_text` says what becomes of an answer's `refusal` and
+reasoning text (`reasoning_content`, `reasoning`): audited like `content` (`audit`) or
+dropped (`drop`); `max_held_bytes` bounds the frames held behind a paragraph not yet audited.
 
 The section is stored with the global settings (their `extra` JSON) and travels with the
 rest of the configuration (admin, `import_config`/`export_config`, `/api/config`). The
@@ -37,6 +43,8 @@ class ProxyConfig(BaseModel):
     api_key_env: str = Field(default="AUDITOR_UPSTREAM_API_KEY", min_length=1, max_length=200)
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     mode: Literal["clean", "observe"] = "clean"
+    extra_text: Literal["audit", "drop"] = "audit"
+    max_held_bytes: int = Field(default=1_000_000, ge=10_000, le=64_000_000)
 
     def api_key(self) -> str | None:
         """The upstream key from the environment, only when the operator allows the name."""

@@ -4,8 +4,11 @@ Real HTTP on 127.0.0.1 (port 0), threaded. Each `POST /v1/chat/completions` take
 scripted `Completion` (or the `default`): a JSON completion, or with `stream: true` an SSE
 stream of `chat.completion.chunk`s, one token at a time with `token_delay` between them,
 tool calls, usage when `stream_options.include_usage`, and `[DONE]`; or an error status,
-or a hang. It records the requests and notices a client that goes away (`disconnected`).
-`GET /v1/models` lists one model.
+or a hang. A hostile upstream is scripted with `frames` (the SSE frames sent instead),
+`body` (the raw answer or error body), `content_type` and `echo_credentials` (an error
+body that repeats the Authorization header it received). It records the requests and
+notices a client that goes away (`disconnected`). `GET /v1/models` lists one model, or
+answers `models` when that is set.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import select
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +44,10 @@ class Completion:
     pause: float = 0.0
     completion_id: str = "chatcmpl-test"
     model: str = "upstream-model"
+    frames: Callable[[], Iterable[bytes]] | None = None  # the stream's frames, as they are
+    body: bytes | None = None  # the answer's (or error's) body, as it is
+    content_type: str = "application/json"
+    echo_credentials: bool = False  # the error body repeats the Authorization header
 
 
 @dataclass
@@ -57,6 +65,7 @@ class UpstreamServer:
         self.disconnected = threading.Event()
         self.sent: list[bytes] = []  # every streamed answer's bytes, in order of completion
         self.lock = threading.Lock()
+        self.models: Completion | None = None  # what GET /v1/models answers instead
         self._httpd: ThreadingHTTPServer | None = None
 
     def enqueue(self, *completions: Completion) -> None:
@@ -81,7 +90,9 @@ class UpstreamServer:
                 pass
 
             def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/v1/models":
+                if self.path.rstrip("/") == "/v1/models" and server.models is not None:
+                    self._scripted(server.models)
+                elif self.path.rstrip("/") == "/v1/models":
                     self._json(200, {"object": "list", "data": [
                         {"id": "upstream-model", "object": "model", "created": 0, "owned_by": "test"}]})
                 else:
@@ -95,15 +106,23 @@ class UpstreamServer:
                 reply = server._next()
                 if reply.first_delay and self._wait(reply.first_delay):
                     return
-                if reply.status >= 400:
-                    raw = (reply.error or json.dumps({"error": {
-                        "message": f"scripted {reply.status}", "type": "scripted",
-                        "param": None, "code": None}})).encode()
-                    self._send(reply.status, raw, "application/json", reply.headers)
+                if reply.status >= 400 or (reply.body is not None and not body.get("stream")):
+                    self._scripted(reply)
                 elif body.get("stream"):
                     self._stream(reply, body)
                 else:
                     self._json(200, completion(reply))
+
+            def _scripted(self, reply: Completion) -> None:
+                """An error (or a raw body) as scripted."""
+                raw = reply.body or (reply.error or json.dumps({"error": {
+                    "message": f"scripted {reply.status}", "type": "scripted",
+                    "param": None, "code": None}})).encode()
+                if reply.echo_credentials:
+                    raw = json.dumps({"error": {
+                        "message": f"invalid key: {self.headers.get('Authorization')}",
+                        "headers": dict(self.headers)}}).encode()
+                self._send(reply.status, raw, reply.content_type, reply.headers)
 
             def _wait(self, seconds: float) -> bool:
                 """Sleep; True when the client closed the connection meanwhile."""
@@ -134,7 +153,8 @@ class UpstreamServer:
                 self.end_headers()
                 sent = []
                 try:
-                    for i, frame in enumerate(stream_frames(reply, body)):
+                    frames = reply.frames() if reply.frames else stream_frames(reply, body)
+                    for i, frame in enumerate(frames):
                         if i > 1 and reply.token_delay and self._wait(reply.token_delay):
                             return
                         if reply.pause_after is not None and i == reply.pause_after + 1 \
@@ -142,7 +162,8 @@ class UpstreamServer:
                             return
                         self.wfile.write(frame)
                         self.wfile.flush()
-                        sent.append(frame)
+                        if not reply.frames:
+                            sent.append(frame)
                 except (BrokenPipeError, ConnectionResetError):
                     server.disconnected.set()
                     return

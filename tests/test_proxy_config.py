@@ -20,7 +20,8 @@ def with_proxy(**proxy):
 
 def test_the_defaults_are_exported(db):
     assert export_config()["proxy"] == {"base_url": None, "api_key_env": "AUDITOR_UPSTREAM_API_KEY",
-                                        "timeout_s": 60.0, "mode": "clean"}
+                                        "timeout_s": 60.0, "mode": "clean",
+                                        "extra_text": "audit", "max_held_bytes": 1_000_000}
 
 
 def test_a_saved_section_round_trips(db):
@@ -65,6 +66,14 @@ def test_a_bad_mode_is_refused(db):
     with pytest.raises(ConfigError) as caught:
         save_config(with_proxy(mode="leak"), actor="test")
     assert "proxy.mode" in caught.value.errors
+
+
+@pytest.mark.parametrize(("name", "value"), [("extra_text", "relay"), ("max_held_bytes", 10),
+                                             ("max_held_bytes", 10**9)])
+def test_extra_text_and_the_held_bytes_bound_are_validated(db, name, value):
+    with pytest.raises(ConfigError) as caught:
+        save_config(with_proxy(**{name: value}), actor="test")
+    assert f"proxy.{name}" in caught.value.errors
 
 
 def test_put_api_config_edits_the_section(db, make_key):

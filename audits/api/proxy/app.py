@@ -26,16 +26,20 @@ from django.conf import settings
 from pydantic import ValidationError
 
 from analyzers.config_store import load_proxy_config
+from analyzers.proxy_config import ProxyConfig
 
 from ...schemas import AuditIn
 from ...stream_session import StreamError, StreamSession, authenticate, bearer_token
 from ..asgi_body import Disconnected, Receive, Send, read_body
+from . import fields
 from .relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
+from .texts import AuditedText
 from .upstream import (
     ProxyFailure,
     Upstream,
     error_body,
     read_capped,
+    timed_chunks,
     upstream_error,
     upstream_errors,
 )
@@ -47,7 +51,6 @@ CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 PATHS = (CHAT_PATH, CHAT_PATH + "/", MODELS_PATH, MODELS_PATH + "/")
 EXTENSION_KEYS = {"sources", "external_id", "collision_key", "options", "metadata"}
-ERROR_BODY_CAP = 64_000
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
@@ -154,25 +157,34 @@ async def proxy_endpoint(scope: dict[str, Any], receive: Receive, send: Send) ->
         return
     except Disconnected:
         return
-    call = ChatCall(send, session, upstream, body, mode=config.mode,
+    call = ChatCall(send, session, upstream, body, config=config,
                     trace=_header(headers, b"x-auditor-trace") == "1")
     await call.run(receive)
 
 
 async def _models(upstream: Upstream, send: Send) -> None:
+    """The model ids the upstream lists (fields.models), or our own error."""
     response = await upstream.send("GET", "/models")
-    body = await read_capped(response, settings.AUDITOR_MAX_BODY_BYTES)
-    kind = response.headers.get("content-type", "application/json").encode("latin-1")
-    await _answer(send, response.status_code, body, content_type=kind)
+    if not 200 <= response.status_code < 300:
+        await response.aclose()
+        raise upstream_error(response.status_code, response.headers)
+    raw = await read_capped(response, settings.AUDITOR_MAX_BODY_BYTES)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ProxyFailure(502, "the upstream's model list is not JSON") from None
+    await _answer(send, 200, json.dumps(fields.models(data)).encode())
 
 
 class ChatCall:
     """One proxied completion: the upstream call, the answer, the audit stored at the end."""
 
     def __init__(self, send: Send, session: StreamSession, upstream: Upstream,
-                 body: dict[str, Any], *, mode: str, trace: bool) -> None:
+                 body: dict[str, Any], *, config: ProxyConfig, trace: bool) -> None:
         self.send, self.session, self.upstream, self.body = send, session, upstream, body
-        self.mode, self.trace = mode, trace
+        self.mode, self.trace, self.config = config.mode, trace, config
+        self.text = AuditedText(session, extra_text=config.extra_text)
+        self.deadline = asyncio.get_running_loop().time() + settings.AUDITOR_STREAM_MAX_S
         self.stream = bool(body.get("stream"))
         self.recorder = Recorder()
         self.started = False
@@ -205,8 +217,11 @@ class ChatCall:
             await self.session.close(complete=self.complete)
 
     async def _metadata(self) -> dict[str, Any]:
-        return {"model": self.body.get("model"), "messages": self.body.get("messages"),
+        data = {"model": self.body.get("model"), "messages": self.body.get("messages"),
                 "stream": self.stream}
+        if self.mode == "clean":
+            data["text_fields"] = {"audited": self.text.fields, "dropped": self.text.dropped}
+        return data
 
     async def answer(self) -> None:
         try:
@@ -233,36 +248,74 @@ class ChatCall:
     async def _open(self, accept: str) -> httpx.Response:
         payload = json.dumps(self.body).encode()
         response = await self.upstream.send("POST", "/chat/completions", payload, accept=accept)
-        if response.status_code >= 400:
-            body = await read_capped(response, ERROR_BODY_CAP)
-            raise upstream_error(response.status_code, body, response.headers)
+        if not 200 <= response.status_code < 300:  # its body is never read nor relayed
+            await response.aclose()
+            raise upstream_error(response.status_code, response.headers)
         return response
 
     async def answer_whole(self) -> None:
         response = await self._open("application/json")
-        raw = await read_capped(response, settings.AUDITOR_MAX_BODY_BYTES)
+        raw = await read_capped(response, settings.AUDITOR_MAX_BODY_BYTES, self.deadline)
         try:
             data = json.loads(raw)
-            choice = data["choices"][0] if data.get("choices") else {}
-        except (ValueError, AttributeError, KeyError, TypeError):
-            raise ProxyFailure(502, "the upstream answer is not a chat completion") from None
-        self.recorder.note(data)
-        message = choice.get("message") if isinstance(choice, dict) else None
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str) and content:
-            await self.session.feed(content)
-            await self.session.end_text()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            raise ProxyFailure(502, "the upstream answer is not a chat completion")
+        kind = b"application/json"
         if self.mode == "clean":
-            if isinstance(content, str):
-                message["content"] = "".join(self.session.cleaned)
-            for each in data.get("choices") or []:
-                if isinstance(each, dict):
-                    each.pop("logprobs", None)
-            raw = json.dumps(data, ensure_ascii=False).encode()
+            raw = json.dumps(await self._cleaned(data), ensure_ascii=False).encode()
+        else:  # observe: the bytes as they came, the content audited on the side
+            self.recorder.note(data)
+            kind = response.headers.get("content-type", "application/json").encode("latin-1")
+            choice = fields.first_choice(data, "message")
+            content = choice["message"].get("content") if choice else None
+            if isinstance(content, str) and content:
+                await self.session.feed(content)
+                await self.session.end_text()
         self.complete = True
         self.started = self.delivered = True
-        kind = response.headers.get("content-type", "application/json").encode("latin-1")
         await _answer(self.send, 200, raw, [self.id_header], content_type=kind)
+
+    def _fallback_model(self) -> str:
+        return fields.identifier(self.body.get("model")) or "unknown"
+
+    async def _cleaned(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A whole completion cut to the allow-list, its text fields audited (a list of
+        content parts part by part, its other parts dropped)."""
+        shaped = fields.envelope(data, fallback_id=f"chatcmpl-{self.session.audit_id}",
+                                 fallback_model=self._fallback_model(), kind="chat.completion")
+        choice = fields.first_choice(data, "message")
+        if choice is None:
+            self.recorder.note({**shaped, "choices": []})
+            return {**shaped, "choices": []}
+        message, texts = fields.message(choice["message"], whole=True)
+        pieces = []
+        for name, value in texts.items():
+            parts = fields.text_parts(value)
+            if parts is None and isinstance(value, str):
+                pieces += await self.text.feed(name, value)
+            for i, part in enumerate(parts or []):
+                pieces += await self.text.feed(f"{name}.{i}", part)
+        pieces += await self.text.end()
+        cleaned: dict[str, str] = {}
+        for key, (event, item) in pieces:
+            if event == "chunk":
+                cleaned[key] = cleaned.get(key, "") + item["text"]
+        for name, value in texts.items():
+            if name in self.text.dropped:
+                continue
+            parts = fields.text_parts(value)
+            if parts is not None:
+                message[name] = [{"type": "text", "text": cleaned.get(f"{name}.{i}", "")}
+                                 for i in range(len(parts))]
+            elif isinstance(value, str):
+                message[name] = cleaned.get(name, "")
+        message = {"role": "assistant", "content": None, **message}
+        choices = [{"index": 0, "message": message, "logprobs": None,
+                    "finish_reason": fields.finish_reason(choice.get("finish_reason")) or "stop"}]
+        self.recorder.note({**shaped, "choices": choices})
+        return {**shaped, "choices": choices}
 
     async def answer_stream(self) -> None:
         response = await self._open("text/event-stream")
@@ -284,14 +337,18 @@ class ChatCall:
         await self.send({"type": "http.response.body", "body": b""})
 
     async def _clean(self, response: httpx.Response) -> None:
-        relay = CleanRelay(self.session, trace=self.trace)
+        relay = CleanRelay(self.session, trace=self.trace, fallback_model=self._fallback_model(),
+                           text=self.text, max_held_bytes=self.config.max_held_bytes)
         self.recorder = relay.recorder
         splitter = LineSplitter()
-        async for data in response.aiter_raw():
+        async for data in timed_chunks(response, self.deadline):
             out: list[bytes] = []
             for line in splitter.feed(data):
                 out += await relay.line(line)
             await self._body(out)
+            if relay.failed:  # the upstream reported an error: ours was sent, the rest ignored
+                self.complete = False
+                return
         out = []
         for line in splitter.end():
             out += await relay.line(line)
@@ -305,7 +362,7 @@ class ChatCall:
         self.recorder = relay.recorder
         splitter = LineSplitter()
         auditing = True
-        async for data in response.aiter_raw():
+        async for data in timed_chunks(response, self.deadline):
             await self._body([data])
             lines = splitter.feed(data)
             if not auditing:

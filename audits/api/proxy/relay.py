@@ -1,11 +1,13 @@
 """Upstream chat-completion chunks in, what the client receives out.
 
-`CleanRelay` (mode `clean`): content deltas go to the stream session (the engine's
-InlineStreamAuditor) and leave only as the audited, cleaned text of whole paragraphs, in
-chunks shaped like the upstream's. Everything that carries no content (the role, tool-call
-deltas, `finish_reason`, usage) passes in order: at once when no unaudited text is held,
-else right after the text before it is audited. A `finish_reason` ends the text: the last
-paragraph is audited before it. `logprobs` would repeat the tokens, so they are dropped.
+`CleanRelay` (mode `clean`): each chunk is cut to the allow-list (fields.py). Its text
+fields (`content`; `refusal` and reasoning text unless `extra_text: "drop"`) go to the
+stream session (the engine's InlineStreamAuditor) and leave only as the audited, cleaned
+text of whole paragraphs, in chunks shaped like the upstream's. What carries no text (the
+role, tool-call deltas, `finish_reason`, usage) passes in order: at once when no unaudited
+text is held, else right after the text before it is audited; at most `max_held_bytes` are
+held (past that the held paragraph is ended and audited). A `finish_reason` ends the text:
+the last paragraph is audited before it. An upstream error event becomes our own.
 `[AUDIT]` trace lines go out as SSE comments when the client asked for them.
 
 `ObserveRelay` (mode `observe`): the upstream bytes pass unchanged; the content is audited
@@ -17,11 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...stream_session import Event, StreamSession
-from .upstream import ProxyFailure
+from ...stream_session import StreamSession
+from . import fields
+from .texts import AuditedText, Piece
+from .upstream import ProxyFailure, error_body
 
 MAX_LINE_BYTES = 4_000_000  # one SSE line (one chunk); the response size is capped separately
 MAX_TOOL_ARGUMENT_CHARS = 20_000  # per tool call, kept for the audit's metadata
+UPSTREAM_STREAM_ERROR = error_body("the upstream reported an error mid-stream", "upstream_error",
+                                   "upstream_error")
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:
@@ -107,34 +113,47 @@ def content_of(choice: dict[str, Any], key: str) -> str | None:
 
 
 class SSEEvents:
-    """SSE lines in, the `data` of each event out (b"[DONE]" or JSON bytes)."""
+    """SSE lines in, the `data` of each event out (b"[DONE]" or JSON bytes), each at most
+    MAX_LINE_BYTES."""
 
     def __init__(self) -> None:
         self.data: list[bytes] = []
+        self.size = 0
 
     def line(self, line: bytes) -> bytes | None:
         if not line:
             if not self.data:
                 return None
-            data, self.data = b"\n".join(self.data), []
+            data, self.data, self.size = b"\n".join(self.data), [], 0
             return data
         if line.startswith(b"data:"):
             value = line[5:]
+            self.size += len(value)
+            if self.size > MAX_LINE_BYTES:
+                raise ProxyFailure(502, "the upstream sent an over-long event")
             self.data.append(value[1:] if value.startswith(b" ") else value)
         return None
 
 
 class CleanRelay:
-    def __init__(self, session: StreamSession, *, trace: bool) -> None:
-        self.session, self.trace = session, trace
+    """Mode `clean`: only what the allow-list (fields.py) keeps, the text only audited."""
+
+    def __init__(self, session: StreamSession, *, trace: bool, fallback_model: str,
+                 text: AuditedText, max_held_bytes: int = 1_000_000) -> None:
+        self.session, self.trace, self.text = session, trace, text
         self.recorder = Recorder()
         self.events = SSEEvents()
         self.held: list[bytes] = []
+        self.held_bytes = 0
+        self.max_held_bytes = max_held_bytes
+        self.envelope: dict[str, Any] = {"id": f"chatcmpl-{session.audit_id}", "created": 0,
+                                         "model": fallback_model}
         self.done = False
+        self.failed = False  # the upstream sent an error event: the rest is ignored
 
     async def line(self, line: bytes) -> list[bytes]:
         data = self.events.line(line)
-        return [] if data is None else await self.event(data)
+        return [] if data is None or self.failed else await self.event(data)
 
     async def event(self, data: bytes) -> list[bytes]:
         if data.strip() == b"[DONE]":
@@ -147,63 +166,72 @@ class CleanRelay:
             return []  # nothing we cannot read reaches the client
         if not isinstance(chunk, dict):
             return []
-        if "error" in chunk:
-            return [*await self.end(), sse_data({"error": chunk["error"]})]
-        self.recorder.note(chunk)
+        if "error" in chunk:  # its text is the upstream's: never relayed, never stored
+            self.failed = True
+            return [*await self.end(), b"data: " + UPSTREAM_STREAM_ERROR + b"\n\n"]
+        shaped = fields.envelope(chunk, fallback_id=self.envelope["id"],
+                                 fallback_model=self.envelope["model"],
+                                 kind="chat.completion.chunk")
+        self.envelope = {k: shaped[k] for k in ("id", "created", "model", "system_fingerprint")
+                         if k in shaped}
+        choice = fields.first_choice(chunk, "delta")
         out: list[bytes] = []
-        rest: list[dict[str, Any]] = []
-        content = ""
-        finish = False
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = dict(choice.get("delta") or {})
-            text = delta.pop("content", None)
-            if isinstance(text, str):
-                content += text
-            kept = {k: v for k, v in choice.items() if k not in ("delta", "logprobs")}
-            if delta or choice.get("finish_reason") is not None:
-                rest.append({**kept, "delta": delta})
-                finish = finish or choice.get("finish_reason") is not None
-        if content:
-            out += self.frames(await self.session.feed(content))
-        if rest or not chunk.get("choices"):
+        delta: dict[str, Any] = {}
+        finish = None
+        if choice is not None:
+            delta, texts = fields.message(choice["delta"], whole=False)
+            finish = fields.finish_reason(choice.get("finish_reason"))
+            for name, value in texts.items():
+                parts = fields.text_parts(value)
+                text = "".join(parts) if parts is not None else value
+                if isinstance(text, str) and text:
+                    out += self.frames(await self.text.feed(name, text))
+        kept = [{"index": 0, "delta": delta, "finish_reason": finish}] if delta or finish else []
+        self.recorder.note({**shaped, "choices": kept})
+        if kept or "usage" in shaped:
             if finish:
-                out += self.frames(await self.session.end_text())
-            out += self.hold_or_pass(sse_data({**chunk, "choices": rest}))
+                out += self.frames(await self.text.end())
+            out += await self.hold_or_pass(sse_data({**shaped, "choices": kept}))
         elif not self.session.pending and self.held:
-            out += self.held
-            self.held = []
+            out += self.release()
         return out
 
-    def hold_or_pass(self, frame: bytes) -> list[bytes]:
-        if self.session.pending:
-            self.held.append(frame)
+    async def hold_or_pass(self, frame: bytes) -> list[bytes]:
+        """Pass `frame` now, or hold it behind unaudited text; past `max_held_bytes` held,
+        that text is audited now (its paragraph ended) and the frames go."""
+        if len(frame) > self.max_held_bytes:
+            raise ProxyFailure(502, "the upstream sent an over-large chunk", type_="upstream_error")
+        if not self.session.pending:
+            return [*self.release(), frame]
+        self.held.append(frame)
+        self.held_bytes += len(frame)
+        if self.held_bytes <= self.max_held_bytes:
             return []
-        out, self.held = [*self.held, frame], []
+        return [*self.frames(await self.text.boundary()), *self.release()]
+
+    def release(self) -> list[bytes]:
+        out, self.held, self.held_bytes = self.held, [], 0
         return out
 
     async def end(self) -> list[bytes]:
         """The upstream is done: audit what is left, then whatever was held behind it."""
-        out = self.frames(await self.session.end_text())
-        out, self.held = [*out, *self.held], []
-        return out
+        return [*self.frames(await self.text.end()), *self.release()]
 
-    def frames(self, events: list[Event]) -> list[bytes]:
+    def frames(self, pieces: list[Piece]) -> list[bytes]:
         out = []
-        for name, data in events:
+        for field, (name, data) in pieces:
             if name == "chunk":
-                out.append(sse_data(self.content_chunk(data["text"])))
+                out.append(sse_data(self.text_chunk(field, data["text"])))
             elif name == "audit_trace" and self.trace:
                 out.append(b"".join(b": " + line.encode() + b"\n"
                                     for line in data["text"].splitlines() or [""]))
         return out
 
-    def content_chunk(self, text: str) -> dict[str, Any]:
+    def text_chunk(self, field: str, text: str) -> dict[str, Any]:
         return {
-            **self.recorder.envelope,
+            **self.envelope,
             "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None,
+            "choices": [{"index": 0, "delta": {field: text}, "logprobs": None,
                          "finish_reason": None}],
         }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -70,18 +70,39 @@ def error_body(message: str, type_: str = "auditor_proxy_error", code: str | Non
     ).encode()
 
 
-def upstream_error(status: int, body: bytes, headers: httpx.Headers) -> ProxyFailure:
-    """The upstream's own error answer, kept as it is when it already has OpenAI's shape."""
-    try:
-        data = json.loads(body)
-        shaped = isinstance(data, dict) and isinstance(data.get("error"), dict)
-    except ValueError:
-        shaped = False
-    if not shaped:
-        text = body.decode("utf-8", "replace")[:2000] or f"upstream answered {status}"
-        body = error_body(text, "upstream_error", str(status))
-    extra = [(b"retry-after", headers["retry-after"].encode("latin-1"))] if "retry-after" in headers else []
-    return ProxyFailure(status, f"upstream answered {status}", body=body, headers=extra)
+def upstream_error(status: int, headers: httpx.Headers) -> ProxyFailure:
+    """Our own answer to an upstream error: none of its text (it may echo the credentials
+    it received, or be an HTML page), a 4xx kept, a 5xx (or anything odd) a 502."""
+    if 400 <= status < 500:
+        failure = ProxyFailure(status, f"the upstream refused the request ({status})",
+                               type_="upstream_error", code=f"upstream_{status}")
+    else:
+        failure = ProxyFailure(502, f"the upstream failed ({status})", type_="upstream_error",
+                               code="upstream_error")
+    retry = headers.get("retry-after", "")
+    if retry.isdigit() and len(retry) <= 6:
+        failure.headers.append((b"retry-after", retry.encode()))
+    return failure
+
+
+async def timed_chunks(response: httpx.Response, deadline: float | None) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive, up to `deadline` (loop time): past it, a 504."""
+    loop = asyncio.get_running_loop()
+    chunks = response.aiter_raw()
+    while True:
+        left = None if deadline is None else deadline - loop.time()
+        try:
+            if left is not None and left <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(left):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ProxyFailure(
+                504, f"the answer went over its time limit ({settings.AUDITOR_STREAM_MAX_S} s)",
+                type_="upstream_timeout", code="stream_time_limit") from None
+        yield chunk
 
 
 class Upstream:
@@ -121,12 +142,12 @@ class Upstream:
             return await client.send(request, stream=True)
 
 
-async def read_capped(response: httpx.Response, cap: int) -> bytes:
-    """The whole body, at most `cap` bytes (ProxyFailure 502 beyond)."""
+async def read_capped(response: httpx.Response, cap: int, deadline: float | None = None) -> bytes:
+    """The whole body, at most `cap` bytes (ProxyFailure 502 beyond), by `deadline`."""
     parts, size = [], 0
     try:
         with upstream_errors("the upstream stopped answering", "the upstream answer broke off"):
-            async for chunk in response.aiter_raw():
+            async for chunk in timed_chunks(response, deadline):
                 size += len(chunk)
                 if size > cap:
                     raise ProxyFailure(502, f"the upstream answer is over {cap} bytes")
