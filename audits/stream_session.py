@@ -32,7 +32,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from pydantic import ValidationError
 
-from analyzers.engine.guardrails.stream import InlineStreamAuditor
+from analyzers.engine.guardrails.stream import AuditedParagraph, BoundedStream, InlineStreamAuditor
 
 from . import services
 from .events import apublish
@@ -50,6 +50,10 @@ Event = tuple[str, dict[str, Any]]
 # the session keeps `started_at` fresh. (The claim at the end sets it again: it ends as the
 # start of the final audit.)
 HEARTBEAT_SECONDS = 5.0
+# Progress (response so far, cleaned text, trace lines) is written at most this often, so
+# a stream of many small paragraphs costs about what one POST of its text costs; chunks
+# are sent as soon as they are audited, whatever this is.
+PROGRESS_SECONDS = 0.25
 
 
 class StreamError(Exception):
@@ -223,10 +227,7 @@ def _refuse_run(run_id: Any, response: str, detail: str) -> dict[str, Any]:
 class StreamSession:
     run_id: Any
     auditor: InlineStreamAuditor
-    received: list[str] = field(default_factory=list)  # complete lines fed to the auditor
-    fed_chars: int = 0
-    partial: str = ""  # the unfinished last line
-    audited_chars: int = 0  # raw characters whose paragraphs are audited
+    stream: BoundedStream
     cleaned: list[str] = field(default_factory=list)
     trace_count: int = 0
     max_trace_lines: int = 500  # the configuration's limits.max_trace_lines
@@ -234,11 +235,14 @@ class StreamSession:
     size: int = 0
     closed: bool = False
     heartbeat: asyncio.Task | None = None
-    # The configured redflag `max_chars`; with `split_long = True` (the proxy) a paragraph
-    # held longer than that is audited and sent in pieces (`_cut`), so a transport holds at
-    # most one paragraph + max_chars of unsent text.
+    # The configured redflag `max_chars`: with `split_long` (the proxy) a paragraph held
+    # longer is ended there (BoundedStream), so a transport holds at most one paragraph +
+    # max_chars of unsent text.
     max_chars: int = 3000
-    split_long: bool = False
+    unsaved_trace: list[tuple[int, str]] = field(default_factory=list)
+    saved_at: float = 0.0
+    save_later: asyncio.Task | None = None
+    save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -252,7 +256,7 @@ class StreamSession:
         await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
-        session = cls(run_id=run.pk, auditor=auditor,
+        session = cls(run_id=run.pk, auditor=auditor, stream=BoundedStream(auditor),
                       max_trace_lines=config.limits.max_trace_lines)
         max_chars = config.analyzer_section("redflag").get("max_chars")
         if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
@@ -263,6 +267,14 @@ class StreamSession:
     @property
     def audit_id(self) -> str:
         return str(self.run_id)
+
+    @property
+    def split_long(self) -> bool:
+        return self.stream.max_chars is not None
+
+    @split_long.setter
+    def split_long(self, value: bool) -> None:
+        self.stream.max_chars = self.max_chars if value else None
 
     async def add_source(self, source: dict[str, Any]) -> None:
         """A tool result arrived mid-stream: it grounds the paragraphs that follow."""
@@ -278,25 +290,7 @@ class StreamSession:
         limit = settings.AUDITOR_MAX_BODY_BYTES
         if self.size > limit:
             raise StreamError(413, f"response too large: the limit is {limit} bytes")
-        events: list[Event] = []
-        data = self.partial + text
-        lines = data.split("\n")
-        self.partial = lines.pop()
-        # Line by line: the auditor flushes a paragraph only at a blank line, so whenever it
-        # returns output, everything fed so far is audited.
-        for line in lines:
-            line += "\n"
-            self.received.append(line)
-            self.fed_chars += len(line)
-            out = self.auditor.feed(line)
-            if not out and self.split_long and self.fed_chars - self.audited_chars > self.max_chars:
-                out = self._cut(last_line_done=True)
-            if out:
-                self.audited_chars = self.fed_chars
-                events.extend(self._events(out))
-        if self.split_long and self.fed_chars - self.audited_chars + len(self.partial) > self.max_chars:
-            events.extend(self._events(self._cut(last_line_done=False)))
-            self.audited_chars = self.fed_chars
+        events = self._events(self.stream.feed(text))
         if events:
             await self._persist(events)
         return events
@@ -304,23 +298,15 @@ class StreamSession:
     @property
     def pending(self) -> bool:
         """True while text has arrived whose paragraph is not audited yet."""
-        return bool(self.partial) or self.fed_chars > self.audited_chars
+        return self.stream.pending
 
     async def end_text(self) -> list[Event]:
         """The text is over (the stream goes on, e.g. with tool calls): audit the last
         paragraph now; `close()` later stores the final audit. The events to send."""
         if self.auditor._finished:
             return []
-        out = []
-        if self.partial:
-            self.received.append(self.partial)
-            self.fed_chars += len(self.partial)
-            out += self.auditor.feed(self.partial)
-            self.partial = ""
-        out += self.auditor.finish()
-        self.audited_chars = self.fed_chars
-        events = self._events(out)
-        await self._persist(events)
+        events = self._events(self.stream.finish())
+        await self._persist(events, now=True)
         return events
 
     async def annotate(self, *, metadata: dict[str, Any], external_id: str | None = None) -> None:
@@ -332,11 +318,12 @@ class StreamSession:
         """Flush the last paragraph, run the post-stream audit, store it: the last events."""
         if self.closed:
             return []
-        self.closed = True
-        if self.heartbeat is not None:
-            self.heartbeat.cancel()
+        self._stop_timers()
         events = await self.end_text()
-        response = "".join(self.received)
+        await self._persist([], now=True)
+        if self.stream.cuts:
+            await self.annotate(metadata={"stream_paragraph_breaks": self.stream.cuts})
+        response = self.stream.text()
         audit = await sync_to_async(_finish_run, thread_sensitive=False)(
             self.run_id, response, not complete
         )
@@ -348,49 +335,23 @@ class StreamSession:
         `detail` (see `_refuse_run`); the last events."""
         if self.closed:
             return []
-        self.closed = True
-        if self.heartbeat is not None:
-            self.heartbeat.cancel()
-        response = "".join(self.received) + self.partial
+        self._stop_timers()
+        await self._persist([], now=True)
+        response = self.stream.text() + self.stream.partial
         audit = await sync_to_async(_refuse_run, thread_sensitive=False)(
             self.run_id, response, detail
         )
         return [("audit", audit)]
 
-    def _cut(self, *, last_line_done: bool) -> list:
-        """End the held paragraph here, audit it and return its piece: a line end and a
-        blank line are fed to the auditor but are not part of the response, so they are
-        taken out of what is sent. An unfinished line is cut at its last blank (words and
-        URLs stay whole) or, without one, at `max_chars`."""
-        out = []
-        added_newline = False
-        if not last_line_done and self.partial:
-            text = self.partial
-            blank = max(text.rfind(" "), text.rfind("\t"))
-            cut = blank + 1 if blank > 0 else min(len(text), self.max_chars)
-            head, self.partial = text[:cut], text[cut:]
-            self.received.append(head)
-            self.fed_chars += len(head)
-            out += self.auditor.feed(head + "\n")
-            added_newline = True
-        out += self.auditor.feed("\n")
-        if out and out[-1].text == "\n" and not out[-1].trace:
-            out.pop()  # the blank line we added
-        if added_newline:
-            for piece in reversed(out):
-                if piece.text:
-                    if piece.text.endswith("\n"):
-                        piece.text = piece.text[:-1]
-                    break
-        return out
-
-    def _events(self, paragraphs) -> list[Event]:
+    def _events(self, paragraphs: list[AuditedParagraph]) -> list[Event]:
+        """One `chunk` of the paragraphs' audited text, then their trace lines."""
         events: list[Event] = []
+        text = "".join(paragraph.text for paragraph in paragraphs)
+        if text:
+            events.append(("chunk", {"index": self.paragraphs, "text": text}))
+            self.paragraphs += 1
+            self.cleaned.append(text)
         for paragraph in paragraphs:
-            if paragraph.text:
-                events.append(("chunk", {"index": self.paragraphs, "text": paragraph.text}))
-                self.paragraphs += 1
-                self.cleaned.append(paragraph.text)
             for line in paragraph.trace:
                 if self.trace_count >= self.max_trace_lines:
                     break  # bounded work: the note below was the last line kept
@@ -400,10 +361,40 @@ class StreamSession:
                 self.trace_count += 1
         return events
 
-    async def _persist(self, events: list[Event]) -> None:
-        trace = [(d["position"], d["text"]) for name, d in events if name == "audit_trace"]
-        response = "".join(self.received)[: self.audited_chars]
-        await _save_progress(self.run_id, response, "".join(self.cleaned), trace)
+    async def _save_after(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self.save_later = None  # from here on it is no longer cancelled
+        try:
+            await self._persist([], now=True)
+        except Exception:
+            logger.warning("stream %s: progress not saved", self.run_id, exc_info=True)
+
+    def _stop_timers(self) -> None:
+        self.closed = True
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+        if self.save_later is not None:
+            self.save_later.cancel()
+
+    async def _persist(self, events: list[Event], *, now: bool = False) -> None:
+        """Write the audited part of the response, its cleaned text and trace lines to the
+        run, and announce it; at most every PROGRESS_SECONDS unless `now`."""
+        self.unsaved_trace += [(d["position"], d["text"]) for name, d in events
+                               if name == "audit_trace"]
+        loop = asyncio.get_running_loop()
+        wait = self.saved_at + PROGRESS_SECONDS - loop.time()
+        if not now and wait > 0:
+            if self.save_later is None and not self.closed:
+                self.save_later = asyncio.create_task(self._save_after(wait))
+            return
+        if self.save_later is not None:
+            self.save_later.cancel()
+            self.save_later = None
+        async with self.save_lock:
+            trace, self.unsaved_trace = self.unsaved_trace, []
+            self.saved_at = loop.time()
+            response = self.stream.text()[: self.stream.audited_chars]
+            await _save_progress(self.run_id, response, "".join(self.cleaned), trace)
         await apublish(
             {"type": "stream_progress", "audit_id": self.audit_id,
              "paragraphs": self.paragraphs, "trace": self.trace_count}

@@ -35,18 +35,18 @@ class LineReader:
     def __init__(self, receive: Receive, limit: int):
         self.receive, self.limit = receive, limit
         self.buffer = b""
+        self.start = 0  # where the next line begins in `buffer`
         self.more = True
         self.size = 0
 
     async def readline(self) -> bytes | None:
         """The next line; None at the end of the body; Disconnected if the client left."""
         while True:
-            nl = self.buffer.find(b"\n")
-            if nl >= 0:
-                line, self.buffer = self.buffer[:nl], self.buffer[nl + 1 :]
+            line = self.buffered()
+            if line is not None:
                 return line
             if not self.more:
-                line, self.buffer = self.buffer, b""
+                line, self.buffer, self.start = self.buffer[self.start :], b"", 0
                 return line if line.strip() else None
             message = await self.receive()
             if message["type"] == "http.disconnect":
@@ -55,8 +55,17 @@ class LineReader:
             self.size += len(chunk)
             if self.size > self.limit:
                 raise StreamError(413, f"request body too large: the limit is {self.limit} bytes")
-            self.buffer += chunk
+            self.buffer = self.buffer[self.start :] + chunk
+            self.start = 0
             self.more = message.get("more_body", False)
+
+    def buffered(self) -> bytes | None:
+        """The next line when it has arrived whole, without waiting; else None."""
+        nl = self.buffer.find(b"\n", self.start)
+        if nl < 0:
+            return None
+        line, self.start = self.buffer[self.start : nl], nl + 1
+        return line
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -116,20 +125,12 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
     complete, refused = True, None
     try:
         while (line := await reader.readline()) is not None:
-            if not line.strip():
-                continue
+            # every line that has arrived is fed before the events go out together
+            events: list[tuple[str, dict[str, Any]]] = []
             try:
-                message = json.loads(line)
-            except ValueError:
-                raise StreamError(400, "every line after the head must be a JSON object") from None
-            if not isinstance(message, dict):
-                raise StreamError(400, "every line after the head must be a JSON object")
-            if isinstance(message.get("source"), dict):
-                await session.add_source(message["source"])
-            if "text" in message:
-                if not isinstance(message["text"], str):
-                    raise StreamError(422, "text must be a string")
-                await emit(await session.feed(message["text"]))
+                await _lines(session, line, reader, events)
+            finally:  # what was audited goes out, before an error event
+                await emit(events)
     except Disconnected:
         complete = False
     except StreamError as exc:
@@ -145,6 +146,42 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
         await send({"type": "http.response.body", "body": b""})
     except Exception:  # the client is gone; the audit is stored
         logger.debug("client left before the end of stream %s", session.audit_id)
+
+
+async def _lines(session: StreamSession, line: bytes | None, reader: LineReader,
+                 events: list[tuple[str, dict[str, Any]]]) -> None:
+    """`line` and every line after it that has arrived whole: their texts fed to the
+    session together (one pass, however small the pieces), a source where it stands."""
+    texts: list[str] = []
+    try:
+        while line is not None:
+            message = _message(line)
+            if isinstance(message.get("source"), dict):
+                if texts:
+                    events += await session.feed("".join(texts))
+                    texts = []
+                await session.add_source(message["source"])
+            if "text" in message:
+                texts.append(message["text"])
+            line = reader.buffered()
+    finally:
+        if texts:
+            events += await session.feed("".join(texts))
+
+
+def _message(line: bytes) -> dict[str, Any]:
+    """One NDJSON line after the head (a blank one is an empty object)."""
+    if not line.strip():
+        return {}
+    try:
+        message = json.loads(line)
+    except ValueError:
+        raise StreamError(400, "every line after the head must be a JSON object") from None
+    if not isinstance(message, dict):
+        raise StreamError(400, "every line after the head must be a JSON object")
+    if "text" in message and not isinstance(message["text"], str):
+        raise StreamError(422, "text must be a string")
+    return message
 
 
 def buffered_stream(request) -> Any:

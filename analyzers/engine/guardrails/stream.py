@@ -121,6 +121,11 @@ class InlineStreamAuditor:
         """Bounded by the configuration's limits."""
         return cls(settings_from_config(config), sources, config.limits)
 
+    @property
+    def open_fence(self) -> str | None:
+        """The marker of the fenced code block the text fed so far leaves open, if any."""
+        return self._fence
+
     def add_source(self, source: Source | dict[str, Any]) -> None:
         """A tool result arrived: it grounds the paragraphs that follow."""
         self.sources.add(source if isinstance(source, Source) else Source.model_validate(source))
@@ -249,6 +254,99 @@ class InlineStreamAuditor:
         self._claims.extend(result.claims)
         if self._collect:
             out.append(AuditedParagraph(emitted, result.trace))
+
+
+class BoundedStream:
+    """Text in as it arrives, audited paragraphs out, holding at most one paragraph plus
+    `max_chars` unaudited when `max_chars` is set: an over-long paragraph is ended with a
+    blank line of its own (`cut`), which is then part of the text received, so the pieces
+    a client joins are exactly the audited text and no link, image or tag spans a cut.
+
+    `received` is the text as audited (what arrived, with the cuts); `text()` joins it.
+    """
+
+    def __init__(self, auditor: InlineStreamAuditor, max_chars: int | None = None) -> None:
+        self.auditor = auditor
+        self.max_chars = max_chars
+        self.received: list[str] = []  # complete lines (and cuts) fed to the auditor
+        self.fed_chars = 0
+        self.audited_chars = 0  # of `received`, in paragraphs already audited
+        self.cuts = 0
+        self._partial: list[str] = []  # the unfinished last line, in pieces
+        self._partial_len = 0
+
+    @property
+    def partial(self) -> str:
+        return "".join(self._partial)
+
+    @property
+    def pending(self) -> bool:
+        """True while text has arrived whose paragraph is not audited yet."""
+        return self._partial_len > 0 or self.fed_chars > self.audited_chars
+
+    def text(self) -> str:
+        return "".join(self.received)
+
+    def feed(self, text: str) -> list[AuditedParagraph]:
+        out: list[AuditedParagraph] = []
+        if "\n" in text:
+            self._partial.append(text)
+            lines = "".join(self._partial).split("\n")
+            last = lines.pop()
+            self._partial, self._partial_len = ([last], len(last)) if last else ([], 0)
+            for line in lines:
+                self._line(line + "\n", out)
+        elif text:
+            self._partial.append(text)
+            self._partial_len += len(text)
+        limit = self.max_chars
+        while limit and self.fed_chars - self.audited_chars + self._partial_len > limit:
+            out += self._cut(last_line_done=False)  # each cut takes text from the partial
+            self.audited_chars = self.fed_chars
+        return out
+
+    def finish(self) -> list[AuditedParagraph]:
+        """The text is over: the last paragraph audited."""
+        out: list[AuditedParagraph] = []
+        if self._partial_len:
+            last = self.partial
+            self._partial, self._partial_len = [], 0
+            self.received.append(last)
+            self.fed_chars += len(last)
+            out += self.auditor.feed(last)
+        out += self.auditor.finish()
+        self.audited_chars = self.fed_chars
+        return out
+
+    def _line(self, line: str, out: list[AuditedParagraph]) -> None:
+        self.received.append(line)
+        self.fed_chars += len(line)
+        got = self.auditor.feed(line)
+        limit = self.max_chars
+        if not got and limit and self.fed_chars - self.audited_chars > limit:
+            got = self._cut(last_line_done=True)
+        if got:
+            # the auditor returns output only at a paragraph's end: all fed is audited
+            self.audited_chars = self.fed_chars
+            out += got
+
+    def _cut(self, *, last_line_done: bool) -> list[AuditedParagraph]:
+        """End the held paragraph with a blank line. An unfinished line is cut at its last
+        blank (words and URLs stay whole) or, without one, at `max_chars`; an open fenced
+        code block is closed before the blank line and opened again after it."""
+        text = ""
+        if not last_line_done and self._partial_len:
+            partial = self.partial
+            blank = max(partial.rfind(" "), partial.rfind("\t"))
+            cut = blank + 1 if blank > 0 else min(len(partial), self.max_chars or len(partial))
+            text, rest = partial[:cut] + "\n", partial[cut:]
+            self._partial, self._partial_len = ([rest], len(rest)) if rest else ([], 0)
+        fence = self.auditor.open_fence
+        text += f"{fence}\n\n{fence}\n" if fence else "\n"
+        self.received.append(text)
+        self.fed_chars += len(text)
+        self.cuts += 1
+        return self.auditor.feed(text)
 
 
 def audit_text(
