@@ -7,10 +7,11 @@ then a byte now and then, held a connection (and its memory) for as long as it l
 `KeyGate` sits in front of every HTTP app (auditor_site/asgi.py). For a request with a
 body to `/api/` or `/v1/`, it finds what the endpoint accepts (the ninja operation's auth,
 or `FRONT_SCOPES` for the plain ASGI apps and OTLP) and looks at the head alone: a bearer
-key (`authenticate_token`: verified keys are cached), the session cookie. When none of
-them can pass (no key, an unknown one, a key without the scope, no session where one would
-do), the endpoint itself answers from an empty body, so the 401/403 is its own, with
-`Connection: close`: the body is never waited for. Anything else passes on untouched.
+key (a recently verified one from the cache, else `ApiKey.authenticate`), the session
+cookie. When none of them can pass (no key, an unknown one, a key without the scope, no
+session where one would do), the endpoint itself answers from an empty body, so the
+401/403 is its own, with `Connection: close`: the body is never waited for. Anything else
+passes on untouched, with nothing counted or remembered.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http.cookie import parse_cookie
 from django.urls import Resolver404, resolve
 from ninja.operation import PathView
 from ninja.security import SessionAuth
 
-from analyzers.auth import ApiKeyAuth, authenticate_token, cached_key
+from analyzers.auth import ApiKeyAuth, cached_key
+from analyzers.models import ApiKey
 from audits.api.asgi_body import Receive, Send
 from audits.stream_session import bearer_token
 
@@ -92,11 +94,12 @@ def ninja_checks(path: str, method: str) -> tuple[str, ...]:
 
 
 async def key_for(scope: Scope) -> Any:
-    """The verified API key of the request's bearer token, or None."""
+    """The API key of the request's bearer token, or None: a recently verified one, else
+    looked up (and not remembered: the endpoint verifies it as it always did)."""
     token = bearer_token(scope["headers"])
     if not token:
         return None
-    return cached_key(token) or await sync_to_async(authenticate_token)(token)
+    return cached_key(token) or await database_sync_to_async(ApiKey.authenticate)(token)
 
 
 async def refused(scope: Scope, checks: tuple[str, ...]) -> bool:
