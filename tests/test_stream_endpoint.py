@@ -220,11 +220,13 @@ def body_messages(lines: list[dict], cut_after: int | None = None) -> list[dict]
     return [*messages, {"type": "http.request", "body": b"", "more_body": False}]
 
 
-async def call_http(key: str, messages: list[dict]) -> tuple[int, list[tuple[str, dict]]]:
+async def call_http(key: str, messages: list[dict], receive=None) -> tuple[int, list[tuple[str, dict]]]:
     queue = list(messages)
 
-    async def receive():
+    async def next_message():
         return queue.pop(0) if queue else {"type": "http.disconnect"}
+
+    receive = receive or next_message
 
     sent = []
 

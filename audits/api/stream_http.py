@@ -16,6 +16,7 @@ runs live and a client that drops mid-upload is noticed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -123,8 +124,9 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
 
     await emit([("accepted", {"id": session.audit_id, "status": "running"})])
     complete, refused = True, None
+    deadline = asyncio.get_running_loop().time() + settings.AUDITOR_STREAM_MAX_S
     try:
-        while (line := await reader.readline()) is not None:
+        while (line := await _readline(reader, deadline)) is not None:
             # every line that has arrived is fed before the events go out together
             events: list[tuple[str, dict[str, Any]]] = []
             try:
@@ -146,6 +148,16 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
         await send({"type": "http.response.body", "body": b""})
     except Exception:  # the client is gone; the audit is stored
         logger.debug("client left before the end of stream %s", session.audit_id)
+
+
+async def _readline(reader: LineReader, deadline: float) -> bytes | None:
+    """The next line, or StreamError 408 once the stream has lasted AUDITOR_STREAM_MAX_S."""
+    try:
+        return await asyncio.wait_for(reader.readline(),
+                                      deadline - asyncio.get_running_loop().time())
+    except TimeoutError:
+        raise StreamError(408, "the stream lasted longer than the server allows "
+                               f"(AUDITOR_STREAM_MAX_S, {settings.AUDITOR_STREAM_MAX_S} s)") from None
 
 
 async def _lines(session: StreamSession, line: bytes | None, reader: LineReader,

@@ -11,11 +11,13 @@ an audit marked `incomplete` with what had arrived.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
 
@@ -29,6 +31,8 @@ class IngestConsumer(AsyncWebsocketConsumer):
     session: StreamSession | None = None
     api_key: Any = None
     finished: bool = False
+    watchdog: asyncio.Task | None = None
+    last_frame: float = 0.0
 
     async def connect(self) -> None:
         await self.accept()
@@ -36,10 +40,34 @@ class IngestConsumer(AsyncWebsocketConsumer):
             self.api_key = await authenticate(bearer_token(self.scope.get("headers", [])))
         except StreamError as exc:
             await self._refuse(exc)
+            return
+        self.last_frame = asyncio.get_running_loop().time()
+        self.watchdog = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """End a stream idle for AUDITOR_STREAM_IDLE_TIMEOUT_S or open for AUDITOR_STREAM_MAX_S
+        (what arrived is stored, marked incomplete)."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + settings.AUDITOR_STREAM_MAX_S
+        while not self.finished:
+            idle_ends = self.last_frame + settings.AUDITOR_STREAM_IDLE_TIMEOUT_S
+            now = loop.time()
+            if now >= min(ends, idle_ends):
+                which = ("lasted longer than" if now >= ends else "was idle for longer than")
+                setting = "AUDITOR_STREAM_MAX_S" if now >= ends else "AUDITOR_STREAM_IDLE_TIMEOUT_S"
+                error = StreamError(408, f"the stream {which} the server allows ({setting})")
+                self.watchdog = None  # a disconnect from here on must not cancel the storing
+                if self.session is not None:
+                    await self._finish(complete=False, error=error)
+                else:
+                    await self._refuse(error)
+                return
+            await asyncio.sleep(min(ends, idle_ends) - now)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.finished or self.api_key is None:
             return
+        self.last_frame = asyncio.get_running_loop().time()
         try:
             await self._handle(text_data if text_data is not None else (bytes_data or b""))
         except StreamError as exc:
@@ -89,6 +117,8 @@ class IngestConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps({"event": event, "data": data}, ensure_ascii=False))
 
     async def disconnect(self, code: int) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         if self.session is not None and not self.session.closed:
             # The client went away midway: store what arrived, marked incomplete.
             try:
