@@ -101,6 +101,18 @@ class GlobalSettingsForm(forms.ModelForm):
         initial="clean",
         required=False,
     )
+    proxy_extra_text = forms.ChoiceField(
+        label="Refusal and reasoning text (proxy)",
+        choices=[("audit", "audit: passed on audited, like the content"),
+                 ("drop", "drop: never passed on")],
+        initial="audit",
+        required=False,
+    )
+    proxy_max_held_bytes = forms.IntegerField(
+        label="Frames held behind unaudited text, bytes (proxy)", initial=1_000_000,
+        required=False,
+        help_text="Past this the held paragraph is audited and sent (10,000 to 64,000,000).",
+    )
 
     class Meta:
         model = GlobalSettings
@@ -111,7 +123,8 @@ class GlobalSettingsForm(forms.ModelForm):
         otel = (self.instance.extra or {}).get("otel") or {}
         self.fields["otel_trace_url_template"].initial = otel.get("trace_url_template") or ""
         proxy = stored_proxy(self.instance.extra)
-        for name in ("base_url", "api_key_env", "timeout_s", "mode"):
+        for name in ("base_url", "api_key_env", "timeout_s", "mode", "extra_text",
+                     "max_held_bytes"):
             self.fields[f"proxy_{name}"].initial = getattr(proxy, name) or ""
 
     def clean(self):
@@ -133,6 +146,8 @@ class GlobalSettingsForm(forms.ModelForm):
             "api_key_env": data.get("proxy_api_key_env") or "AUDITOR_UPSTREAM_API_KEY",
             "timeout_s": data.get("proxy_timeout_s") or 60.0,
             "mode": data.get("proxy_mode") or "clean",
+            "extra_text": data.get("proxy_extra_text") or "audit",
+            "max_held_bytes": data.get("proxy_max_held_bytes") or 1_000_000,
         }
         problems = proxy_problems(section)
         for path, msgs in problems.items():

@@ -100,9 +100,16 @@ def test_the_admin_edits_the_section(admin_client):
     form = {"threshold": "0.3", "max_concurrency": "4", "analyzer_timeout_s": "10", "extra": "{}",
             "otel_trace_url_template": "", "proxy_base_url": "https://api.openai.com/v1",
             "proxy_api_key_env": "AUDITOR_UPSTREAM_KEY", "proxy_timeout_s": "30",
-            "proxy_mode": "observe"}
+            "proxy_mode": "observe", "proxy_extra_text": "drop", "proxy_max_held_bytes": "50000"}
     response = admin_client.post(url, form)
     assert response.status_code == 302, response.content[:2000]
-    assert load_proxy_config().mode == "observe"
+    config = load_proxy_config()
+    assert (config.mode, config.extra_text, config.max_held_bytes) == ("observe", "drop", 50000)
+    # a form that leaves them out keeps nothing of them: the defaults
+    admin_client.post(url, {k: v for k, v in form.items() if "extra_text" not in k})
+    assert load_proxy_config().extra_text == "audit"
+    small = admin_client.post(url, {**form, "proxy_max_held_bytes": "5"})
+    assert small.status_code == 200 and b"greater than or equal to 10000" in small.content
+    assert load_proxy_config().max_held_bytes == 50000
     refused = admin_client.post(url, {**form, "proxy_api_key_env": "SECRET_KEY"})
     assert refused.status_code == 200 and b"AUDITOR_PROXY_KEY_ENVS" in refused.content
