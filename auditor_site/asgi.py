@@ -26,6 +26,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor_site.settings")
 django_asgi_app = get_asgi_application()  # sets Django up
 
+from auditor_site.secret_key import require_secret_key  # noqa: E402
+
+require_secret_key()  # serving needs it (sessions, CSRF, signing)
+
 from auditor_site.asgi_handler import ReusableThreadASGIHandler  # noqa: E402
 
 # Django's handler, reusing request threads instead of starting two per request.

@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     django.setup()
+    from django.core.exceptions import ImproperlyConfigured
+
+    from auditor_site.secret_key import require_secret_key
+
+    try:
+        require_secret_key()
+    except ImproperlyConfigured as exc:
+        sys.exit(f"error: {exc}")
     import auditor_site.asgi  # (loaded now, to be settled with the rest)
     from auditor_site.head_limit import HeadLimitedProtocol
 

@@ -65,8 +65,13 @@ def test_debug_is_off_unless_the_environment_turns_it_on(tmp_path):
 
 
 def test_a_bare_start_without_a_secret_key_refuses_to_run(tmp_path):
-    out = manage("check", env={}, db=tmp_path / "db.sqlite3")
+    base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    out = subprocess.run(
+        [sys.executable, "-m", "auditor_site.serve", "--port", "0"], cwd=BASE_DIR,
+        env={**base, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"},
+        capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "SECRET_KEY must be set" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_https_settings_come_from_the_environment(tmp_path):
