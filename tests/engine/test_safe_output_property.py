@@ -18,11 +18,17 @@ DEFANG = GuardrailSettings.build(allowed_hosts=ALLOWED, bare_urls="defang")
 HOSTS = ["acme.example", "www.acme.example", "api.docs.acme.example", "evil.example",
          "evil.com", "acme.example.evil.com", "0x7f.1", "[::1]", "ａｃｍｅ.example",
          "xn--80ak6aa92e.com", "acme.example@evil.com", "@evil.com", "evil.com\\@acme.example",
-         "127.0.0.1", "acme.exam%70le", "evil.com:8080"]
+         "127.0.0.1", "acme.exam%70le", "evil.com:8080",
+         # hosts the renderer writes into its href so that it goes elsewhere (percent-encoded
+         # backslash and other characters: userinfo there)
+         "acme.example\\@evil.com", "acme.example%5C@evil.com", "acme.example|@evil.com",
+         "acme.example^@evil.com", "acme.example`@evil.com", "acme.example{@evil.com",
+         "acme.example}@evil.com", "ａｃｍｅ.example\\@evil.com", "acme.example\u3002evil.com"]
 SCHEMES = ["https://", "http://", "//", "HTTPS://", "javascript:", "data:text/html,", "ftp://",
            "https:/", "https:\\\\", "hxxps://", "", "www."]
 PATHS = ["", "/", "/x?d=SECRET", "/p.png", "/a(b)c", "/\tpath", "/x\ny", "#frag", "/%0a",
-         "/?u=evil.com", "/?next=https://evil.com", ".", ",", ")"]
+         "/?u=evil.com", "/?next=https://evil.com", ".", ",", ")", "/?labels=alpha,evil.com",
+         ",evil.com", "?q=a,evil.com/x"]
 
 
 @st.composite

@@ -139,3 +139,39 @@ def test_an_unclosed_tag_is_made_text():
 def test_removals_that_join_a_tag_are_caught():
     result = audit("<<x>script>alert(1)<</x>/script>")
     assert "<script" not in result.cleaned_response.lower()
+
+
+def test_a_domain_in_the_query_of_an_allowed_bare_url_is_part_of_that_one_link():
+    text = "Filter: https://docs.acme.example/?labels=alpha,foo.com now."
+    assert rendered_destinations(text) == ["https://docs.acme.example/?labels=alpha,foo.com"]
+    result = audit(text)
+    assert result.cleaned_response == text
+    assert codes(result) == []
+
+
+def test_a_bare_url_whose_host_is_not_allowed_is_still_removed():
+    result = audit("Filter: https://foo.com/?labels=alpha,docs.acme.example now.")
+    assert result.cleaned_response == "Filter:  now."
+    assert codes(result) == [("LINK_HOST_NOT_ALLOWED", "warning")]
+
+
+def test_what_follows_the_link_a_renderer_makes_is_judged_apart():
+    text = "Go https://acme.example,evil.com or path.https://evil.com now."
+    result = audit(text)
+    assert problems(result.cleaned_response, HOSTS) == []
+    assert "evil" not in result.cleaned_response.replace("evil\\.com", "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["https://acme.example\\@evil.example/x", "See https://acme.example\\@evil.example/x.",
+     "<https://acme.example\\@evil.example/x>", "https://acme.example|@evil.example/x",
+     "[docs](https://acme.example&#92;@evil.example/x)"],
+)
+def test_a_url_whose_rendered_href_goes_to_another_host_is_removed(text):
+    assert any("evil.example" in d for d in rendered_destinations(text))  # as written: acme
+    result = audit(text)
+    assert "evil.example" not in result.cleaned_response
+    assert problems(result.cleaned_response, HOSTS) == []
+    assert [c for c, _ in codes(result)] == ["LINK_HOST_NOT_ALLOWED"]
+    assert "evil.example" in result.annotations[0][1].description

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from linkify_it import LinkifyIt  # type: ignore[import-untyped]
+
 from .urls import USERINFO, host_allowed, parse_http_url
 
 MAX_MARKERS = 16
@@ -54,6 +56,7 @@ _SPACE = re.compile(r"\s")
 # `.*` jumps to the end and backs up, so it costs the run's length, not the window's.
 RUN_START = re.compile(r".*[\s<>]", re.DOTALL)
 _TRAILING = ".,:;!?*_~'\")]}"
+_LINKED_SCHEMES = ("https", "http", "ftp")
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
 # (the local part as linkify reads it: also ; : & = $ , and ")
 _EMAIL = re.compile(
@@ -130,18 +133,19 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 _PLAIN_AUTHORITY = re.compile(r"(?:[A-Za-z0-9\-]+\.)*[A-Za-z0-9\-]+\.?(?::\d{1,5})?")
-_AUTHORITY_STOP = re.compile(r"[/?#\\]")
-
-
 _FAST_HOST = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)*")
-_HOST_END = re.compile(r"[/?#\\]")
+# where the authority ends in the href a renderer writes (a backslash is percent-encoded
+# there, where a browser reading the text ends the authority at it): up to here, both
+# readings must see the same plain authority
+_HOST_END = re.compile(r"[/?#]")
 
 
 def _judge(url: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
     """The host a browser reads, and whether the URL may stay: only when its host is
     allowed and written plainly (letters, digits, dots, hyphens, a port), because a
     renderer may cut any other authority somewhere else than the URL parser does
-    (`https://acme.exam%70le` is linked as `https://acme.exam`).
+    (`https://acme.exam%70le` is linked as `https://acme.exam`), or write it into the
+    href so that it goes elsewhere (`https://acme.example\\@evil.example`, see urls).
 
     Only the scheme and authority decide, so the verdict is memoised on them."""
     slashes = url.find("//")
@@ -168,7 +172,7 @@ def _judge_authority(prefix: str, authority: str, allowed: tuple[str, ...]) -> t
         return host, host_allowed(host, allowed)
     canon = parse_http_url((prefix if prefix.startswith("http") else "http://") + authority + "/")
     ok = canon.url is not None and canon.problem != USERINFO and host_allowed(canon.host, allowed)
-    return canon.host, ok and plain
+    return canon.href_host or canon.host, ok and plain
 
 
 # (`[^\W_]` is what `str.isalnum` accepts)
@@ -221,9 +225,24 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
         if token == "//":
             s = _SCHEME_BEFORE.search(core, max(0, k - 33), k)
             scheme, scheme_at = (s.group(1).lower(), s.start()) if s else ("", k)
+            if scheme and scheme not in _LINKED_SCHEMES:
+                # linkify-it also finds a scheme at the end of a longer word
+                # (`path.https://x.example` links `https://x.example`)
+                for known in _LINKED_SCHEMES:
+                    if scheme.endswith(known):
+                        scheme_at += len(scheme) - len(known)
+                        scheme = known
+                        break
             run_end = _RUN_END.search(core, k)
             end_at = run_end.start() if run_end else n
-            if scheme in ("http", "https"):
+            linked = _linkified_end(core, scheme_at) if scheme in ("http", "https") else -1
+            if linked > scheme_at:  # the link markdown-it makes: judged as its href
+                host, ok = _judge(core[scheme_at:linked], allowed)
+                if marker_search(core, linked, end_at) is None:  # nothing else after it
+                    found.append((core[scheme_at:end_at], host, LINK, ok, False, end_at))
+                else:
+                    found.append((core[scheme_at:linked], host, LINK, ok, False, linked))
+            elif scheme in ("http", "https"):
                 url = core[scheme_at:end_at]
                 host, ok = _judge(url, allowed)
                 found.append((url, host, LINK, ok, False, end_at))
@@ -236,6 +255,7 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
             pos = k + 2
             if scheme in ("http", "https", "ftp") or not scheme:
                 pos = _skip_host(core, pos)  # its dots and "@" belong to this destination
+            pos = max(pos, linked)  # a domain inside the link is no second destination
             continue
         if token == "@":
             start = k
@@ -283,6 +303,27 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
             continue
         pos = k + 1
     return found
+
+
+# markdown-it's linkify: the same defaults (its `MarkdownIt` makes one `LinkifyIt()`)
+_LINKIFY = LinkifyIt()
+_NOT_BEFORE_SCHEME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-")
+
+
+def _linkified_end(core: str, scheme_at: int) -> int:
+    """Where the link markdown-it's linkify makes of the scheme URL at `scheme_at` ends
+    (as its inline rule does: a scheme not after a letter, digit or one of . + -, the
+    link linkify-it matches from there, without trailing "*"), or `scheme_at` when it
+    makes none. Everything up to there is that one link: a domain in its query is no
+    second one (`https://ok.example/?labels=a,foo.com`), and what follows it is read
+    apart (`https://ok.example,evil.com`)."""
+    if scheme_at > 0 and core[scheme_at - 1] in _NOT_BEFORE_SCHEME:
+        return scheme_at
+    match = _LINKIFY.match_at_start(core[scheme_at:])
+    if match is None:
+        return scheme_at
+    url: str = match.url
+    return scheme_at + len(url.rstrip("*")) if url == core[scheme_at:scheme_at + len(url)] else scheme_at
 
 
 _cached_destinations = lru_cache(maxsize=8192)(_destinations)

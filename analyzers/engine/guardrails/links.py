@@ -181,6 +181,13 @@ def _classify(canon: CanonicalURL, s: GuardrailSettings) -> tuple[str | None, st
     if canon.unsafe_scheme:
         what = canon.scheme + ":" if canon.scheme else "a relative URL"
         return "LINK_UNSAFE_SCHEME", "critical", f"Links must be absolute http(s); got {what}"
+    if canon.href_host and canon.href_host != canon.host:
+        return (
+            "LINK_HOST_NOT_ALLOWED",
+            "warning",
+            f"The rendered link goes to {canon.href_host or '?'}, not to the host it shows"
+            f" ({canon.host or '?'}).",
+        )
     if canon.url is None:
         return "LINK_HOST_NOT_ALLOWED", "warning", f"Unusable URL ({canon.problem})."
     if canon.problem == USERINFO:

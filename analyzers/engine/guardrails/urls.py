@@ -8,6 +8,12 @@ IPv6 with embedded IPv4, percent-encoded, IDNA and fullwidth hosts are all norma
 the default port is dropped. Tricks that make a URL mean something else than it seems
 (userinfo, backslashes in the authority, odd slashes after the scheme) are reported as a
 `problem`, never silently repaired.
+
+A markdown renderer does not hand the URL to the browser as written: markdown-it writes
+its href through `normalizeLink` (percent-encoding, punycode). A URL is judged as both
+read it, and one whose href goes to another host than the browser reads from the text
+(`https://ok.example\\@evil.example`: the href is `https://ok.example%5C@evil.example`)
+is refused (`TWO_HOSTS`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from dataclasses import dataclass
 
 import idna
 from ada_url import parse_url
+from markdown_it.common.normalize_url import normalizeLink
+from markdown_it.common.utils import unescapeAll
 
 _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _TAB_NEWLINE = re.compile(r"[\t\n\r]")
@@ -26,6 +34,9 @@ _AUTHORITY_END = re.compile(r"[/\\?#]")
 _HOST_CHARS = re.compile(r"[a-z0-9.\-_]+")
 _C0_AND_SPACE = "".join(chr(i) for i in range(0x21))
 _PARTS = ("href", "hostname", "port", "pathname", "username", "password")
+# what `normalizeLink` writes as it is (ASCII letters, digits and mdurl's safe marks; a
+# "%" only before two hex digits)
+_AS_RENDERED = re.compile(r"(?:[A-Za-z0-9;/?:@&=+$,\-_.!~*'()#]|%[0-9A-Fa-f]{2})*")
 
 SAFE_SCHEMES = frozenset(("http", "https"))
 
@@ -48,6 +59,7 @@ class CanonicalURL:
     port: int | None = None
     path: str = "/"
     problem: str | None = None
+    href_host: str = ""  # with TWO_HOSTS: the host of the href a renderer writes
 
     @property
     def unsafe_scheme(self) -> bool:
@@ -87,13 +99,39 @@ def _encode_host(host: str) -> str | None:
 
 
 def canonicalize(raw: str) -> CanonicalURL:
-    """A link destination as written in markdown or HTML, judged."""
-    return parse_http_url(decode(raw), raw)
+    """A link destination as written in markdown or HTML, judged. Its href is the
+    unescaped destination normalised (a link, an image, a definition) or the destination
+    itself normalised (an autolink): both must go where the browser reading goes."""
+    unescaped = unescapeAll(raw) if "\\" in raw or "&" in raw else raw
+    hrefs = (unescaped,) if unescaped == raw else (unescaped, raw)
+    return parse_http_url(decode(raw), raw, hrefs)
 
 
-def parse_http_url(text: str, raw: str | None = None) -> CanonicalURL:
-    """An absolute http(s) URL as a browser reads it (the WHATWG URL Standard)."""
-    raw = text if raw is None else raw
+def parse_http_url(
+    text: str, raw: str | None = None, hrefs: tuple[str, ...] | None = None
+) -> CanonicalURL:
+    """An absolute http(s) URL as a browser reads it (the WHATWG URL Standard), refused
+    as `TWO_HOSTS` when the href a renderer writes of it (of each of `hrefs`, by default
+    of `text`) goes to another host."""
+    canon = _parse_http_url(text, text if raw is None else raw)
+    if canon.problem in (NOT_ABSOLUTE, UNSAFE_SCHEME):
+        return canon  # no http(s) link either way
+    for written in (text,) if hrefs is None else hrefs:
+        if _AS_RENDERED.fullmatch(written) is not None:
+            continue  # written into the href as it is
+        href = _parse_http_url(normalizeLink(written), written)
+        if href.host != canon.host or (href.problem is not None and canon.problem is None):
+            # (refused already, as a backslash in the authority is: the same problem,
+            # and where the href goes)
+            return CanonicalURL(canon.raw, None, scheme=canon.scheme, host=canon.host,
+                                port=canon.port, path=canon.path,
+                                problem=canon.problem if canon.url is None else TWO_HOSTS,
+                                href_host=href.host)
+    return canon
+
+
+def _parse_http_url(text: str, raw: str) -> CanonicalURL:
+    """`parse_http_url` as a browser reads the text alone."""
     text = _TAB_NEWLINE.sub("", text).strip(_C0_AND_SPACE)
     m = _SCHEME.match(text)
     if m is None:
@@ -119,32 +157,11 @@ def parse_http_url(text: str, raw: str | None = None) -> CanonicalURL:
             problem = BACKSLASH
         elif "@" in rest[2:cut] or parts["username"] or parts["password"]:
             problem = USERINFO
-    if problem is None and not rest.isascii() and _naive_host(rest) != host:
-        problem = TWO_HOSTS
-    if problem in (SLASHES, BACKSLASH, TWO_HOSTS):
+    if problem in (SLASHES, BACKSLASH):
         return CanonicalURL(raw, None, scheme=scheme, host=host, port=port, path=path,
                             problem=problem)
     return CanonicalURL(raw, parts["href"], scheme=scheme, host=host, port=port, path=path,
                         problem=problem)
-
-
-def _naive_host(rest: str) -> str:
-    """The host as a markdown renderer writes it into the href: each non-ASCII label
-    punycoded as it stands, without the IDNA mapping a browser applies (fullwidth letters,
-    capitals, ideographic full stops); when it differs from the WHATWG host, the link
-    goes elsewhere than it seems to the rules."""
-    authority = _AUTHORITY_END.split(rest[2:] if rest.startswith("//") else rest, 1)[0]
-    host = authority.rpartition("@")[2].split(":")[0]
-    labels = []
-    for label in host.split("."):
-        if label.isascii():
-            labels.append(label.lower())
-        else:
-            try:
-                labels.append("xn--" + label.encode("punycode").decode("ascii"))
-            except UnicodeError:
-                return ""
-    return ".".join(labels)
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
