@@ -9,7 +9,7 @@ PORT ?= 8000
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test test-postgres test-unit test-browser bench lint venv native clean
+.PHONY: run test docs test-postgres test-unit test-browser bench lint venv native clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
@@ -45,9 +45,15 @@ run: native
 # (Playwright's sync API and pytest-asyncio do not share one process well).
 test: native
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
 	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
+
+# The documentation site (docs/, mkdocs-material) in strict mode: a broken link or anchor, or a
+# page left out of the navigation, fails the build (and so `make test`). Output in var/site.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d var/site
 
 # The same suite against a throwaway PostgreSQL cluster (needs Debian's postgresql package).
 test-postgres: venv
