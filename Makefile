@@ -9,7 +9,7 @@ PORT ?= 8000
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test docs test-postgres test-unit test-browser bench lint venv native clean
+.PHONY: run test docs test-postgres test-unit test-browser bench drill lint venv native clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
@@ -55,8 +55,10 @@ test: native
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d var/site
 
-# The same suite against a throwaway PostgreSQL cluster (needs Debian's postgresql package).
-test-postgres: venv
+# The same suite (not the browser tier) against a throwaway PostgreSQL cluster and a throwaway
+# redis-server (needs Debian's postgresql and redis-server packages), with the tests that
+# restart them.
+test-postgres: native
 	bash .ci/postgres-tests
 
 # Benchmarks run the production profile (DEBUG off): a throwaway key, collected static files.

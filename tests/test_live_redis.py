@@ -89,3 +89,54 @@ def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
 
         html = asyncio.run(scenario())
     assert "redis across processes" in html
+
+
+def test_live_sockets_on_the_redis_layer_survive_silence(redis_url, staff_user, ingest_key, tmp_path):
+    """Nothing on the channel layer for longer than redis-py's default socket timeout: the
+    layer's blocking reads wait on; both live sockets stay open and the feed still gets
+    what the other server ingests afterwards."""
+    import uuid
+
+    import websockets
+    from django.test import Client
+
+    client = Client()
+    client.force_login(staff_user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    with daphne(tmp_path, REDIS_URL=redis_url) as one, daphne(tmp_path, REDIS_URL=redis_url) as two:
+
+        async def scenario() -> str:
+            headers = {"Cookie": cookie}
+            async with (
+                websockets.connect(f"ws://{two}/ws/audits/", additional_headers=headers,
+                                   origin=f"http://{two}") as feed,
+                websockets.connect(f"ws://{two}/ws/audits/{uuid.uuid4()}/",
+                                   additional_headers=headers, origin=f"http://{two}") as page,
+            ):
+                silence_until = time.monotonic() + 15
+                while (left := silence_until - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(feed.recv(), timeout=left)  # counters only
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(page.recv(), timeout=0.1)
+                await asyncio.wait_for(await page.ping(), timeout=5)  # still open
+                async with httpx.AsyncClient() as http:
+                    r = await http.post(
+                        f"http://{one}/api/audits",
+                        json={"user_input": "after the silence", "response": "Acme is easy."},
+                        headers={"Authorization": f"Bearer {ingest_key}"},
+                    )
+                    assert r.status_code == 202, r.text
+                    audit_id = r.json()["id"]
+                seen = ""
+                deadline = time.monotonic() + 15
+                while f"audit-card-{audit_id}" not in seen:
+                    left = deadline - time.monotonic()
+                    assert left > 0, f"not seen after the silence: {seen[:500]}"
+                    seen += await asyncio.wait_for(feed.recv(), timeout=left)
+                return seen
+
+        html = asyncio.run(scenario())
+        logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
+    assert "after the silence" in html
+    assert "TimeoutError" not in logs, logs[-3000:]
