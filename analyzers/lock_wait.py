@@ -96,7 +96,7 @@ def _begin(execute, sql, params, many, context, ms: int, request: bool = False,
                 raise
             error = exc
         # The retries on the driver's connection: a failed try through Django's layers
-        # (its error wrapping, a traceback) cost ~50x the CPU, and these may be many.
+        # (its error wrapping, a traceback) cost far more CPU, and these may be many.
         raw = connection.connection
         with _counted(request):
             while time.monotonic() < deadline:

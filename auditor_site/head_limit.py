@@ -1,9 +1,10 @@
 """Bounds on a request's head (request line and headers): its size and its time.
 
 uvicorn's httptools protocol sets no limit of its own: the parser keeps a header or a URL
-until it ends, so one connection sending a header of 200 MB grew the server by ~400 MB (and
-the URL, joined piece by piece, costs time quadratic in its length). h11, uvicorn's other
-parser, stops at 16 KiB; Node stops at 16 KiB, nginx at 32 KiB.
+until it ends, so one connection sending a huge header grew the server without bound
+(docs/contributing/performance.md; and the URL, joined piece by piece, costs time quadratic
+in its length). h11, uvicorn's other parser, stops at 16 KiB; Node stops at 16 KiB, nginx at
+32 KiB.
 
 `HeadLimitedProtocol` counts the bytes a connection sends while a request's head is still
 incomplete. Past `AUDITOR_MAX_HEAD_BYTES` (64 KiB by default) it answers

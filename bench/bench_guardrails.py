@@ -43,14 +43,14 @@ from analyzers.engine.guardrails.settings import SourceIndex, settings_from_conf
 from analyzers.engine.guardrails.stream import audit_text  # noqa: E402
 from analyzers.engine.registry import build_registry  # noqa: E402
 
-SAMPLES = ROOT.parent / "shared" / "samples" / "config.json"
+SAMPLES = ROOT / "tests" / "samples" / "config.json"
 RUNS = 7
 AUDITS_PER_RUN = 300
 PARAGRAPH_SAMPLES = 5000
 TARGET_P99_MS = 1.0
 TARGET_RATE = 2000
 TARGET_LINEAR_S = 1.0
-# the one-regex baseline on the machine the README's older figures came from
+# the one-regex baseline on the machine the older figures of docs/contributing/performance.md came from
 REFERENCE_BASELINE = 25_318
 
 
@@ -191,7 +191,7 @@ def bench_engine(config: AuditorConfig, text: str, name: str) -> None:
     print(f"ratio engine / baseline: {rate_cpu / bc:.4f} (1/{bc / rate_cpu:,.1f})")
     print(
         f"machine-normalised: {rate_cpu * REFERENCE_BASELINE / bc:,.0f} audits/s on the machine "
-        f"whose baseline ran {REFERENCE_BASELINE:,} passes/s (README's older figures); "
+        f"whose baseline ran {REFERENCE_BASELINE:,} passes/s (the older figures of docs/contributing/performance.md); "
         "the target is judged on the absolute CPU figure above"
     )
 

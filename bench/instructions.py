@@ -7,8 +7,8 @@ interpreter's dispatch cost different time per instruction.
 
 Run: .venv/bin/python bench/instructions.py [--before PATH] [--audits N]
 (`--before`: another tree, e.g. `git archive main | tar -x -C PATH`, counted the same way;
-give it a `shared/` beside it, e.g. a link to this one's: the `2kb` and `bare` shapes read
-`../shared/samples/config.json` and fall back to a smaller configuration without it).
+the `2kb` and `bare` shapes read its `tests/samples/config.json` and fall back to a smaller
+configuration without it).
 Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
 the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts); and
 `worker`: what an analysis process does with that shape (`services.execute_runs` on

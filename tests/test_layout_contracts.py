@@ -1,4 +1,4 @@
-"""The layer rules of README "Layout" (pyproject `[tool.importlinter]`) hold, and break loudly.
+"""The layer rules of docs/contributing/architecture.md (pyproject `[tool.importlinter]`) hold, and break loudly.
 
 `make test` runs `lint-imports` on the tree; these tests run it on a copy of the packages
 with one deliberate violation each, so a contract that silently stopped checking fails here.

@@ -71,7 +71,7 @@ def test_the_sdk_exporters_deliver_llm_spans(server, make_key, encoding):
 
 
 def test_the_exporter_configured_by_environment_variables(server, make_key, monkeypatch):
-    """What the README tells an application to set."""
+    """What docs/guides/otlp.md tells an application to set."""
     key = make_key("ingest")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{key}")

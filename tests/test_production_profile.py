@@ -1,7 +1,7 @@
 """Issue 17, finding 8 (and the login items of 7): the production profile.
 
 DEBUG off unless asked for, Secure cookies and HSTS from the environment, static files from
-WhiteNoise (hashed, compressed), `check --deploy` clean under the README's production
+WhiteNoise (hashed, compressed), `check --deploy` clean under the documented production
 settings with Django's real checks running, login throttling, password reset only with
 e-mail.
 """
@@ -23,7 +23,7 @@ from django.test import Client
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# The README's "Production" environment (keep them the same).
+# The production environment of docs/operations/production.md (keep them the same).
 PRODUCTION_ENV = {
     "SECRET_KEY": secrets.token_urlsafe(60),
     "ALLOWED_HOSTS": "auditor.example.com",

@@ -1,4 +1,4 @@
-"""The configuration file (CONTRACT.md section 5) as pydantic models."""
+"""The configuration file (docs/reference/contract.md section 5) as pydantic models."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class OtelConfig(BaseModel):
 
 
 class LinksConfig(BaseModel):
-    """Link rules for the whole configuration (CONTRACT.md section 5, wave 2)."""
+    """Link rules for the whole configuration (docs/reference/contract.md section 5)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,4 @@
-"""The analyzer contract (CONTRACT.md section 1) as pydantic models.
+"""The analyzer contract (docs/reference/contract.md section 1) as pydantic models.
 
 Importable without Django: the engine, the CLI and the benchmarks use these alone.
 """
@@ -68,7 +68,7 @@ class AnalyzerResult(BaseModel):
 
 
 class AnalyzerRun(AnalyzerResult):
-    """An AnalyzerResult as the auditor recorded it (CONTRACT.md section 2 `results`)."""
+    """An AnalyzerResult as the auditor recorded it (docs/reference/contract.md section 2 `results`)."""
 
     status: RunStatus = "ok"
     error: str | None = None
@@ -77,7 +77,7 @@ class AnalyzerRun(AnalyzerResult):
 
 
 class LinkRecord(BaseModel):
-    """One row of the audit's link table (CONTRACT.md section 2 `links`)."""
+    """One row of the audit's link table (docs/reference/contract.md section 2 `links`)."""
 
     url: str
     label: str = ""

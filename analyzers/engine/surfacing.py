@@ -3,7 +3,7 @@ audits are re-surfaced after a threshold change (audits.surfacing), so the two n
 
 A result is surfaced when its analyzer succeeded and its score reaches the threshold that
 applies to it (the analyzer's own, else the global one), or when it is forced
-(`should_surface`). CONTRACT.md section 1.
+(`should_surface`). docs/reference/contract.md section 1.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real-browser test infrastructure: the shipped server (uvicorn) and headless Debian Chromium.
 
-The server runs in a child process (not a fork: see ../shared/DESIGN.md) against the
+The server runs in a child process (spawned, not forked: a forked server delivers no WebSocket messages once async tests ran) against the
 file-based SQLite test database this pytest run created, so data a test commits (use
 `transactional_db`) is what the browser sees. Every test in this folder is marked
 `browser`; the Makefile runs them in their own pytest invocation.

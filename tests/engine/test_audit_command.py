@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"  # a copy of ../shared/samples
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"  # the sample cases and configuration
 
 
 def run_audit(path: Path, **options) -> tuple[str, str]:

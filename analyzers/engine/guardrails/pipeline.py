@@ -54,7 +54,7 @@ def settle(ctx: Ctx) -> None:
 
 # A paragraph this long can make hundreds of thousands of records (one per removed tag or
 # URL); they hold no reference cycles, so the cyclic collector finds nothing in them but
-# would walk them again and again as they accumulate (about half the time on 1 MB inputs).
+# would walk them again and again as they accumulate.
 LARGE_PARAGRAPH = 1 << 16
 
 

@@ -1,7 +1,7 @@
 """Contract records (`Annotation`, `LinkRecord`) built from values already checked.
 
-The rules make many of them per audit. Validation (`Annotation(...)`) costs about 1.5 µs
-a record and returns the values unchanged: they are plain `str`, `int` and `None` of the
+The rules make many of them per audit. Validation (`Annotation(...)`) costs time on
+every record and returns the values unchanged: they are plain `str`, `int` and `None` of the
 declared types, and the severities, decisions and codes are this package's constants.
 These builders make the instance validation would make (the same field values in
 declaration order, the same `model_fields_set`) the way pydantic's `model_construct`

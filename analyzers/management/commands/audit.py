@@ -35,7 +35,7 @@ class CaseLine(BaseModel):
 
 
 def audit_document(case: CaseLine, report: AuditReport, started: datetime) -> dict[str, Any]:
-    """The Audit of CONTRACT.md section 2 for an audit that ran outside the database."""
+    """The Audit of docs/reference/contract.md section 2 for an audit that ran outside the database."""
     results = [r.model_dump() for r in report.results]
     return {
         "id": str(uuid.uuid4()),
@@ -107,7 +107,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", help="JSONL file, one audit input per line ('-' for stdin)")
-        parser.add_argument("--config", help="configuration file (JSON, CONTRACT.md section 5)")
+        parser.add_argument("--config", help="configuration file (JSON, docs/reference/contract.md section 5)")
         parser.add_argument("--format", choices=["jsonl", "table"], default="jsonl")
 
     def handle(self, *args, **options) -> None:

@@ -8,7 +8,7 @@ from analyzers.config_store import ConfigError, save_config
 
 
 class Command(BaseCommand):
-    help = "Replace the configuration with a configuration file (JSON, CONTRACT.md section 5)."
+    help = "Replace the configuration with a configuration file (JSON, docs/reference/contract.md section 5)."
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="path to the JSON file, or - for standard input")

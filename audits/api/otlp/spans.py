@@ -361,7 +361,7 @@ def _http_url(value: Any) -> str | None:
 
 
 def documents(span: Span, limits: Limits) -> list[dict[str, Any]]:
-    """Sources (CONTRACT Source) from a retrieval span's documents."""
+    """Sources (docs/reference/contract.md) from a retrieval span's documents."""
     attrs = span.attributes
     docs: list[dict[str, Any]] = []
     for fields in _indexed(attrs, "retrieval.documents").values():
@@ -514,7 +514,7 @@ def _str(value: Any) -> str | None:
 
 @dataclass
 class Retrieved:
-    """The documents of one retrieval span (CONTRACT Sources), by trace."""
+    """The documents of one retrieval span (the contract's Sources), by trace."""
 
     trace_id: str
     span_id: str
