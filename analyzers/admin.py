@@ -7,8 +7,8 @@ from django.contrib import admin, messages
 from django.utils import timezone
 from pydantic import ValidationError
 
+from analyzers.engine.builtin.custom_judge import JudgeDefinition, judge_from_dict
 from analyzers.engine.config import AUDITOR_KEYS, LLMConfig, OtelConfig
-from analyzers.engine.custom_judge import JudgeDefinition, judge_from_dict
 
 from .config_store import (
     PROMPT_LEAK_ID,

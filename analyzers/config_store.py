@@ -24,7 +24,7 @@ from django.db.models.signals import post_delete, post_save
 from pydantic import ValidationError
 
 from analyzers.engine.config import AUDITOR_KEYS, AuditorConfig, is_valid_threshold
-from analyzers.engine.custom_judge import judge_from_dict
+from analyzers.engine.builtin.custom_judge import judge_from_dict
 from analyzers.engine.registry import Registry, build_registry
 from analyzers.proxy_config import SECTION as PROXY_SECTION
 from analyzers.proxy_config import ProxyConfig, parse_proxy, proxy_problems, stored_proxy

@@ -146,7 +146,7 @@ class PromptLeakPattern(models.Model):
 
 
 class CustomJudge(models.Model):
-    """An LLM-judged analyzer defined in the admin; see analyzers.engine.custom_judge."""
+    """An LLM-judged analyzer defined in the admin; see analyzers.engine.builtin.custom_judge."""
 
     analyzer_id = models.SlugField(max_length=100, unique=True)
     name = models.CharField(max_length=200)

@@ -18,9 +18,9 @@ from typing import Any
 
 from django.conf import settings
 
+from analyzers.engine.builtin.redflag import VALIDATOR_MODULES_SERVICE, validator_allowed
 from analyzers.engine.config import AuditorConfig, LLMConfig
 from analyzers.engine.llm import POLICY_SERVICE, ModelAccessPolicy
-from analyzers.engine.redflag import VALIDATOR_MODULES_SERVICE, validator_allowed
 
 REDFLAG_ID = "redflag"
 

@@ -113,8 +113,8 @@ async def websocket_app(scope, receive, send):
 application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_app})
 
 # Take over at once what a previous server process left pending or running, then keep
-# sweeping (audits.recovery); the thread backend's tasks also beat from here.
-from audits import recovery  # noqa: E402
+# sweeping (audits.execution.recovery); the thread backend's tasks also beat from here.
+from audits.execution import recovery  # noqa: E402
 
 recovery.start()
 # The task backend now, not at the first audit: its analysis processes, if any

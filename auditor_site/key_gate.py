@@ -31,7 +31,7 @@ from ninja.security import SessionAuth
 from analyzers.auth import ApiKeyAuth, cached_key
 from analyzers.models import ApiKey
 from audits.api.asgi_body import Receive, Send
-from audits.stream_session import bearer_token
+from audits.intake.stream import bearer_token
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Receive, Send], Any]

@@ -1,4 +1,4 @@
-"""Analysis makes way while a staff member waits for a page (`audits.people_first`).
+"""Analysis makes way while a staff member waits for a page (`audits.execution.people_first`).
 
 Only staff page views count (GET or HEAD outside the machine paths): if anyone's request
 counted, an anonymous client could hold the analysis back at will with cheap requests.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from audits import people_first
+from audits.execution import people_first
 
 MACHINE_PREFIXES = ("/api/", "/v1/", "/static/", "/ws/", "/favicon.ico")
 

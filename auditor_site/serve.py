@@ -13,8 +13,8 @@ peer's, or what `X-Forwarded-For` says when the peer is in `AUDITOR_TRUSTED_PROX
 
 Analysis processes: unless `AUDITOR_ANALYSIS_PROCESSES` is set, this server analyses in
 `default_analysis_processes()` child processes (2 on a machine with 2 cores or more, else
-0: in its threads), off its interpreter lock (audits.analysis_processes; measured in the
-README's *Benchmarks*).
+0: in its threads), off its interpreter lock (audits.execution.processes; measured in
+docs/contributing/performance.md).
 
 SIGTERM/SIGINT: uvicorn stops accepting, gives open requests `--graceful-timeout` seconds,
 and then this process exits at once, without waiting for threads still busy with a request
@@ -29,10 +29,10 @@ import functools
 import os
 import sys
 
-from audits import heap
+from audits.execution import heap
 
 WS_FRAMING = 64 * 1024
-# Measured on 2 cores (README, Benchmarks): 2 processes beat the threads, 1 did not.
+# On 2 cores 2 processes beat the threads, 1 did not (docs/contributing/performance.md).
 ANALYSIS_PROCESSES = 2
 
 

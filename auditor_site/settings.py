@@ -218,7 +218,7 @@ else:
 # processes on any number of machines (django-tasks-db); "immediate" runs them inside the
 # request (debugging only).
 AUDITOR_TASK_BACKEND = os.environ.get("AUDITOR_TASK_BACKEND", "thread")
-# Nothing left pending (audits.recovery): the server and every db_worker sweep at start and
+# Nothing left pending (audits.execution.recovery): the server and every db_worker sweep at start and
 # every AUDITOR_RECOVERY_INTERVAL s. A running run (or task row) without a heartbeat for
 # AUDITOR_RECOVER_RUNNING_AFTER_S belongs to a dead process and is taken over; a pending
 # run that no queue holds is queued again after AUDITOR_RECOVER_PENDING_AFTER_S.
@@ -234,17 +234,17 @@ AUDITOR_ANALYSIS_NICE = envint("AUDITOR_ANALYSIS_NICE", 0)
 if AUDITOR_TASK_BACKEND == "thread":
     TASKS = {
         "default": {
-            "BACKEND": "audits.task_backends.ThreadPoolBackend",
+            "BACKEND": "audits.execution.backend.ThreadPoolBackend",
             "OPTIONS": {
                 "MAX_WORKERS": envint("AUDITOR_TASK_THREADS", 2),
                 "SWEEP_INTERVAL": AUDITOR_RECOVERY_INTERVAL,
                 # Audits claimed, analysed and stored together when the queue is deep.
                 "BATCH_SIZE": envint("AUDITOR_TASK_BATCH", 32),
                 # ... and up to this many when the queue is deep and nobody watches or
-                # waits for a page (audits.task_backends, `_batch_limit`).
+                # waits for a page (audits.execution.backend, `_batch_limit`).
                 "DEEP_BATCH_SIZE": envint("AUDITOR_TASK_DEEP_BATCH", 64),
                 # Analysis in this many child processes, off the server's GIL (0: in
-                # the task threads); see audits.analysis_processes.
+                # the task threads); see audits.execution.processes.
                 "PROCESSES": envint("AUDITOR_ANALYSIS_PROCESSES", 0),
             },
         }
@@ -338,7 +338,7 @@ AUDITOR_LLM_KEY_ENVS = envlist("AUDITOR_LLM_KEY_ENVS", ["AUDITOR_LLM_*"])
 AUDITOR_LLM_ALLOW_PRIVATE = envbool("AUDITOR_LLM_ALLOW_PRIVATE", False)
 AUDITOR_VALIDATOR_MODULES = envlist("AUDITOR_VALIDATOR_MODULES", [])
 
-# Alert webhooks (audits.review.alerts): attempts per delivery, first backoff (doubles; one wait,
+# Alert webhooks (audits.review.alert_rules): attempts per delivery, first backoff (doubles; one wait,
 # Retry-After included, is capped), per-request timeout, and the total time one delivery
 # may hold a task thread. AUDITOR_PUBLIC_URL (e.g. https://auditor.example.com) adds a
 # dashboard link to each alert.

@@ -9,9 +9,8 @@ from django.contrib import admin
 from django.db.models import FloatField, OuterRef, Subquery
 from django.utils.html import format_html, format_html_join
 
-from . import services
-from .link_rows import stored_links
-from .models import (
+from audits.intake import submit
+from audits.models import (
     AlertDelivery,
     AlertRule,
     AnalyzerRunRecord,
@@ -21,7 +20,8 @@ from .models import (
     Review,
     TraceLine,
 )
-from .review import alerts
+from audits.review import alert_rules, alert_tasks
+from audits.store.link_rows import stored_links
 
 FLOAT_DIGITS = 3  # scores and durations as people read them (0.05, not 0.049999999999999996)
 
@@ -160,7 +160,7 @@ class AuditRunAdmin(ReadOnlyAdmin):
     def rerun(self, request, queryset):
         count = 0
         for run in queryset:
-            services.rerun_audit(run)
+            submit.rerun_audit(run)
             count += 1
         self.message_user(request, f"Queued {count} new run(s), linked to the originals.")
 
@@ -216,7 +216,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
     def send_test_alert(self, request, queryset):
         count = 0
         for rule in queryset:
-            alerts.send_test_alert(rule)
+            alert_tasks.send_test_alert(rule)
             count += 1
         self.message_user(
             request, f"Queued {count} test alert(s); see Alert deliveries for the outcome."
@@ -225,12 +225,12 @@ class AlertRuleAdmin(admin.ModelAdmin):
     @admin.action(description="Enable the selected rules", permissions=["change"])
     def enable(self, request, queryset):
         queryset.update(enabled=True)
-        alerts.invalidate_rules_cache()
+        alert_rules.invalidate_rules_cache()
 
     @admin.action(description="Disable the selected rules", permissions=["change"])
     def disable(self, request, queryset):
         queryset.update(enabled=False)
-        alerts.invalidate_rules_cache()
+        alert_rules.invalidate_rules_cache()
 
 
 @admin.register(AlertDelivery)

@@ -15,7 +15,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .ids import new_audit_id
+from analyzers.engine.linkcheck import static_url_problem
+from audits.ids import new_audit_id
 
 
 class AuditRun(models.Model):
@@ -54,7 +55,7 @@ class AuditRun(models.Model):
     config_snapshot = models.JSONField(default=dict, blank=True)
     overall_score = models.FloatField(null=True, blank=True)
     # The highest score of a successful result (the headline: what decides surfacing),
-    # and the analyzer that gave it; null until the audit completes. See `audits.scoring`.
+    # and the analyzer that gave it; null until the audit completes. See `audits.store.scoring`.
     top_score = models.FloatField(null=True, blank=True)
     top_analyzer = models.CharField(max_length=100, blank=True, default="")
     # True when at least one result is surfaced (the audit "has a card").
@@ -99,7 +100,7 @@ class AuditRun(models.Model):
             models.Index(fields=["top_score", "created_at", "id"], name="audit_top_score_idx"),
             models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
             models.Index(fields=["status", "started_at"], name="audit_status_idx"),
-            # "Still at older thresholds" (audits.surfacing.stale_audits): an index-only count.
+            # "Still at older thresholds" (audits.surfacing.policies.stale_audits): an index-only count.
             models.Index(
                 fields=["status", "surfacing_policy", "created_at"], name="audit_surfacing_idx"
             ),
@@ -227,7 +228,7 @@ class StampedQuerySet(models.QuerySet):
 
 
 class AnalyzerRunRecord(models.Model):
-    """The outcome of one analyzer on one audit (CONTRACT.md section 2 `results` item)."""
+    """The outcome of one analyzer on one audit (docs/reference/contract.md section 2 `results` item)."""
 
     class Status(models.TextChoices):
         OK = "ok"
@@ -359,7 +360,7 @@ class AnnotationKind(models.Model):
 
 class TraceLine(models.Model):
     """"[AUDIT] ..." lines, in order: one or more consecutive lines joined by "\n", from
-    the line at `position` on (see audits.trace_rows; read them through it)."""
+    the line at `position` on (see audits.store.trace_rows; read them through it)."""
 
     audit = models.ForeignKey(
         AuditRun, on_delete=models.CASCADE, related_name="trace_lines",
@@ -380,7 +381,7 @@ class TraceLine(models.Model):
 
 class AuditLinks(models.Model):
     """The audit's link table in one row: `rows`, a JSON array of the contract's link
-    objects in order (see audits.link_rows; read them through it). No row: no links."""
+    objects in order (see audits.store.link_rows; read them through it). No row: no links."""
 
     audit = models.OneToOneField(
         AuditRun, on_delete=models.CASCADE, primary_key=True, related_name="link_table"
@@ -401,7 +402,7 @@ class CollisionDigest(models.Model):
     digest = models.CharField(max_length=128)
     created_at = models.DateTimeField(default=timezone.now)
     # The root audit (an audit and its re-runs) that first produced it ("": not known),
-    # and whether another one produced it too (audits.collisions).
+    # and whether another one produced it too (audits.store.collisions).
     first_family = models.CharField(max_length=64, blank=True, default="")
     shared = models.BooleanField(default=False)
 
@@ -555,8 +556,6 @@ class AlertRule(models.Model):
             errors["min_overall_score"] = "The score is between 0 and 1."
         # The SSRF guard's check without DNS (every delivery is guarded again).
         from django.conf import settings
-
-        from analyzers.engine.linkcheck import static_url_problem
 
         problem = static_url_problem(
             self.webhook_url or "", allow_private=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS

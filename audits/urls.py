@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .dashboard import views
-from .live import views as live_views
-from .review import queue_views, verdict_views
+from audits.dashboard import views
+from audits.live import views as live_views
+from audits.review import queue_views, verdict_views
 
 app_name = "audits"
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 BENCH_DIR = ROOT / "var" / "bench"
 TARGET_MS = 60.0
 FIRST_LOAD_RUNS = 5
-# one link of the contract's shape (audits.link_rows): an audit's link table in one row
+# one link of the contract's shape (audits.store.link_rows): an audit's link table in one row
 LINK_ROW = ('[{"url":"https://docs.acme.example/api","label":"the docs","decision":"keep",'
             '"reason":null,"http_status":200,"healthy":true}]')
 

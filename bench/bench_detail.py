@@ -4,7 +4,7 @@
 
 1. Detail page: the repeated paragraph of issue 17 (a customer claim, a link the rules
    strip and a `Namedrop:` line the rules remove) as a 22 KB, 90 KB and ~1 MB response,
-   audited by the real pipeline (services.execute_run), then GET /audits/<id>/ in-process
+   audited by the real pipeline (execute.execute_run), then GET /audits/<id>/ in-process
    (django.test.Client, whole middleware stack and templates): median of 5 (target < 500 ms
    at 1 MB). Baseline in the same run: a one-paragraph audit's detail page.
 2. Starvation: daphne on 127.0.0.1 (thread task backend, SQLite file); eight ~1 MB
@@ -78,14 +78,15 @@ def configure() -> None:
 
 
 def audit(text: str):
-    from audits import services
+    from audits.execution import execute
+    from audits.intake import submit
 
-    run = services.submit_audit(
+    run = submit.submit_audit(
         user_input="Which retailers use Acme?", response=text, sources=[], metadata={},
         enqueue=False,
     )
     started = time.perf_counter()
-    services.execute_run(run.pk)
+    execute.execute_run(run.pk)
     return run.pk, (time.perf_counter() - started) * 1000
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzers.engine.auditor import Auditor  # noqa: E402
+from analyzers.engine.builtin.redflag import RedflagAnalyzer  # noqa: E402
 from analyzers.engine.config import AuditorConfig  # noqa: E402
 from analyzers.engine.contract import AuditInput  # noqa: E402
-from analyzers.engine.redflag import RedflagAnalyzer  # noqa: E402
 from analyzers.engine.registry import Registry  # noqa: E402
 
 RUNS = 7

@@ -18,12 +18,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analyzers.engine.auditor import Auditor  # noqa: E402
-from analyzers.engine.bias import BiasAnalyzer  # noqa: E402
+from analyzers.engine.builtin.bias import BiasAnalyzer  # noqa: E402
+from analyzers.engine.builtin.tone import ToneAnalyzer  # noqa: E402
 from analyzers.engine.config import AuditorConfig  # noqa: E402
 from analyzers.engine.contract import AuditInput  # noqa: E402
 from analyzers.engine.llm import LLMClient  # noqa: E402
 from analyzers.engine.registry import Registry  # noqa: E402
-from analyzers.engine.tone import ToneAnalyzer  # noqa: E402
 from tests.llm_server import RecordedRequest, ScriptedLLMServer  # noqa: E402
 
 LATENCY_S = 0.2

@@ -11,7 +11,7 @@ audit is re-surfaced each time). Measured:
   clock is printed next to it with the load average);
 - list page p50 (django.test.Client in-process, the full middleware stack) while idle
   and while the job runs, as a ratio (the page stays usable: SQLite in WAL mode, the
-  job writes in short transactions of `audits.surfacing.BATCH` audits).
+  job writes in short transactions of `audits.surfacing.jobs.BATCH` audits).
 
     .venv/bin/python bench/bench_resurface.py [--audits 100000]
 """
@@ -41,10 +41,10 @@ PAUSE_S = 0.2
 def worker(db_path: Path, job_id: int) -> None:
     """The child: run one job, print its seconds and outcome as JSON."""
     setup_django(db_path)
-    from audits import surfacing
+    from audits.surfacing import jobs
 
     started, cpu = time.perf_counter(), time.process_time()
-    status = surfacing.run_job(job_id)
+    status = jobs.run_job(job_id)
     print(json.dumps({"seconds": time.perf_counter() - started,
                       "cpu_seconds": time.process_time() - cpu, "status": status}))
 

@@ -1,6 +1,6 @@
 """What storing a batch of analysed audits costs, in figures that do not depend on the load.
 
-Runs `services.execute_runs` (claim, read, analyse, store) on batches of the end-to-end
+Runs `execute.execute_runs` (claim, read, analyse, store) on batches of the end-to-end
 benchmark's audits (bench/throughput.audit_body: 300-character input, 2 KB response with
 links) in this process, on a fresh SQLite file, and prints per audit:
 
@@ -68,7 +68,7 @@ def run() -> None:
     from throughput import audit_body
 
     from analyzers.config_store import load_config_with_snapshot
-    from audits import services
+    from audits.execution import execute
     from audits.models import AuditRun
 
     call_command("migrate", verbosity=0)
@@ -105,10 +105,10 @@ def run() -> None:
 
     for name, fns in phase_fns.items():
         for fn in fns:
-            if hasattr(services, fn):
-                setattr(services, fn, timed(name, getattr(services, fn)))
+            if hasattr(execute, fn):
+                setattr(execute, fn, timed(name, getattr(execute, fn)))
 
-    services.execute_runs(ids[:args.batch])
+    execute.execute_runs(ids[:args.batch])
     per_batch: dict[str, list[float]] = {name: [] for name in phases}
     statements = 0
 
@@ -129,7 +129,7 @@ def run() -> None:
         # (counted by a wrapper: the debug cursor of CaptureQueriesContext would quote
         # every parameter of every statement, a cost the server does not pay)
         with connection.execute_wrapper(count_statement):
-            outcome = services.execute_runs(batch)
+            outcome = execute.execute_runs(batch)
         total = time.process_time() - begin
         frames += _wal_frames(connection, "PASSIVE")
         assert set(outcome.values()) == {"complete"}, outcome
@@ -140,8 +140,8 @@ def run() -> None:
             per_batch[name].append(1000 * phases[name] / len(batch))
         per_batch.setdefault("total", []).append(1000 * total / len(batch))
 
-    calls = _calls_storing(services, profiled_ids, args.batch)
-    held = _store_beside_busy_thread(services, contended_ids, args.batch)
+    calls = _calls_storing(execute, profiled_ids, args.batch)
+    held = _store_beside_busy_thread(execute, contended_ids, args.batch)
     n = args.audits
     print(f"tree: {root}")
     print(f"{n} audits in batches of {args.batch}, SQLite {db}")
@@ -170,14 +170,14 @@ def run() -> None:
           f"{medians['store'] / medians['engine']:.2f}x")
 
 
-def _calls_storing(services, ids: list, batch: int) -> float:
-    """Function calls per audit inside `services.store_reports` (a repeatable CPU figure:
+def _calls_storing(execute, ids: list, batch: int) -> float:
+    """Function calls per audit inside `execute.store_reports` (a repeatable CPU figure:
     the same on a loaded machine)."""
     import cProfile
     import pstats
 
     profile = cProfile.Profile()
-    store = services.store_reports
+    store = execute.store_reports
 
     def profiled(*a, **kw):
         profile.enable()
@@ -186,16 +186,16 @@ def _calls_storing(services, ids: list, batch: int) -> float:
         finally:
             profile.disable()
 
-    services.store_reports = profiled
+    execute.store_reports = profiled
     try:
         for start in range(0, len(ids), batch):
-            services.execute_runs(ids[start:start + batch])
+            execute.execute_runs(ids[start:start + batch])
     finally:
-        services.store_reports = store
+        execute.store_reports = store
     return pstats.Stats(profile).total_calls / len(ids)
 
 
-def _store_beside_busy_thread(services, ids: list, batch: int) -> list[float]:
+def _store_beside_busy_thread(execute, ids: list, batch: int) -> list[float]:
     """Milliseconds from each store's BEGIN to its COMMIT (SQLite's write lock held) while the
     batches are analysed and stored beside another thread of this process that computes,
     as the server's event loop and request threads do: each statement gives the
@@ -237,7 +237,7 @@ def _store_beside_busy_thread(services, ids: list, batch: int) -> list[float]:
     try:
         with connection.execute_wrapper(begin):
             for start in range(0, len(ids), batch):
-                services.execute_runs(ids[start:start + batch])
+                execute.execute_runs(ids[start:start + batch])
     finally:
         stop.set()
         spinner.join()

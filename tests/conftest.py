@@ -60,14 +60,14 @@ def _immediate_tasks(settings):
     analysis processes a test configured (tests/test_analysis_processes.py) are stopped
     before and after each test, whichever thread of an earlier test started them (the
     module's configuration is process-wide: left on, it took a later test's audits)."""
-    from audits import analysis_processes
+    from audits.execution import processes
 
-    analysis_processes.shutdown()
+    processes.shutdown()
     settings.TASKS = IMMEDIATE
     _reset_task_backends(IMMEDIATE)
     yield
     _reset_task_backends(IMMEDIATE)
-    analysis_processes.shutdown()
+    processes.shutdown()
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def thread_tasks(settings):
     """The default in-process thread-pool backend instead of ImmediateBackend."""
     value = {
         "default": {
-            "BACKEND": "audits.task_backends.ThreadPoolBackend",
+            "BACKEND": "audits.execution.backend.ThreadPoolBackend",
             "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 0},
         }
     }

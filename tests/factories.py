@@ -12,7 +12,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from audits.link_rows import StoredLink, packed
 from audits.models import (
     AnalyzerRunRecord,
     Annotation,
@@ -21,7 +20,8 @@ from audits.models import (
     AuditRun,
     TraceLine,
 )
-from audits.scoring import top_result
+from audits.store.link_rows import StoredLink, packed
+from audits.store.scoring import top_result
 
 CATEGORIES = {
     "redflag": "structure",
@@ -116,7 +116,7 @@ def make_audit(
 ) -> AuditRun:
     """A stored audit with its results, annotations, trace lines and links.
 
-    `overall_score` and `has_card` default to what the results imply (CONTRACT.md rules).
+    `overall_score` and `has_card` default to what the results imply (docs/reference/contract.md section 1).
     """
     results = results if results is not None else [result()]
     ok = [r["score"] for r in results if r["status"] == "ok"]

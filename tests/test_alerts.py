@@ -19,10 +19,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from audits.intake.submit import submit_audit
 from audits.models import AlertDelivery, AlertRule, AuditRun
-from audits.review import alerts
-from audits.review.alerts import AnnotationFact, AuditFacts
-from audits.services import submit_audit
+from audits.review import alert_rules, alert_tasks
+from audits.review.alert_rules import AnnotationFact, AuditFacts
 from tests.factories import annotation, make_audit, result
 
 # --- a scripted webhook receiver ---------------------------------------------------------
@@ -121,38 +121,38 @@ def calm_audit(**fields):
 
 def test_the_score_condition_holds_at_or_above_the_value():
     r = rule(min_overall_score=0.7)
-    assert alerts.rule_matches(r, facts(0.7))
-    assert alerts.rule_matches(r, facts(0.95))
-    assert not alerts.rule_matches(r, facts(0.69))
-    assert not alerts.rule_matches(r, facts(None))
+    assert alert_rules.rule_matches(r, facts(0.7))
+    assert alert_rules.rule_matches(r, facts(0.95))
+    assert not alert_rules.rule_matches(r, facts(0.69))
+    assert not alert_rules.rule_matches(r, facts(None))
 
 
 def test_type_and_minimum_severity_must_meet_in_one_annotation():
     r = rule(annotation_type="sycophancy", min_severity="warning")
-    assert alerts.rule_matches(r, facts(annotations=[("bias", "sycophancy", "critical", "x")]))
-    assert alerts.rule_matches(r, facts(annotations=[("bias", "sycophancy", "warning", "x")]))
-    assert not alerts.rule_matches(r, facts(annotations=[("bias", "sycophancy", "info", "x")]))
+    assert alert_rules.rule_matches(r, facts(annotations=[("bias", "sycophancy", "critical", "x")]))
+    assert alert_rules.rule_matches(r, facts(annotations=[("bias", "sycophancy", "warning", "x")]))
+    assert not alert_rules.rule_matches(r, facts(annotations=[("bias", "sycophancy", "info", "x")]))
     # the type at a low severity and another type at a high one: no single annotation meets both
     split = [("bias", "sycophancy", "info", "x"), ("bias", "anchoring_bias", "critical", "y")]
-    assert not alerts.rule_matches(r, facts(annotations=split))
+    assert not alert_rules.rule_matches(r, facts(annotations=split))
 
 
 def test_severity_alone_matches_any_type_at_or_above():
     r = rule(min_severity="critical")
-    assert alerts.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "critical", "")]))
-    assert not alerts.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "warning", "")]))
-    assert not alerts.rule_matches(r, facts(annotations=[]))
+    assert alert_rules.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "critical", "")]))
+    assert not alert_rules.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "warning", "")]))
+    assert not alert_rules.rule_matches(r, facts(annotations=[]))
 
 
 def test_analyzer_restricts_annotations_and_alone_means_its_result_surfaced():
     typed = rule(annotation_type="condescending", analyzer_id="tone")
-    assert alerts.rule_matches(typed, facts(annotations=[("tone", "condescending", "info", "")]))
-    assert not alerts.rule_matches(
+    assert alert_rules.rule_matches(typed, facts(annotations=[("tone", "condescending", "info", "")]))
+    assert not alert_rules.rule_matches(
         typed, facts(annotations=[("custom_judge", "condescending", "info", "")])
     )
     alone = rule(analyzer_id="bias")
-    assert alerts.rule_matches(alone, facts(surfaced=["redflag", "bias"]))
-    assert not alerts.rule_matches(
+    assert alert_rules.rule_matches(alone, facts(surfaced=["redflag", "bias"]))
+    assert not alert_rules.rule_matches(
         alone, facts(surfaced=["redflag"], annotations=[("bias", "sycophancy", "info", "")])
     )
 
@@ -160,9 +160,9 @@ def test_analyzer_restricts_annotations_and_alone_means_its_result_surfaced():
 def test_every_condition_that_is_set_must_hold():
     r = rule(min_overall_score=0.8, min_severity="critical")
     crit = [("redflag", "EMPTY_OUTPUT", "critical", "")]
-    assert alerts.rule_matches(r, facts(0.9, crit))
-    assert not alerts.rule_matches(r, facts(0.5, crit))
-    assert not alerts.rule_matches(r, facts(0.9, [("redflag", "EMPTY_OUTPUT", "warning", "")]))
+    assert alert_rules.rule_matches(r, facts(0.9, crit))
+    assert not alert_rules.rule_matches(r, facts(0.5, crit))
+    assert not alert_rules.rule_matches(r, facts(0.9, [("redflag", "EMPTY_OUTPUT", "warning", "")]))
 
 
 @pytest.mark.parametrize(
@@ -207,10 +207,10 @@ def test_sql_matching_agrees_with_the_pure_function():
         rule(analyzer_id="links", annotation_type="LINK_UNHEALTHY"),
         rule(min_overall_score=0.2, min_severity="warning", analyzer_id="tone"),
     ]
-    all_facts = [alerts.audit_facts(run.pk) for run in runs]
+    all_facts = [alert_rules.audit_facts(run.pk) for run in runs]
     for r in rules:
-        expected = {f.audit_id for f in all_facts if f and alerts.rule_matches(r, f)}
-        got = {str(pk) for pk in alerts.matching_audits(r, since).values_list("pk", flat=True)}
+        expected = {f.audit_id for f in all_facts if f and alert_rules.rule_matches(r, f)}
+        got = {str(pk) for pk in alert_rules.matching_audits(r, since).values_list("pk", flat=True)}
         assert got == expected, r.conditions_summary()
         assert expected, f"the sample should exercise {r.conditions_summary()}"
 
@@ -221,9 +221,9 @@ def test_without_a_window_every_matching_audit_alerts():
         name="every", webhook_url="https://hooks.example.com/a", min_severity="critical"
     )
     first, second, calm = critical_audit(), critical_audit(), calm_audit()
-    assert len(alerts.evaluate(first.pk)) == 1
-    assert len(alerts.evaluate(second.pk)) == 1
-    assert alerts.evaluate(calm.pk) == []
+    assert len(alert_rules.evaluate(first.pk)) == 1
+    assert len(alert_rules.evaluate(second.pk)) == 1
+    assert alert_rules.evaluate(calm.pk) == []
     deliveries = list(AlertDelivery.objects.filter(rule=r).order_by("id"))
     assert [str(d.audit_id) for d in deliveries] == [str(first.pk), str(second.pk)]
     assert all(d.status == "pending" and d.payload["window"] is None for d in deliveries)
@@ -240,7 +240,7 @@ def test_a_window_fires_at_the_nth_matching_audit_then_cools_down():
     for i in range(5):
         run = critical_audit(created_at=t0 + timedelta(seconds=i))
         calm_audit(created_at=t0 + timedelta(seconds=i))  # never counted
-        fired.append(len(alerts.evaluate(run.pk, now=t0 + timedelta(seconds=i))))
+        fired.append(len(alert_rules.evaluate(run.pk, now=t0 + timedelta(seconds=i))))
     assert fired == [0, 0, 1, 0, 0]  # the third fires; the burst sends one alert
     delivery = AlertDelivery.objects.get(rule=r)
     assert delivery.payload["window"] == {"minutes": 10, "min_count": 3}
@@ -251,7 +251,7 @@ def test_a_window_fires_at_the_nth_matching_audit_then_cools_down():
     fired = []
     for i in range(3):
         run = critical_audit(created_at=later + timedelta(seconds=i))
-        fired.append(len(alerts.evaluate(run.pk, now=later + timedelta(seconds=i))))
+        fired.append(len(alert_rules.evaluate(run.pk, now=later + timedelta(seconds=i))))
     assert fired == [0, 0, 1]
     assert AlertDelivery.objects.filter(rule=r).count() == 2
 
@@ -267,7 +267,7 @@ def test_the_cooldown_holds_while_matches_keep_arriving():
     for i in range(8):  # one matching audit a minute: the window always holds 2 or more
         now = t0 + timedelta(minutes=i)
         run = critical_audit(created_at=now)
-        results.append(len(alerts.evaluate(run.pk, now=now)))
+        results.append(len(alert_rules.evaluate(run.pk, now=now)))
     assert results == [0, 1, 0, 0, 0, 0, 1, 0]  # fired at minute 1, then again after 5 min
     assert AlertDelivery.objects.filter(rule=r).count() == 2
 
@@ -278,8 +278,8 @@ def test_disabled_rules_and_unfinished_audits_never_fire():
         name="off", webhook_url="https://hooks.example.com/a", min_severity="info", enabled=False
     )
     AlertRule.objects.create(name="on", webhook_url="https://hooks.example.com/a", min_severity="info")
-    assert alerts.evaluate(critical_audit(status="running").pk) == []
-    assert [d.rule.name for d in alerts.evaluate(critical_audit().pk)] == ["on"]
+    assert alert_rules.evaluate(critical_audit(status="running").pk) == []
+    assert [d.rule.name for d in alert_rules.evaluate(critical_audit().pk)] == ["on"]
 
 
 # --- payload -----------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_the_payload_carries_the_audit_the_matches_and_a_slack_text(settings):
          ("tone", "condescending", "info", "not matched")],
         surfaced=["bias"],
     )
-    payload = alerts.build_payload(r, f)
+    payload = alert_rules.build_payload(r, f)
     json.dumps(payload)  # serialisable as is
     assert payload["rule"] == {"id": 7, "name": "Bias & tone", "conditions": "severity ≥ warning"}
     assert payload["audit"] == {
@@ -316,7 +316,7 @@ def test_the_payload_carries_the_audit_the_matches_and_a_slack_text(settings):
 def test_model_text_cannot_inject_slack_markup():
     label = "Hi <!channel> see <https://evil.example|click> & `code` \n*bold*" + "x" * 500
     r = rule(min_severity="info")
-    payload = alerts.build_payload(r, facts(annotations=[("tone", "<@U123>", "info", label)]))
+    payload = alert_rules.build_payload(r, facts(annotations=[("tone", "<@U123>", "info", label)]))
     text = payload["text"]
     assert "<!channel>" not in text and "<https://evil" not in text and "<@U123>" not in text
     assert "&lt;!channel&gt;" in text and "&amp;" in text
@@ -324,13 +324,13 @@ def test_model_text_cannot_inject_slack_markup():
     # type and label are two closed code spans: nothing can break out of them
     assert bullet.count("`") == 4
     assert len(bullet) < 300
-    assert len(payload["annotations"][0]["label"]) <= alerts.LABEL_CHARS
+    assert len(payload["annotations"][0]["label"]) <= alert_rules.LABEL_CHARS
     assert "\n" not in payload["annotations"][0]["label"]
 
 
 def test_the_payload_lists_at_most_ten_annotations_and_says_how_many_more():
     many = [("redflag", f"T{i}", "warning", "") for i in range(14)]
-    payload = alerts.build_payload(rule(min_severity="warning"), facts(annotations=many))
+    payload = alert_rules.build_payload(rule(min_severity="warning"), facts(annotations=many))
     assert len(payload["annotations"]) == 10
     assert payload["annotations_total"] == 14
     assert "… and 4 more" in payload["text"]
@@ -350,7 +350,7 @@ def _delivery(url: str, **rule_fields) -> AlertDelivery:
 @pytest.mark.django_db
 def test_delivery_retries_with_backoff_until_the_receiver_accepts(receiver, fast_retries):
     receiver.answer(500, 500, 200)
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     delivery.refresh_from_db()
     assert delivery.status == "delivered"
     assert delivery.attempts == 3
@@ -369,14 +369,14 @@ def test_delivery_retries_with_backoff_until_the_receiver_accepts(receiver, fast
 @pytest.mark.django_db
 def test_a_receiver_that_keeps_failing_leaves_a_failed_delivery(receiver, fast_retries):
     receiver.default = (503, {})
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     delivery.refresh_from_db()
     assert delivery.status == "failed"
     assert delivery.attempts == 3 == len(receiver.hits)
     assert delivery.last_http_status == 503
     assert delivery.last_error == "HTTP 503"
     assert delivery.delivered_at is None
-    assert alerts.deliver(delivery.pk) is None  # finished deliveries are not sent again
+    assert alert_rules.deliver(delivery.pk) is None  # finished deliveries are not sent again
 
 
 @pytest.mark.django_db
@@ -384,31 +384,31 @@ def test_after_a_failed_delivery_the_rule_gets_one_attempt_until_the_breaker_res
     receiver, fast_retries
 ):
     receiver.default = (500, {})
-    first = alerts.deliver(_delivery(receiver.url).pk)
+    first = alert_rules.deliver(_delivery(receiver.url).pk)
     assert first.status == "failed" and first.attempts == 3
     second = AlertDelivery.objects.create(rule=first.rule, payload={"text": "again"})
-    second = alerts.deliver(second.pk)
+    second = alert_rules.deliver(second.pk)
     assert second.status == "failed" and second.attempts == 1
     assert "previous delivery failed" in second.last_error
     assert len(receiver.hits) == 4
 
     AlertDelivery.objects.filter(rule=first.rule).update(
-        created_at=timezone.now() - timedelta(seconds=alerts.BREAKER_S + 1)
+        created_at=timezone.now() - timedelta(seconds=alert_rules.BREAKER_S + 1)
     )
     receiver.answer(500, 200)
     third = AlertDelivery.objects.create(rule=first.rule, payload={"text": "later"})
-    third = alerts.deliver(third.pk)
+    third = alert_rules.deliver(third.pk)
     assert third.status == "delivered" and third.attempts == 2
 
 
 @pytest.mark.django_db
 def test_client_errors_and_redirects_are_not_retried(receiver, fast_retries):
     receiver.answer(404)
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     assert (delivery.status, delivery.attempts, delivery.last_http_status) == ("failed", 1, 404)
 
     receiver.answer((302, {"Location": "http://169.254.169.254/latest/meta-data/"}))
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     assert (delivery.status, delivery.attempts, delivery.last_http_status) == ("failed", 1, 302)
     assert "redirects are not followed" in delivery.last_error
     assert len(receiver.hits) == 2
@@ -418,7 +418,7 @@ def test_client_errors_and_redirects_are_not_retried(receiver, fast_retries):
 def test_retry_after_is_honoured_up_to_the_cap(receiver, fast_retries):
     fast_retries.AUDITOR_ALERT_MAX_DELAY_MS = 600
     receiver.answer((429, {"Retry-After": "1"}), (429, {"Retry-After": "3600"}), 200)
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     assert delivery.status == "delivered" and delivery.attempts == 3
     assert [h.get("wait_s") for h in delivery.history] == [0.6, 0.6, None]
     gaps = [b["at"] - a["at"] for a, b in pairwise(receiver.hits)]
@@ -433,7 +433,7 @@ def test_retries_stop_at_the_delivery_deadline(receiver, fast_retries):
     fast_retries.AUDITOR_ALERT_DEADLINE_S = 1
     receiver.default = (500, {})
     started = time.monotonic()
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     assert time.monotonic() - started < 1.5
     assert delivery.status == "failed"
     assert delivery.attempts == 2  # waits 0.4 s, then a 0.8 s wait would pass 1 s
@@ -443,7 +443,7 @@ def test_retries_stop_at_the_delivery_deadline(receiver, fast_retries):
 @pytest.mark.django_db
 def test_a_private_webhook_is_refused_without_the_private_network_setting(receiver, settings):
     settings.AUDITOR_ALLOW_PRIVATE_NETWORKS = False
-    delivery = alerts.deliver(_delivery(receiver.url).pk)
+    delivery = alert_rules.deliver(_delivery(receiver.url).pk)
     assert delivery.status == "failed"
     assert delivery.attempts == 1
     assert delivery.last_http_status is None
@@ -459,7 +459,7 @@ def test_a_private_webhook_is_refused_without_the_private_network_setting(receiv
 )
 def test_internal_addresses_are_refused_like_link_checks(url, settings):
     settings.AUDITOR_ALLOW_PRIVATE_NETWORKS = False
-    delivery = alerts.deliver(_delivery(url).pk)
+    delivery = alert_rules.deliver(_delivery(url).pk)
     assert delivery.status == "failed" and delivery.last_error.startswith("blocked:")
 
 
@@ -470,7 +470,6 @@ def test_internal_addresses_are_refused_like_link_checks(url, settings):
 def test_without_enabled_rules_the_hook_queues_nothing_and_reads_at_most_once(
     monkeypatch, django_assert_num_queries
 ):
-    from audits.review import tasks
 
     queued = []
 
@@ -478,16 +477,16 @@ def test_without_enabled_rules_the_hook_queues_nothing_and_reads_at_most_once(
         def enqueue(self, audit_id: str) -> None:
             queued.append(audit_id)
 
-    monkeypatch.setattr(tasks, "evaluate_alerts", Recorder())
-    alerts.invalidate_rules_cache()
+    monkeypatch.setattr(alert_tasks, "evaluate_alerts", Recorder())
+    alert_rules.invalidate_rules_cache()
     with django_assert_num_queries(1):
-        alerts.after_audit_finished("a")
+        alert_tasks.after_audit_finished("a")
     with django_assert_num_queries(0):  # cached
         for _ in range(100):
-            alerts.after_audit_finished("b")
+            alert_tasks.after_audit_finished("b")
     assert queued == []
     AlertRule.objects.create(name="r", webhook_url="https://hooks.example.com/a", min_severity="info")
-    alerts.after_audit_finished("c")  # saving a rule cleared the cache
+    alert_tasks.after_audit_finished("c")  # saving a rule cleared the cache
     assert queued == ["c"]
 
 
@@ -585,8 +584,8 @@ def test_deleting_the_rule_during_retries_ends_the_delivery_quietly(
         def sleep(seconds: float) -> None:
             AlertRule.objects.filter(pk=delivery.rule_id).delete()
 
-    monkeypatch.setattr(alerts, "time", Clock)
-    assert alerts.deliver(delivery.pk) is None
+    monkeypatch.setattr(alert_rules, "time", Clock)
+    assert alert_rules.deliver(delivery.pk) is None
     assert len(receiver.hits) == 1
     assert not AlertDelivery.objects.exists()
 
@@ -636,7 +635,7 @@ def test_a_webhook_on_an_internationalised_domain_is_delivered_with_its_ascii_ho
     monkeypatch.setattr(LinkChecker, "resolve", resolve)
     port = receiver.url.split(":")[2].split("/")[0]
     receiver.answer(200)
-    delivery = alerts.deliver(_delivery(f"http://пример.рф:{port}/hook").pk)
+    delivery = alert_rules.deliver(_delivery(f"http://пример.рф:{port}/hook").pk)
     assert delivery is not None and delivery.status == "delivered", delivery and delivery.last_error
     assert receiver.hits[0]["host"] == f"xn--e1afmkfd.xn--p1ai:{port}"
 
@@ -648,7 +647,7 @@ def test_an_unexpected_error_fails_the_delivery_instead_of_leaving_it_pending(
     async def broken(url, body, timeout_s):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(alerts, "_post", broken)
-    delivery = alerts.deliver(_delivery("https://hooks.example.com/x").pk)
+    monkeypatch.setattr(alert_rules, "_post", broken)
+    delivery = alert_rules.deliver(_delivery("https://hooks.example.com/x").pk)
     assert delivery.status == "failed" and delivery.attempts == 1
     assert delivery.last_error == "RuntimeError: a bug"

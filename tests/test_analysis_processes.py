@@ -17,10 +17,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.tasks import task_backends
 
-from audits import analysis_processes, heap, services
+from audits.execution import execute, heap, processes
+from audits.execution.recovery import recover_stale_runs
+from audits.intake.submit import submit_audit, submit_audits
 from audits.models import AnalyzerRunRecord, AuditRun
-from audits.recovery import recover_stale_runs
-from audits.services import submit_audit, submit_audits
 from audits.signals import audit_finished
 from tests.conftest import IMMEDIATE, _reset_task_backends
 
@@ -33,7 +33,7 @@ INPUT = {"user_input": "Which retailers use Acme?",
 
 def _backend(settings, processes: int = 1, workers: int = 2):
     value = {"default": {
-        "BACKEND": "audits.task_backends.ThreadPoolBackend",
+        "BACKEND": "audits.execution.backend.ThreadPoolBackend",
         "OPTIONS": {"MAX_WORKERS": workers, "SWEEP_INTERVAL": 0, "PROCESSES": processes},
     }}
     settings.TASKS = value
@@ -47,7 +47,7 @@ def process_tasks(settings):
     backend = _backend(settings)
     yield backend
     backend.close_connections()
-    analysis_processes.shutdown()
+    processes.shutdown()
     _reset_task_backends(IMMEDIATE)
 
 
@@ -58,8 +58,8 @@ def not_in_this_process(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("analysed in the server process")
 
-    monkeypatch.setattr(services, "execute_runs", refuse)
-    monkeypatch.setattr(services, "execute_run", refuse)
+    monkeypatch.setattr(execute, "execute_runs", refuse)
+    monkeypatch.setattr(execute, "execute_run", refuse)
 
 
 def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in_this_process):
@@ -70,10 +70,10 @@ def test_audits_are_analysed_and_stored_by_a_child_process(process_tasks, not_in
     ids = [r.pk for r in runs]
     assert set(AuditRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"complete"}
     assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
-    pids = analysis_processes.child_pids()
+    pids = processes.child_pids()
     assert len(pids) == 1 and os.getpid() not in pids  # bounded: PROCESSES children
     # the child froze what it holds for good at its start and after its first batch
-    frozen, stages = analysis_processes._submit(heap.state)
+    frozen, stages = processes._submit(heap.state)
     assert frozen > 0 and stages == ["analysis", "start"]
     assert heap.state()[1] == []  # this process (a test run) never does
 
@@ -82,11 +82,11 @@ def test_the_children_run_at_the_configured_niceness(settings, monkeypatch):
     monkeypatch.setenv("AUDITOR_ANALYSIS_NICE", "5")  # read by the children's settings
     _backend(settings)
     try:
-        (child,) = {analysis_processes._submit(os.getpid)}
+        (child,) = {processes._submit(os.getpid)}
         nice = int(open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[16])  # noqa: SIM115
         assert nice == min(19, os.nice(0) + 5)
     finally:
-        analysis_processes.shutdown()
+        processes.shutdown()
         _reset_task_backends(IMMEDIATE)
 
 
@@ -95,13 +95,13 @@ def test_the_large_lane_analyses_in_the_server_and_small_audits_in_the_child(
 ):
     settings.AUDITOR_LARGE_AUDIT_CHARS = 500
     here: list[str] = []
-    original = services.execute_run
+    original = execute.execute_run
 
     def recording(run_id):
         here.append(str(run_id))
         return original(run_id)
 
-    monkeypatch.setattr(services, "execute_run", recording)
+    monkeypatch.setattr(execute, "execute_run", recording)
     huge = submit_audit(user_input="q", response="Acme is fine. " * 100)
     small = submit_audit(**INPUT)
     assert process_tasks.wait_idle(timeout=60)
@@ -126,7 +126,7 @@ def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_ta
 
     audit_finished.connect(receiver, weak=False)
     try:
-        outcome = analysis_processes.execute_runs([r.pk for r in runs])
+        outcome = processes.execute_runs([r.pk for r in runs])
     finally:
         audit_finished.disconnect(receiver)
 
@@ -159,17 +159,17 @@ def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_ta
 def _someone_waiting_in_the_child() -> bool:
     """(In a child.) Whether it sees someone waiting (it follows the count only when it
     is one of the children that make way)."""
-    from audits import people_first
+    from audits.execution import people_first
 
     return people_first.someone_waiting()
 
 
 def test_enough_children_make_way_to_leave_a_page_a_core():
-    assert analysis_processes.children_making_way(2, 2) == 1
-    assert analysis_processes.children_making_way(1, 2) == 0
-    assert analysis_processes.children_making_way(1, 1) == 1
-    assert analysis_processes.children_making_way(4, 2) == 3
-    assert analysis_processes.children_making_way(2, 8) == 0
+    assert processes.children_making_way(2, 2) == 1
+    assert processes.children_making_way(1, 2) == 0
+    assert processes.children_making_way(1, 1) == 1
+    assert processes.children_making_way(4, 2) == 3
+    assert processes.children_making_way(2, 8) == 0
 
 
 @pytest.fixture
@@ -183,12 +183,12 @@ def test_a_child_makes_way_between_its_audits_while_a_page_is_served(one_core, p
     waiting (shared memory) and makes way before each audit, as a task thread does."""
     from django.utils import timezone
 
-    from audits import people_first
+    from audits.execution import people_first
 
     run = submit_audit(**INPUT, enqueue=False)
-    assert analysis_processes._submit(_someone_waiting_in_the_child) is False  # and it is up
+    assert processes._submit(_someone_waiting_in_the_child) is False  # and it is up
     with people_first.waiting():
-        assert analysis_processes._submit(_someone_waiting_in_the_child) is True
+        assert processes._submit(_someone_waiting_in_the_child) is True
     started, page_done = threading.Event(), []
 
     def page() -> None:
@@ -200,7 +200,7 @@ def test_a_child_makes_way_between_its_audits_while_a_page_is_served(one_core, p
     thread = threading.Thread(target=page)
     thread.start()
     started.wait(5)
-    assert analysis_processes.execute_runs([run.pk]) == {str(run.pk): "complete"}
+    assert processes.execute_runs([run.pk]) == {str(run.pk): "complete"}
     thread.join()
     run.refresh_from_db()
     assert run.finished_at >= page_done[0]  # analysed once the page was served
@@ -216,11 +216,11 @@ def _requests_waiting_seen_by_the_child() -> tuple[bool, int]:
 def test_a_child_sees_the_server_s_requests_waiting_for_the_write_lock(process_tasks):
     from analyzers import lock_wait
 
-    assert analysis_processes._submit(_requests_waiting_seen_by_the_child) == (True, 0)
+    assert processes._submit(_requests_waiting_seen_by_the_child) == (True, 0)
     shared = lock_wait._requests_waiting  # made with the pool
     shared.value += 1
     try:
-        assert analysis_processes._submit(_requests_waiting_seen_by_the_child) == (True, 1)
+        assert processes._submit(_requests_waiting_seen_by_the_child) == (True, 1)
     finally:
         shared.value -= 1
     assert lock_wait._deferring is False  # the server itself never defers
@@ -238,7 +238,7 @@ def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_re
 
     def dispatch() -> None:
         try:
-            analysis_processes.execute_runs(ids)
+            processes.execute_runs(ids)
         except BaseException as exc:
             failure.append(exc)
 
@@ -249,7 +249,7 @@ def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_re
         while AuditRun.objects.filter(pk__in=ids, status="running").count() < 2:
             assert time.monotonic() < deadline, "the child never claimed the runs"
             time.sleep(0.05)
-        (child,) = analysis_processes.child_pids()
+        (child,) = processes.child_pids()
         time.sleep(0.3)  # inside the slow analyzer
         os.kill(child, signal.SIGKILL)
         thread.join(30)
@@ -265,11 +265,11 @@ def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_re
         assert backend.wait_idle(timeout=60)
         done = AuditRun.objects.filter(pk__in=ids)
         assert {(r.status, r.attempts) for r in done} == {("complete", 2)}
-        new_children = analysis_processes.child_pids()
+        new_children = processes.child_pids()
         assert new_children and child not in new_children
     finally:
         backend.close_connections()
-        analysis_processes.shutdown()
+        processes.shutdown()
         _reset_task_backends(IMMEDIATE)
 
 

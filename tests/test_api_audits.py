@@ -166,8 +166,8 @@ def test_get_one_audit(api_client):
 
 
 def test_the_serializers_agree(api_client):
-    from audits.selectors import RUN_FIELDS, serialize_runs
-    from audits.serializers import audit_queryset, audit_to_dict
+    from audits.store.queries import RUN_FIELDS, serialize_runs
+    from audits.store.serializers import audit_queryset, audit_to_dict
 
     run = make_audit(
         results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT"), annotation("TOO_MANY_CHARS")]),
@@ -310,7 +310,7 @@ def test_batch_limits(api_client, ingest_key, read_key):
 
 def test_the_fast_export_lines_equal_the_serializer():
     from audits.api.export import export_page
-    from audits.serializers import audit_queryset, audit_to_dict
+    from audits.store.serializers import audit_queryset, audit_to_dict
 
     runs = [
         make_audit(

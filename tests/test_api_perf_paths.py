@@ -86,7 +86,7 @@ def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
     """A batch's database queue rows: one INSERT, each the row `run_audit.enqueue` makes."""
     from django_tasks_db.models import DBTaskResult
 
-    from audits.tasks import run_audit
+    from audits.execution.tasks import run_audit
     from tests.conftest import _reset_task_backends
 
     value = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
@@ -115,7 +115,8 @@ def test_submitted_rows_are_converted_before_the_write_lock(api_client, ingest_k
     transaction whose write lock holds every other writer; only its run is inside."""
     from django.db import connection
 
-    from audits import bulk, services
+    from audits.intake import submit
+    from audits.store import bulk
 
     prepare, run, depths = bulk.prepare_insert, bulk.run_statement, []
 
@@ -130,8 +131,8 @@ def test_submitted_rows_are_converted_before_the_write_lock(api_client, ingest_k
             depths.append(("run", len(connection.atomic_blocks)))
         return run(statement)
 
-    monkeypatch.setattr(services, "prepare_insert", preparing)
-    monkeypatch.setattr(services, "run_statement", running)
+    monkeypatch.setattr(submit, "prepare_insert", preparing)
+    monkeypatch.setattr(submit, "run_statement", running)
     assert api_client.post("/api/audits/batch", {"audits": [BODY] * 3},
                            key=ingest_key).status_code == 202
     assert api_client.post("/api/audits", BODY, key=ingest_key).status_code == 202

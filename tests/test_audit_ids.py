@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from audits import ids
-from audits.services import submit_audit, submit_audits
+from audits.intake.submit import submit_audit, submit_audits
 
 
 def test_an_id_is_a_version_7_uuid_carrying_the_time_in_milliseconds():

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from audits import cards
+from audits.cards import cards
 from audits.models import DashboardPreference
 from tests.factories import annotation, fabricated_claim_audit, make_audit, make_audits, result
 

@@ -1,4 +1,4 @@
-"""audits.bulk.insert_rows: plain tuples in, the same rows as the ORM would store."""
+"""audits.store.bulk.insert_rows: plain tuples in, the same rows as the ORM would store."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from audits.bulk import insert_rows
 from audits.models import AnalyzerRunRecord, AuditRun, TraceLine
+from audits.store.bulk import insert_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +55,7 @@ def test_rows_past_the_statement_size_go_in_further_statements_in_order(monkeypa
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from audits import bulk
+    from audits.store import bulk
 
     monkeypatch.setattr(bulk, "MAX_ROWS_PER_INSERT", 3)
     run = AuditRun.objects.create(user_input="q", response="r")
@@ -91,7 +91,7 @@ def test_a_statement_holds_no_more_parameters_than_the_database_allows():
 def test_a_statement_without_a_row_group_runs_once_per_row():
     from django.db import connection
 
-    from audits.bulk import Statement, db_value, run_statement
+    from audits.store.bulk import Statement, db_value, run_statement
 
     runs = [AuditRun.objects.create(user_input=f"q{i}", response="r") for i in range(3)]
     table = connection.ops.quote_name(AuditRun._meta.db_table)
@@ -111,7 +111,7 @@ def test_a_primary_key_without_a_database_default_must_be_given():
 def test_prepared_columns_are_passed_to_the_driver_as_they_are():
     import json
 
-    from audits.bulk import db_value
+    from audits.store.bulk import db_value
 
     run = AuditRun.objects.create(user_input="q", response="r")
     audit_id = db_value(AuditRun, "id", run.pk)  # converted once, e.g. for every table
@@ -129,7 +129,8 @@ def test_prepared_columns_are_passed_to_the_driver_as_they_are():
 def test_a_batch_of_reports_stores_each_annotation_under_its_own_result():
     """The reports' rows are built before the write transaction, each annotation keyed by
     its result's (audit, position) until the new results' ids are read inside it."""
-    from audits import services
+    from audits.execution import execute
+    from audits.intake import submit
     from audits.models import Annotation
 
     responses = [
@@ -137,9 +138,9 @@ def test_a_batch_of_reports_stores_each_annotation_under_its_own_result():
         "Decathlon grew conversion by 50%. Read [this](https://other.example/x).",
         "Plain answer with [one link](https://third.example/y).",
     ]
-    runs = [services.submit_audit(user_input=f"q{i}", response=text, enqueue=False)
+    runs = [submit.submit_audit(user_input=f"q{i}", response=text, enqueue=False)
             for i, text in enumerate(responses)]
-    outcome = services.execute_runs([run.pk for run in runs])
+    outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
     annotations = list(Annotation.objects.select_related("result"))
     assert {a.audit_id for a in annotations} == {run.pk for run in runs}

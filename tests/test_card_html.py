@@ -1,4 +1,4 @@
-"""The audit list's rows built in Python (`audits.card_html`) against the templates they
+"""The audit list's rows built in Python (`audits.cards.html`) against the templates they
 replaced: the same markup (whitespace aside), the same escaping, a fixed number of queries."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from audits import card_html, cards
+from audits.cards import cards, html
 from audits.live import fragments
 from audits.models import AuditRun, DashboardPreference, Review
 from tests.factories import annotation, make_audit, result
@@ -147,18 +147,18 @@ def test_cards_are_the_markup_the_template_rendered(django_user_model):
     runs = _varied_audits()
     reference = engines["django"].from_string(REFERENCE_CARD)
     for context in _contexts(django_user_model):
-        built = card_html.cards(runs, card_html.Rows.from_context(context))
+        built = html.cards(runs, html.Rows.from_context(context))
         _same(built, reference.render({**context, "audits": runs}))
 
 
 def test_table_rows_are_the_markup_the_template_rendered(django_user_model):
     runs = _varied_audits()
     for run in runs:  # what the table view set on its rows before
-        run.table_badges = run.badges[: card_html.CHIPS]
-        run.table_more = max(0, len(run.badges) - card_html.CHIPS) + run.more_badges
+        run.table_badges = run.badges[: html.CHIPS]
+        run.table_more = max(0, len(run.badges) - html.CHIPS) + run.more_badges
     reference = engines["django"].from_string(REFERENCE_ROWS)
     for context in _contexts(django_user_model):
-        built = card_html.table_rows(runs, card_html.Rows.from_context(context))
+        built = html.table_rows(runs, html.Rows.from_context(context))
         _same(built, reference.render({**context, "page": cards.Page(runs, None)}))
 
 
@@ -170,13 +170,13 @@ def test_a_cards_verdict_form_is_the_verdict_partial(django_user_model):
         for v, c, n in (("confirmed", "", ""), ("false_positive", EVIL, EVIL), ("unsure", "x", "y"))
     ]
     for context in _contexts(django_user_model):
-        rows = card_html.Rows.from_context(context)
+        rows = html.Rows.from_context(context)
         for current in verdicts:
             partial = render_to_string(
                 "audits/list.html#verdict",
                 {**context, "audit": run, "current": current, "target": None},
             )
-            _same(card_html.verdict_form(run.pk, current, rows), partial)
+            _same(html.verdict_form(run.pk, current, rows), partial)
 
 
 def test_model_text_is_escaped_never_markup(staff_user):
@@ -195,7 +195,7 @@ def test_model_text_is_escaped_never_markup(staff_user):
 @pytest.mark.parametrize("value", [0.3, 0.713, 1e-05, 2.0, 0, 3, 1234567, None, "a<b"])
 def test_values_render_as_the_template_engine_renders_them(value):
     expected = engines["django"].from_string("{{ v }}").render({"v": value})
-    assert card_html.text(value) == expected
+    assert html.text(value) == expected
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_values_render_as_the_template_engine_renders_them(value):
 )
 def test_numbers_render_as_the_template_engine_renders_them(value):
     expected = engines["django"].from_string("{{ v }}").render({"v": value})
-    assert card_html.Rows.shared().number(value) == expected
+    assert html.Rows.shared().number(value) == expected
 
 
 @pytest.mark.parametrize("day", [1, 9, 28])
@@ -212,11 +212,11 @@ def test_row_times_are_the_date_filters_renderings(day):
     template = engines["django"].from_string(
         "{{ d|date:'c' }}|{{ d|date:'Y-m-d H:i:s e' }}|{{ d|date:'M j, H:i' }}"
     )
-    rows = card_html.Rows.shared()
-    assert "|".join(card_html._row_dates(value, rows)) == template.render({"d": value})
+    rows = html.Rows.shared()
+    assert "|".join(html._row_dates(value, rows)) == template.render({"d": value})
     with timezone.override("Europe/Paris"):  # the current time zone, as the filter uses it
-        rows = card_html.Rows.shared()
-        assert "|".join(card_html._row_dates(value, rows)) == template.render({"d": value})
+        rows = html.Rows.shared()
+        assert "|".join(html._row_dates(value, rows)) == template.render({"d": value})
 
 
 @pytest.mark.parametrize("view", ["cards", "table"])

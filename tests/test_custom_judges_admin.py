@@ -54,7 +54,8 @@ def test_invalid_judges_are_rejected_with_a_message(staff_user, field, value, me
 
 
 def test_a_judge_audits_through_the_configured_model(staff_user, monkeypatch, settings):
-    from audits.services import execute_run, submit_audit
+    from audits.execution.execute import execute_run
+    from audits.intake.submit import submit_audit
 
     settings.AUDITOR_LLM_ALLOW_PRIVATE = True  # the model server runs on 127.0.0.1
     staff_client(staff_user).post("/admin/analyzers/customjudge/add/", JUDGE_FORM)

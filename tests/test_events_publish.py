@@ -9,8 +9,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from audits import events, services
-from audits.services import submit_audit
+from audits import events
+from audits.execution import execute
+from audits.intake.submit import submit_audit
 
 INPUT = {"user_input": "Which retailers use Acme?",
          "response": "Acme is easy to set up. See https://www.acme.example/docs."}
@@ -65,7 +66,7 @@ def test_threads_publish_through_one_long_lived_loop(sent):
 @pytest.mark.django_db(transaction=True)
 def test_an_unwatched_audit_publishes_nothing(sent):
     run = submit_audit(**INPUT, enqueue=False)
-    assert services.execute_run(run.pk) == "complete"
+    assert execute.execute_run(run.pk) == "complete"
     assert sent == []
 
 
@@ -75,7 +76,7 @@ def test_a_watched_audit_gets_one_event_per_state_change_and_no_trace_lines(sent
     channel = async_to_sync(layer.new_channel)()
     run = submit_audit(**INPUT, enqueue=False)
     async_to_sync(layer.group_add)(f"audit-{run.pk}", channel)
-    services.execute_run(run.pk)
+    execute.execute_run(run.pk)
     kinds = [t for _, t, _ in sent]
     assert kinds[0] == "audit_started" and kinds[-1] == "audit_finished"
     assert kinds.count("audit_started") == kinds.count("audit_finished") == 1
@@ -87,18 +88,18 @@ def test_a_watched_audit_gets_one_event_per_state_change_and_no_trace_lines(sent
 @pytest.mark.django_db(transaction=True)
 def test_the_analyzers_progress_is_made_only_for_a_watched_audit(sent, monkeypatch):
     made = []
-    real = services._progress_callback
-    monkeypatch.setattr(services, "_progress_callback",
+    real = execute._progress_callback
+    monkeypatch.setattr(execute, "_progress_callback",
                         lambda audit_id: made.append(audit_id) or real(audit_id))
     unwatched = submit_audit(**INPUT, enqueue=False)
-    assert services.execute_run(unwatched.pk) == "complete"
+    assert execute.execute_run(unwatched.pk) == "complete"
     assert made == []  # nobody could see it: no progress events built at all
 
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     watched = submit_audit(**INPUT, enqueue=False)
     async_to_sync(layer.group_add)(f"audit-{watched.pk}", channel)
-    assert services.execute_run(watched.pk) == "complete"
+    assert execute.execute_run(watched.pk) == "complete"
     assert made == [str(watched.pk)]
     assert "analyzer_finished" in [t for _, t, _ in sent]
     async_to_sync(layer.group_discard)(f"audit-{watched.pk}", channel)

@@ -120,8 +120,8 @@ def test_recovery_requeues_a_large_audit_on_its_own_lane(thread_tasks, settings)
     from django.tasks.signals import task_enqueued
     from django.utils import timezone
 
-    from audits.recovery import recover_stale_runs
-    from audits.services import submit_audit
+    from audits.execution.recovery import recover_stale_runs
+    from audits.intake.submit import submit_audit
 
     settings.AUDITOR_LARGE_AUDIT_CHARS = 50
     small = submit_audit(user_input="q", response="A short answer.", enqueue=False)

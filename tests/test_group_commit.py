@@ -22,9 +22,9 @@ from django.test.utils import CaptureQueriesContext
 from ninja.errors import HttpError
 
 from analyzers.models import ApiKey
-from audits import services
 from audits.api import group_commit
 from audits.api.group_commit import GroupCommitter, Submission, store_submissions
+from audits.intake import submit
 from audits.models import AuditRun
 from tests.live_support import free_port, start_server, stop
 
@@ -61,7 +61,7 @@ def test_a_group_is_stored_with_one_insert_and_each_item_gets_its_own_outcome(
     django_capture_on_commit_callbacks,
 ):
     key, other = api_key(), api_key("other")
-    services.submit_audit(**BODY, external_id="known", api_key=key)
+    submit.submit_audit(**BODY, external_id="known", api_key=key)
     items = [
         item(key),                                          # 0 new
         item(key, "known"),                                 # 1 stored before: the same
@@ -79,8 +79,8 @@ def test_a_group_is_stored_with_one_insert_and_each_item_gets_its_own_outcome(
     created = [o.was_created if isinstance(o, AuditRun) else None for o in out]
     assert created == [True, False, True, False, None, None, None, True, True]
     assert out[3].pk == out[2].pk
-    assert isinstance(out[4], services.ExternalIdConflict)
-    assert isinstance(out[5], services.ExternalIdConflict)
+    assert isinstance(out[4], submit.ExternalIdConflict)
+    assert isinstance(out[5], submit.ExternalIdConflict)
     assert isinstance(out[6], HttpError) and out[6].status_code == 422
     assert out[7].pk != out[2].pk
     # One insert per key and kind (plain / with external_id), not one per audit.

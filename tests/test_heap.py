@@ -1,4 +1,4 @@
-"""audits.heap: a long-lived process freezes what it holds for good, once per stage,
+"""audits.execution.heap: a long-lived process freezes what it holds for good, once per stage,
 after collecting what is already garbage; a test run or a command never does. A batch of
 audits runs without the cyclic collector."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from audits import heap
+from audits.execution import heap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,17 +92,18 @@ def test_a_collector_paused_by_someone_else_stays_paused():
 
 @pytest.mark.django_db
 def test_a_batch_of_audits_is_analysed_and_stored_without_collections(monkeypatch):
-    from audits import services
+    from audits.execution import execute
+    from audits.intake import submit
 
     seen = []
-    analyse_and_store = services._analyse_and_store
+    analyse_and_store = execute._analyse_and_store
 
     def recording(runs, outcome):
         seen.append(gc.isenabled())
         return analyse_and_store(runs, outcome)
 
-    monkeypatch.setattr(services, "_analyse_and_store", recording)
-    runs = [services.submit_audit(user_input=f"q{i}", response=f"Answer {i}.", enqueue=False)
+    monkeypatch.setattr(execute, "_analyse_and_store", recording)
+    runs = [submit.submit_audit(user_input=f"q{i}", response=f"Answer {i}.", enqueue=False)
             for i in range(2)]
-    assert set(services.execute_runs([run.pk for run in runs]).values()) == {"complete"}
+    assert set(execute.execute_runs([run.pk for run in runs]).values()) == {"complete"}
     assert seen == [False] and gc.isenabled()

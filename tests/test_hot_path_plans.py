@@ -17,8 +17,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from audits import services
 from audits.api.router import AuditIn, _item_fields
+from audits.execution import execute, queueing
+from audits.intake import submit
 
 SMALL_TABLES = {"audits_alertrule", "audits_resurfacejob", "audits_surfacingpolicy"}
 
@@ -39,7 +40,7 @@ def _body(i: int) -> dict:
 
 def _submit(first: int, n: int) -> list:
     items = [_item_fields(AuditIn.model_validate(_body(i))) for i in range(first, first + n)]
-    return services.submit_audits(items)
+    return submit.submit_audits(items)
 
 
 def _table_scans(sql: str) -> list[str]:
@@ -56,11 +57,11 @@ def _table_scans(sql: str) -> list[str]:
 
 @pytest.mark.django_db
 def test_submitting_and_analysing_a_batch_seek_every_row(monkeypatch):
-    monkeypatch.setattr(services, "enqueue_audits", lambda queued: None)  # run here, below
-    services.execute_runs([run.pk for run in _submit(0, 40)])  # rows in every table
+    monkeypatch.setattr(queueing, "enqueue_audits", lambda queued: None)  # run here, below
+    execute.execute_runs([run.pk for run in _submit(0, 40)])  # rows in every table
     with CaptureQueriesContext(connection) as queries:
         runs = _submit(100, 32)
-        outcome = services.execute_runs([run.pk for run in runs])
+        outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
     statements = [q["sql"] for q in queries.captured_queries
                   if q["sql"].lstrip().upper().startswith(("SELECT", "WITH", "UPDATE",

@@ -17,7 +17,6 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from audits.link_rows import link_dicts, row_text
 from audits.models import (
     AlertRule,
     AnalyzerRunRecord,
@@ -26,9 +25,10 @@ from audits.models import (
     AuditRun,
     TraceLine,
 )
-from audits.review.alerts import matching_audits
-from audits.selectors import AuditFilters, filter_audits
-from audits.trace_rows import lines_of
+from audits.review.alert_rules import matching_audits
+from audits.store.link_rows import link_dicts, row_text
+from audits.store.queries import AuditFilters, filter_audits
+from audits.store.trace_rows import lines_of
 from tests.factories import annotation, make_audit, result
 from tests.migrating import migrate_to
 
@@ -172,24 +172,25 @@ def test_the_kinds_migration_counts_the_stored_annotations_and_goes_back():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeypatch):
-    from audits import services
+    from audits.execution import execute
+    from audits.intake import submit
 
     responses = [
         "Everyone agrees Acme is the best search engine, obviously. See https://a.example/x.",
         "Namedrop: Decathlon. Decathlon grew conversion by 50%.",
         "Read [this article](https://random-blog.example.org/tips) first.",
     ]
-    runs = [services.submit_audit(user_input="Which retailers use Acme?", response=text,
+    runs = [submit.submit_audit(user_input="Which retailers use Acme?", response=text,
                                   enqueue=False) for text in responses]
     reports = {}
-    store = services.store_reports
+    store = execute.store_reports
 
     def recording(pairs, **kwargs):
         reports.update({run.pk: report for run, report in pairs})
         return store(pairs, **kwargs)
 
-    monkeypatch.setattr(services, "store_reports", recording)
-    assert set(services.execute_runs([r.pk for r in runs]).values()) == {"complete"}
+    monkeypatch.setattr(execute, "store_reports", recording)
+    assert set(execute.execute_runs([r.pk for r in runs]).values()) == {"complete"}
     assert len(reports) == 3
     for run in runs:
         report = reports[run.pk]
@@ -203,9 +204,9 @@ def test_a_batch_stores_each_reports_rows_under_its_own_audit_and_result(monkeyp
             assert record.audit_created_at == AuditRun.objects.get(pk=run.pk).created_at
         rows = run.trace_lines.order_by("position").values_list("position", "text")
         assert [line.text for line in lines_of(rows)] == list(report.trace)
-        assert len(rows) == 1  # one row per stored audit (audits.trace_rows)
+        assert len(rows) == 1  # one row per stored audit (audits.store.trace_rows)
         assert [link["url"] for link in link_dicts(row_text(run))] == [
-            link.url for link in report.links]  # one row per audit (audits.link_rows)
+            link.url for link in report.links]  # one row per audit (audits.store.link_rows)
         assert _kinds(run) == Counter(
             (a.type, a.severity) for r in report.results for a in r.annotations)
     assert Annotation.objects.count() == sum(
@@ -223,9 +224,9 @@ def _reports(n: int):
     """`n` submitted runs and reports for them (a result with 0-2 findings, a trace line)."""
     from analyzers.engine.contract import AnalyzerRun, AuditReport
     from analyzers.engine.contract import Annotation as Finding
-    from audits import services
+    from audits.intake import submit
 
-    runs = [services.submit_audit(user_input="q", response=f"r{i}", enqueue=False)
+    runs = [submit.submit_audit(user_input="q", response=f"r{i}", enqueue=False)
             for i in range(n)]
     finding = Finding(type="sycophancy", label="s", severity="warning", description="d")
     return [(run, AuditReport(
@@ -260,15 +261,15 @@ def test_a_batch_commits_between_chunks_only_while_a_request_waits_for_the_lock(
     from django.test.utils import CaptureQueriesContext
 
     from analyzers import lock_wait
-    from audits import services
-    from audits.surfacing import current_policy
+    from audits.execution import execute
+    from audits.surfacing.policies import current_policy
 
     monkeypatch.setattr(lock_wait, "_requests_waiting", _Count(waiting))
     monkeypatch.setattr(lock_wait, "_deferring", False)
     pairs = _reports(20)
     current_policy()  # made on first use, in a transaction of its own
     with CaptureQueriesContext(connection) as queries:
-        services.store_reports(pairs, fresh=True)
+        execute.store_reports(pairs, fresh=True)
     begins = [q for q in queries.captured_queries if q["sql"].startswith("BEGIN")]
     assert len(begins) == transactions
     _assert_stored(pairs)
@@ -279,12 +280,13 @@ def test_a_batch_that_fails_after_a_committed_chunk_is_stored_again_from_a_clean
     monkeypatch,
 ):
     from analyzers import lock_wait
-    from audits import services
+    from audits.execution import execute
+    from audits.store import reports
 
     monkeypatch.setattr(lock_wait, "_requests_waiting", _Count(1))
     monkeypatch.setattr(lock_wait, "_deferring", False)
     pairs = _reports(20)
-    write, calls = services._write_chunk, []
+    write, calls = reports._write_chunk, []
 
     def failing_second(*args):
         calls.append(1)
@@ -292,12 +294,12 @@ def test_a_batch_that_fails_after_a_committed_chunk_is_stored_again_from_a_clean
             raise RuntimeError("the disk is full")
         return write(*args)
 
-    monkeypatch.setattr(services, "_write_chunk", failing_second)
+    monkeypatch.setattr(reports, "_write_chunk", failing_second)
     with pytest.raises(RuntimeError):
-        services.store_reports(pairs, fresh=True)
-    assert AuditRun.objects.filter(status="complete").count() == services.STORE_CHUNK
-    monkeypatch.setattr(services, "_write_chunk", write)
-    services.store_reports(pairs, fresh=services._nothing_stored([r for r, _ in pairs]))
+        execute.store_reports(pairs, fresh=True)
+    assert AuditRun.objects.filter(status="complete").count() == reports.STORE_CHUNK
+    monkeypatch.setattr(reports, "_write_chunk", write)
+    execute.store_reports(pairs, fresh=execute._nothing_stored([r for r, _ in pairs]))
     _assert_stored(pairs)
 
 
@@ -308,17 +310,18 @@ def test_a_chunk_of_runs_is_finished_by_one_update_that_seeks_each_run_by_its_id
     forth while the write lock was held), and no scan of the runs' table."""
     from django.test.utils import CaptureQueriesContext
 
-    from audits import services
+    from audits.execution import execute
+    from audits.store import reports
 
     pairs = _reports(5)
     with CaptureQueriesContext(connection) as ctx:
-        services.store_reports(pairs, fresh=True)
+        execute.store_reports(pairs, fresh=True)
     updates = [q["sql"] for q in ctx.captured_queries
                if 'UPDATE "audits_auditrun"' in q["sql"][:40]]
     assert len(updates) == 1 and updates[0].startswith("UPDATE"), updates  # not "5 times:"
     _assert_stored(pairs)
 
-    statement = services._finished_update([run for run, _ in pairs], "default")
+    statement = reports._finished_update([run for run, _ in pairs], "default")
     sql = statement.sql + ", ".join([statement.row_group] * 5) + statement.tail
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN QUERY PLAN " + sql, [v for row in statement.rows for v in row])

@@ -1,4 +1,4 @@
-"""An audit's link table in one `AuditLinks` row (audits.link_rows): storing, the API, the
+"""An audit's link table in one `AuditLinks` row (audits.store.link_rows): storing, the API, the
 export, the detail page, the admin and the migration from one `LinkCheck` row per link."""
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from django.test import Client
 from django.urls import reverse
 
 from analyzers.engine.contract import AnalyzerRun, AuditReport, LinkRecord
-from audits import cards, services
 from audits.api.export import _supplementary
-from audits.link_rows import (
+from audits.cards import cards
+from audits.execution import execute
+from audits.execution.execute import store_report
+from audits.intake.submit import submit_audit
+from audits.models import AnalyzerRunRecord, AuditLinks, AuditRun
+from audits.store.link_rows import (
     IN_LINK_ROW,
     StoredLink,
     link_dicts,
@@ -21,8 +25,6 @@ from audits.link_rows import (
     stored_links,
     with_links_json,
 )
-from audits.models import AnalyzerRunRecord, AuditLinks, AuditRun
-from audits.services import store_report, submit_audit
 from tests.migrating import migrate_to
 
 pytestmark = pytest.mark.django_db
@@ -114,7 +116,7 @@ LINKED = (
 def _audited(text: str = LINKED) -> AuditRun:
     """An audit of `text` analysed by the engine and stored, as the server does."""
     run = submit_audit(user_input="How do I tune search?", response=text, enqueue=False)
-    assert services.execute_run(run.pk) == "complete"
+    assert execute.execute_run(run.pk) == "complete"
     return AuditRun.objects.get(pk=run.pk)
 
 

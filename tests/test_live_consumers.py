@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from auditor_site.asgi import application
-from audits import services
 from audits.events import apublish
+from audits.intake import submit
 from audits.models import AuditRun, TraceLine
 from tests.live_support import session_headers
 
@@ -92,7 +92,7 @@ async def test_a_submitted_audit_reaches_the_feed_as_an_escaped_card(staff_user)
     headers = await sync_to_async(session_headers)(staff_user)
     communicator, connected = await connect("/ws/audits/", headers)
     assert connected
-    run = await sync_to_async(services.submit_audit)(
+    run = await sync_to_async(submit.submit_audit)(
         user_input="<script>alert(1)</script> retailers?", response="Acme is easy to set up."
     )
     html = await receive_until(communicator, f'id="audit-card-{run.pk}"')
@@ -116,8 +116,8 @@ async def test_queued_audits_show_as_pending_cards_at_once(staff_user, settings)
     headers = await sync_to_async(session_headers)(staff_user)
     page, connected = await connect("/ws/audits/", headers)
     assert connected
-    one = await sync_to_async(services.submit_audit)(user_input="alone", response="Fine.")
-    batch = await sync_to_async(services.submit_audits)(
+    one = await sync_to_async(submit.submit_audit)(user_input="alone", response="Fine.")
+    batch = await sync_to_async(submit.submit_audits)(
         [{"user_input": f"batch {i}", "response": "Fine."} for i in range(3)]
     )
     html = await receive_until(page, f'id="audit-card-{batch[-1].pk}"')
@@ -374,7 +374,7 @@ async def test_a_finished_audit_ends_in_the_reloaded_state(staff_user, client):
 
 
 async def test_a_verdict_updates_the_card_on_every_live_page(staff_user):
-    from audits.reviews import record_review
+    from audits.store.verdicts import record_review
     from tests.factories import annotation, make_audit, result
 
     run = await sync_to_async(make_audit)(

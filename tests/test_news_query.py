@@ -12,8 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from audits import cards, db_threads
+from audits.cards import cards
 from audits.live import fragments
+from audits.store import db_threads
 from tests.factories import annotation, make_audit, make_audits, result
 
 pytestmark = pytest.mark.django_db

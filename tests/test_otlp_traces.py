@@ -192,14 +192,14 @@ def test_the_same_span_sent_again_with_other_sources_is_not_a_second_audit(inges
 
 def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
     from analyzers.models import ApiKey
-    from audits import services
+    from audits.intake import submit
 
     key = ApiKey.objects.get(prefix=make_key("ingest").split("_")[1])
     other = ApiKey.objects.get(prefix=make_key("ingest").split("_")[1])
-    services.submit_audit(user_input="q", response="a", external_id="x", api_key=key)
-    services.submit_audit(user_input="q", response="a", external_id="y", api_key=other)
+    submit.submit_audit(user_input="q", response="a", external_id="x", api_key=key)
+    submit.submit_audit(user_input="q", response="a", external_id="y", api_key=other)
     item = {"user_input": "q", "response": "a"}
-    same, changed, new, again, elsewhere = services.submit_audits_once([
+    same, changed, new, again, elsewhere = submit.submit_audits_once([
         {**item, "external_id": "x"},
         {**item, "response": "b", "external_id": "x"},
         {**item, "external_id": "n"},
@@ -207,7 +207,7 @@ def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
         {**item, "external_id": "y"},  # another key's id: a new audit for this key
     ], api_key=key)
     assert same.was_created is False and same.external_id == "x"
-    assert isinstance(changed, services.ExternalIdConflict)
+    assert isinstance(changed, submit.ExternalIdConflict)
     assert new.was_created is True and again.was_created is False and again.pk == new.pk
     assert elsewhere.was_created is True
     assert AuditRun.objects.filter(api_key=key).count() == 3

@@ -11,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpResponse
 
 from auditor_site.people_first import PeopleFirstMiddleware, is_page
-from audits import people_first
+from audits.execution import people_first
 
 
 def test_nobody_waiting_costs_nothing():

@@ -19,9 +19,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from analyzers.config_store import load_config
-from audits import quality
+from audits.dashboard import quality
 from audits.models import Annotation, AuditRun
-from audits.reviews import record_review
+from audits.store.verdicts import record_review
 from tests.factories import annotation, make_audit, result
 
 

@@ -120,7 +120,7 @@ def test_a_db_worker_killed_mid_run_is_taken_over_by_another(tmp_path: Path, dat
     """The task row a dead worker left RUNNING goes back to READY, the next worker runs it."""
     from django_tasks_db.models import DBTaskResult
 
-    from audits.services import submit_audit
+    from audits.intake.submit import submit_audit
 
     run = submit_audit(**BODY)  # its task row commits with it
     task_row = DBTaskResult.objects.get()
@@ -159,8 +159,8 @@ def test_a_task_row_that_killed_max_attempts_workers_fails_instead_of_looping(da
     from django.utils import timezone
     from django_tasks_db.models import DBTaskResult
 
-    from audits.recovery import take_over_task_rows
-    from audits.services import submit_audit
+    from audits.execution.recovery import take_over_task_rows
+    from audits.intake.submit import submit_audit
 
     submit_audit(**BODY)
     submit_audit(**BODY)
@@ -184,8 +184,8 @@ def test_the_run_of_a_dead_task_row_is_taken_over_with_it(database_tasks, settin
     from django.utils import timezone
     from django_tasks_db.models import DBTaskResult
 
-    from audits.recovery import take_over_task_rows
-    from audits.services import submit_audit
+    from audits.execution.recovery import take_over_task_rows
+    from audits.intake.submit import submit_audit
 
     settings.AUDITOR_RECOVER_RUNNING_AFTER_S = 30  # beats every 7.5 s
     dead, live, spent = (submit_audit(**BODY) for _ in range(3))

@@ -10,9 +10,10 @@ import pytest
 from django.test import Client
 
 from analyzers.engine.collisions import InMemoryCollisionStore
-from audits import services
-from audits.collisions import DatabaseCollisionStore
+from audits.execution import execute
+from audits.intake import submit
 from audits.models import AuditRun
+from audits.store.collisions import DatabaseCollisionStore
 
 INPUT = {
     "user_input": "Which retailers use Acme?",
@@ -21,7 +22,7 @@ INPUT = {
 
 
 def analysed(run: AuditRun) -> AuditRun:
-    services.execute_run(run.pk)
+    execute.execute_run(run.pk)
     run.refresh_from_db()
     assert run.status == "complete"
     return run
@@ -37,9 +38,9 @@ def collided(run: AuditRun) -> bool:
 
 @pytest.mark.django_db
 def test_re_running_an_audit_adds_no_collision():
-    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    original = analysed(submit.submit_audit(**INPUT, enqueue=False))
     assert not collided(original)
-    rerun = analysed(services.rerun_audit(original, enqueue=False))
+    rerun = analysed(submit.rerun_audit(original, enqueue=False))
     assert not collided(rerun)
     assert types(rerun) == types(original)
     assert rerun.overall_score == original.overall_score
@@ -47,37 +48,37 @@ def test_re_running_an_audit_adds_no_collision():
 
 @pytest.mark.django_db
 def test_re_running_twice_adds_no_collision_either():
-    original = analysed(services.submit_audit(**INPUT, enqueue=False))
-    first = analysed(services.rerun_audit(original, enqueue=False))
-    again = analysed(services.rerun_audit(original, enqueue=False))
-    of_rerun = analysed(services.rerun_audit(first, enqueue=False))
+    original = analysed(submit.submit_audit(**INPUT, enqueue=False))
+    first = analysed(submit.rerun_audit(original, enqueue=False))
+    again = analysed(submit.rerun_audit(original, enqueue=False))
+    of_rerun = analysed(submit.rerun_audit(first, enqueue=False))
     assert not any(collided(r) for r in (first, again, of_rerun))
-    assert services.collision_family(of_rerun) == str(original.pk)
+    assert execute.collision_family(of_rerun) == str(original.pk)
     assert {r.overall_score for r in (original, first, again, of_rerun)} == {original.overall_score}
 
 
 @pytest.mark.django_db
 def test_a_different_audit_with_the_same_output_still_collides():
-    original = analysed(services.submit_audit(**INPUT, enqueue=False))
-    other = analysed(services.submit_audit(**INPUT, enqueue=False))
+    original = analysed(submit.submit_audit(**INPUT, enqueue=False))
+    other = analysed(submit.submit_audit(**INPUT, enqueue=False))
     assert collided(other)
     assert "COLLISION_DETECTED" not in types(original)
     # The other audit produced it too: now a re-run of the original is a duplicate of it.
-    assert collided(analysed(services.rerun_audit(original, enqueue=False)))
+    assert collided(analysed(submit.rerun_audit(original, enqueue=False)))
     # And a re-run of the other one collides with the original, as the other one did.
-    assert collided(analysed(services.rerun_audit(other, enqueue=False)))
+    assert collided(analysed(submit.rerun_audit(other, enqueue=False)))
 
 
 @pytest.mark.django_db
 def test_another_collision_key_is_another_scope():
-    analysed(services.submit_audit(**INPUT, enqueue=False))
-    elsewhere = analysed(services.submit_audit(**INPUT, collision_key="tenant-2", enqueue=False))
+    analysed(submit.submit_audit(**INPUT, enqueue=False))
+    elsewhere = analysed(submit.submit_audit(**INPUT, collision_key="tenant-2", enqueue=False))
     assert not collided(elsewhere)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_dashboard_re_run_button_adds_no_collision(staff_user):
-    original = analysed(services.submit_audit(**INPUT, enqueue=False))
+    original = analysed(submit.submit_audit(**INPUT, enqueue=False))
     client = Client()
     client.force_login(staff_user)
     for _ in range(2):
@@ -128,8 +129,8 @@ def test_concurrent_audits_of_one_output_leave_exactly_one_first():
 
 @pytest.mark.django_db
 def test_a_batch_follows_the_rule_and_records_with_one_insert(django_assert_max_num_queries):
-    from audits.collisions import CollisionBatch
     from audits.models import CollisionDigest
+    from audits.store.collisions import CollisionBatch
 
     DatabaseCollisionStore().seen_before_sync("scope", "f", "C")  # recorded before the batch
     asked = [("d", "A"), ("d", "A"), ("d", "B"), ("d", "A"), ("d", None), ("e", None),
@@ -153,12 +154,12 @@ def test_a_batch_follows_the_rule_and_records_with_one_insert(django_assert_max_
 
 @pytest.mark.django_db
 def test_a_batch_of_one_output_flags_all_but_the_first_without_asking_one_by_one(monkeypatch):
-    runs = [services.submit_audit(**INPUT, enqueue=False) for _ in range(3)]
+    runs = [submit.submit_audit(**INPUT, enqueue=False) for _ in range(3)]
     asked = []
     one_by_one = DatabaseCollisionStore.seen_before_sync
     monkeypatch.setattr(DatabaseCollisionStore, "seen_before_sync",
                         lambda self, *a, **k: asked.append(a) or one_by_one(self, *a, **k))
-    outcome = services.execute_runs([run.pk for run in runs])
+    outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
     assert asked == []
     flagged = [collided(AuditRun.objects.get(pk=run.pk)) for run in runs]
@@ -166,8 +167,8 @@ def test_a_batch_of_one_output_flags_all_but_the_first_without_asking_one_by_one
     # A re-run of the first one (in a batch again) is no duplicate of itself, but the
     # output is shared now: the same rule as one by one.
     first = next(run for run, hit in zip(runs, flagged, strict=True) if not hit)
-    rerun = services.rerun_audit(first, enqueue=False)
-    services.execute_runs([rerun.pk, services.submit_audit(**INPUT, enqueue=False).pk])
+    rerun = submit.rerun_audit(first, enqueue=False)
+    execute.execute_runs([rerun.pk, submit.submit_audit(**INPUT, enqueue=False).pk])
     assert collided(AuditRun.objects.get(pk=rerun.pk))
 
 
@@ -175,10 +176,10 @@ def test_a_batch_of_one_output_flags_all_but_the_first_without_asking_one_by_one
 def test_a_digest_recorded_meanwhile_by_another_process_sends_the_batch_round_again(
     monkeypatch,
 ):
-    from audits.collisions import CollisionBatch, scope_hash
     from audits.models import CollisionDigest
+    from audits.store.collisions import CollisionBatch, scope_hash
 
-    runs = [services.submit_audit(**INPUT, enqueue=False) for _ in range(2)]
+    runs = [submit.submit_audit(**INPUT, enqueue=False) for _ in range(2)]
     read = CollisionBatch.__init__
     raced = []
 
@@ -192,7 +193,7 @@ def test_a_digest_recorded_meanwhile_by_another_process_sends_the_batch_round_ag
                                                first_family="elsewhere")
 
     monkeypatch.setattr(CollisionBatch, "__init__", racing_read)
-    outcome = services.execute_runs([run.pk for run in runs])
+    outcome = execute.execute_runs([run.pk for run in runs])
     assert raced and set(outcome.values()) == {"complete"}
     # Analysed again one question at a time: both are duplicates of the other process's.
     assert all(collided(AuditRun.objects.get(pk=run.pk)) for run in runs)
@@ -208,7 +209,7 @@ def test_a_batch_reads_each_scope_s_own_rows_by_the_index():
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from audits.collisions import CollisionBatch
+    from audits.store.collisions import CollisionBatch
 
     store = DatabaseCollisionStore()
     store.seen_before_sync("scope A", "d", "A")

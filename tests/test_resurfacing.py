@@ -14,8 +14,10 @@ from analyzers.config_store import load_config, save_config
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.surfacing import Thresholds, decide_surfaced
 from analyzers.models import AnalyzerConfig, GlobalSettings
-from audits import services, surfacing
+from audits.execution import execute
+from audits.intake import submit
 from audits.models import AnalyzerRunRecord, AuditRun, ResurfaceJob
+from audits.surfacing import jobs, policies
 from tests.factories import make_audit, make_audits, result
 
 INPUTS = [
@@ -40,7 +42,7 @@ def save_threshold(value: float, analyzer: str = "") -> None:
 
 def expected_flags(run: AuditRun) -> dict[int, bool]:
     """What the rule says for each stored result at the current thresholds."""
-    thresholds = surfacing.current_thresholds().with_options(run.options)
+    thresholds = policies.current_thresholds().with_options(run.options)
     return {
         r.pk: decide_surfaced(
             status=r.status, score=r.score, should_surface=r.should_surface,
@@ -51,7 +53,7 @@ def expected_flags(run: AuditRun) -> dict[int, bool]:
 
 
 def assert_follow_current() -> None:
-    policy = surfacing.current_policy()
+    policy = policies.current_policy()
     for run in AuditRun.objects.filter(status="complete"):
         flags = expected_flags(run)
         stored = dict(run.results.values_list("pk", "surfaced"))
@@ -97,8 +99,8 @@ def test_equal_thresholds_have_equal_keys_and_different_ones_do_not():
 def test_resurfaced_audits_equal_audits_analysed_at_the_new_thresholds():
     """Analysed at 0.3 then re-surfaced at 0.6 (global) and 0.1 (tone) == analysed there."""
     for user_input, response in INPUTS:
-        services.execute_run(
-            services.submit_audit(user_input=user_input, response=response,
+        execute.execute_run(
+            submit.submit_audit(user_input=user_input, response=response,
                                   collision_key=f"a-{user_input}", enqueue=False).pk
         )
     before = dict(AnalyzerRunRecord.objects.values_list("pk", "surfaced"))
@@ -111,9 +113,9 @@ def test_resurfaced_audits_equal_audits_analysed_at_the_new_thresholds():
     }
     fresh = {}
     for user_input, response in INPUTS:
-        run = services.submit_audit(user_input=user_input, response=response,
+        run = submit.submit_audit(user_input=user_input, response=response,
                                     collision_key=f"b-{user_input}", enqueue=False)
-        services.execute_run(run.pk)
+        execute.execute_run(run.pk)
         run.refresh_from_db()
         fresh[user_input] = (run.has_card, dict(run.results.values_list("analyzer_id", "surfaced")))
     assert resurfaced == fresh
@@ -202,11 +204,11 @@ def test_a_saved_setting_that_is_no_threshold_starts_no_job():
 @pytest.mark.django_db(transaction=True)
 def test_audits_stored_after_a_change_follow_the_new_thresholds():
     save_threshold(0.95)
-    run = services.submit_audit(user_input=INPUTS[0][0], response=INPUTS[0][1], enqueue=False)
-    services.execute_run(run.pk)
+    run = submit.submit_audit(user_input=INPUTS[0][0], response=INPUTS[0][1], enqueue=False)
+    execute.execute_run(run.pk)
     run.refresh_from_db()
     assert run.threshold == 0.95
-    assert run.surfacing_policy == surfacing.current_policy()
+    assert run.surfacing_policy == policies.current_policy()
     assert_follow_current()
 
 
@@ -217,8 +219,8 @@ def test_audits_stored_after_a_change_follow_the_new_thresholds():
 def test_a_second_change_during_a_recompute_wins_and_loses_no_rows(monkeypatch):
     make_audits(40, seed=5)
     save_threshold(0.3)
-    monkeypatch.setattr(surfacing, "BATCH", 7)
-    original = surfacing._resurface_batch
+    monkeypatch.setattr(jobs, "BATCH", 7)
+    original = jobs._resurface_batch
     calls = {"n": 0}
 
     def batch_then_change(job, policy, thresholds, rows):
@@ -227,7 +229,7 @@ def test_a_second_change_during_a_recompute_wins_and_loses_no_rows(monkeypatch):
             save_threshold(0.8)  # runs the second job inline (ImmediateBackend), to the end
         return original(job, policy, thresholds, rows)
 
-    monkeypatch.setattr(surfacing, "_resurface_batch", batch_then_change)
+    monkeypatch.setattr(jobs, "_resurface_batch", batch_then_change)
     save_threshold(0.5)
     first, second = ResurfaceJob.objects.order_by("id")[1:3]
     assert first.status == "superseded"
@@ -240,17 +242,17 @@ def test_a_second_change_during_a_recompute_wins_and_loses_no_rows(monkeypatch):
 def test_an_older_job_writes_nothing_once_a_newer_one_exists(monkeypatch):
     make_audits(12, seed=6)
     save_threshold(0.3)
-    old_policy = surfacing.policy_for(Thresholds(0.7))
+    old_policy = policies.policy_for(Thresholds(0.7))
     job = ResurfaceJob.objects.create(policy=old_policy)
-    original = surfacing._stale_batch
+    original = jobs._stale_batch
 
     def read_then_newer(policy, after):
         rows = original(policy, after)
-        ResurfaceJob.objects.create(policy=surfacing.current_policy())  # between read and write
+        ResurfaceJob.objects.create(policy=policies.current_policy())  # between read and write
         return rows
 
-    monkeypatch.setattr(surfacing, "_stale_batch", read_then_newer)
-    assert surfacing.run_job(job.pk) == "superseded"
+    monkeypatch.setattr(jobs, "_stale_batch", read_then_newer)
+    assert jobs.run_job(job.pk) == "superseded"
     assert not AuditRun.objects.filter(surfacing_policy=old_policy).exists()
     job.refresh_from_db()
     assert job.processed == 0
@@ -259,7 +261,7 @@ def test_an_older_job_writes_nothing_once_a_newer_one_exists(monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_two_quick_changes_on_the_thread_backend_end_at_the_latest(thread_tasks, monkeypatch):
     make_audits(150, seed=8)
-    monkeypatch.setattr(surfacing, "BATCH", 20)
+    monkeypatch.setattr(jobs, "BATCH", 20)
     save_threshold(0.2)
     save_threshold(0.7)
     deadline = time.monotonic() + 30
@@ -268,7 +270,7 @@ def test_two_quick_changes_on_the_thread_backend_end_at_the_latest(thread_tasks,
         time.sleep(0.05)
     assert ResurfaceJob.objects.first().status == "done"
     assert_follow_current()
-    assert surfacing.staleness(surfacing.current_policy()).count == 0
+    assert policies.staleness(policies.current_policy()).count == 0
 
 
 # --- what the pages say ------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def test_the_tuning_page_says_which_audits_still_show_old_surfacing(staff_user, 
     assert "older thresholds" in detail
 
     job = ResurfaceJob.objects.first()
-    assert surfacing.run_job(job.pk) == "done"
+    assert jobs.run_job(job.pk) == "done"
     status = client.get("/tuning/resurfacing/").content.decode()
     assert 'id="resurface-done"' in status
     assert "every 2s" not in status
@@ -326,7 +328,7 @@ def test_apply_now_re_surfaces_audits_from_before_policies(staff_user, plain_use
 def test_the_detail_page_shows_an_analyzers_own_threshold(staff_user):
     save_threshold(0.25, analyzer="tone")
     run = make_audit(results=[result("tone", 0.3), result("bias", 0.2)])
-    surfacing.schedule(force=True)
+    jobs.schedule(force=True)
     client = Client()
     client.force_login(staff_user)
     html = client.get(f"/audits/{run.pk}/").content.decode()
@@ -353,21 +355,21 @@ def test_an_abandoned_job_is_queued_again_at_recovery(settings):
 
     make_audits(5, seed=12)
     save_threshold(0.3)
-    job = ResurfaceJob.objects.create(policy=surfacing.policy_for(Thresholds(0.9)))
+    job = ResurfaceJob.objects.create(policy=policies.policy_for(Thresholds(0.9)))
     AuditRun.objects.update(surfacing_policy=None)
     ResurfaceJob.objects.filter(pk=job.pk).update(
         status="running", updated_at=timezone.now() - timedelta(minutes=10)
     )
-    assert surfacing.requeue_abandoned() == 1
+    assert jobs.requeue_abandoned() == 1
     job.refresh_from_db()
     assert job.status == "done"
-    assert not surfacing.stale_audits(job.policy).exists()
+    assert not policies.stale_audits(job.policy).exists()
 
 
 def test_bounded_batches():
     """Each write touches at most BATCH audits, in chunks the database accepts."""
-    assert surfacing.BATCH <= 5000
-    assert list(surfacing._chunks(list(range(2000)))) == [
+    assert jobs.BATCH <= 5000
+    assert list(jobs._chunks(list(range(2000)))) == [
         list(range(0, 900)), list(range(900, 1800)), list(range(1800, 2000))]
 
 
@@ -375,17 +377,17 @@ def test_bounded_batches():
 def test_staleness_counts_every_audit_not_at_the_current_thresholds():
     runs = make_audits(12, seed=13)
     save_threshold(0.4)
-    current = surfacing.current_policy()
-    assert surfacing.staleness(current).count == 0
-    older = surfacing.policy_for(Thresholds(0.1))
-    newer = surfacing.policy_for(Thresholds(0.9))  # a higher id than the current one
+    current = policies.current_policy()
+    assert policies.staleness(current).count == 0
+    older = policies.policy_for(Thresholds(0.1))
+    newer = policies.policy_for(Thresholds(0.9))  # a higher id than the current one
     AuditRun.objects.filter(pk=runs[0].pk).update(surfacing_policy=None)
     AuditRun.objects.filter(pk=runs[1].pk).update(surfacing_policy=older)
     AuditRun.objects.filter(pk=runs[2].pk).update(surfacing_policy=newer)
     AuditRun.objects.filter(pk=runs[3].pk).update(surfacing_policy=None, status="failed")
-    stale = surfacing.staleness(current)
+    stale = policies.staleness(current)
     picked = [runs[0], runs[1], runs[2]]
-    assert stale.count == 3 == surfacing.stale_audits(current).count()
+    assert stale.count == 3 == policies.stale_audits(current).count()
     assert stale.oldest == min(r.created_at for r in picked)
     assert stale.newest == max(r.created_at for r in picked)
-    assert surfacing.any_stale(current)
+    assert policies.any_stale(current)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audits.models import AuditRun, Review
 from audits.review import queue as review_queue
-from audits.reviews import record_review
+from audits.store.verdicts import record_review
 from tests.factories import annotation, make_audit, result
 
 

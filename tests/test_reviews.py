@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audits.models import Annotation, AuditRun, Review
-from audits.reviews import ReviewError, record_review
+from audits.store.verdicts import ReviewError, record_review
 from tests.factories import annotation, make_audit, result
 
 

@@ -17,7 +17,8 @@ from django.test import Client
 
 from analyzers.config_store import export_config
 from analyzers.models import AnalyzerConfig, CustomJudge, LLMProvider
-from audits.services import execute_run, submit_audit
+from audits.execution.execute import execute_run
+from audits.intake.submit import submit_audit
 from tests.llm_server import Reply, ScriptedLLMServer
 
 pytestmark = pytest.mark.django_db

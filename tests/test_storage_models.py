@@ -10,9 +10,9 @@ from asgiref.sync import async_to_sync
 from django.db import IntegrityError, close_old_connections, connections
 
 from analyzers.models import ApiKey
-from audits.collisions import DatabaseCollisionStore
+from audits.intake.submit import ExternalIdConflict, rerun_audit, submit_audit
 from audits.models import AuditRun, CollisionDigest, TraceLine
-from audits.services import ExternalIdConflict, rerun_audit, submit_audit
+from audits.store.collisions import DatabaseCollisionStore
 from tests.conftest import ApiClient
 from tests.factories import make_audit, make_audits
 

@@ -18,8 +18,8 @@ from analyzers.config_store import load_config, save_config
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from auditor_site.asgi import application
-from audits import recovery, services
 from audits.api.stream_http import stream_endpoint
+from audits.execution import execute, recovery
 from audits.models import AuditRun
 from tests.conftest import ApiClient
 from tests.live_support import BASE_DIR, daphne
@@ -143,9 +143,9 @@ async def test_a_client_that_leaves_midway_leaves_an_incomplete_audit(make_key):
 
 
 async def test_a_long_stream_is_not_taken_for_a_stale_run(make_key, monkeypatch):
-    from audits import stream_session
+    from audits.intake import stream
 
-    monkeypatch.setattr(stream_session, "HEARTBEAT_SECONDS", 0.1)
+    monkeypatch.setattr(stream, "HEARTBEAT_SECONDS", 0.1)
     key = await sync_to_async(make_key)("ingest")
     ws, _ = await ingest(key, ["A paragraph.\n\n"], done=False)
     accepted = json.loads(await ws.receive_from(timeout=5))
@@ -174,7 +174,7 @@ def test_a_stream_whose_server_died_is_recovered_as_incomplete():
     )
     outcome = recovery.recover_stale_runs(enqueue=False)
     assert outcome["requeued"] == 1
-    services.execute_run(run.pk)
+    execute.execute_run(run.pk)
     run.refresh_from_db()
     assert run.status == "complete" and run.incomplete
     assert run.cleaned_response == "A paragraph.\n\n"

@@ -15,10 +15,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from audits import services
+from audits.execution import execute
+from audits.execution.recovery import recover_stale_runs
+from audits.intake.submit import submit_audit
 from audits.models import AuditRun
-from audits.recovery import recover_stale_runs
-from audits.services import submit_audit
 from tests.live_support import child_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[1]
@@ -38,14 +38,14 @@ def test_submit_stores_a_pending_run_with_a_config_snapshot():
 @pytest.mark.django_db
 def test_execute_run_stores_results_and_completes():
     run = submit_audit(**INPUT, enqueue=False)
-    assert services.execute_run(run.pk) == "complete"
+    assert execute.execute_run(run.pk) == "complete"
     run.refresh_from_db()
     assert run.status == "complete"
     assert run.attempts == 1
     assert run.started_at <= run.finished_at
     assert run.overall_score is not None
     assert run.results.filter(analyzer_id="redflag").exists()
-    assert services.execute_run(run.pk) == "skipped"  # never twice
+    assert execute.execute_run(run.pk) == "skipped"  # never twice
 
 
 @pytest.mark.django_db
@@ -55,8 +55,8 @@ def test_a_crashing_run_is_marked_failed_with_its_error(monkeypatch):
     def boom(config):
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(services, "build_auditor", boom)
-    assert services.execute_run(run.pk) == "failed"
+    monkeypatch.setattr(execute, "build_auditor", boom)
+    assert execute.execute_run(run.pk) == "failed"
     run.refresh_from_db()
     assert run.status == "failed"
     assert "engine exploded" in run.error
@@ -71,7 +71,7 @@ def test_a_failing_analyzer_does_not_fail_the_audit(settings):
     config_store._cache.pop("registry", None)
     try:
         run = submit_audit(**INPUT, enqueue=False)
-        services.execute_run(run.pk)
+        execute.execute_run(run.pk)
         run.refresh_from_db()
         failed = run.results.get(analyzer_id="exploding")
         assert run.status == "complete"
@@ -124,7 +124,7 @@ def test_progress_events_are_published_to_the_groups():
     async_to_sync(layer.group_add)("audits", channel)
     run = submit_audit(**INPUT, enqueue=False)
     async_to_sync(layer.group_add)(f"audit-{run.pk}", channel)
-    services.execute_run(run.pk)
+    execute.execute_run(run.pk)
 
     events = []
 
@@ -156,7 +156,7 @@ def test_publish_never_raises(monkeypatch):
         raise RuntimeError("no layer")
 
     monkeypatch.setattr(events, "get_channel_layer", broken)
-    services.publish({"type": "x", "audit_id": "1"})
+    events.publish({"type": "x", "audit_id": "1"})
 
 
 @pytest.mark.django_db(transaction=True)
@@ -220,7 +220,7 @@ def test_create_api_key_command_prints_the_key_once():
 @pytest.mark.django_db
 def test_every_audit_in_a_process_shares_one_link_checker_and_its_cache(settings):
     from analyzers.engine.config import AuditorConfig
-    from audits.services import build_auditor
+    from audits.execution.execute import build_auditor
 
     first = build_auditor(AuditorConfig()).services["link_checker"]
     assert build_auditor(AuditorConfig()).services["link_checker"] is first
@@ -266,7 +266,7 @@ def test_a_pending_run_the_thread_backend_holds_is_not_queued_again(thread_tasks
 
 @pytest.mark.django_db
 def test_the_heartbeat_keeps_a_running_run_from_being_taken_over(settings):
-    from audits import heartbeats, recovery
+    from audits.execution import heartbeats, recovery
 
     run = submit_audit(**INPUT, enqueue=False)
     long_ago = timezone.now() - timedelta(minutes=10)
@@ -289,9 +289,9 @@ def test_a_claim_that_hits_a_locked_database_leaves_a_run_the_sweep_requeues(mon
     def locked(run_id):
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(services, "_claim", locked)
+    monkeypatch.setattr(execute, "_claim", locked)
     with pytest.raises(OperationalError):
-        services.execute_run(run.pk)
+        execute.execute_run(run.pk)
     monkeypatch.undo()
     run.refresh_from_db()
     assert run.status == "pending"

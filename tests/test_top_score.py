@@ -13,10 +13,10 @@ from django.apps import apps
 from django.utils import timezone
 
 from analyzers.engine.contract import AnalyzerRun, AuditReport
-from audits import ordering
+from audits.execution.execute import store_report
 from audits.models import AuditRun
-from audits.scoring import top_result
-from audits.services import store_report
+from audits.store import ordering
+from audits.store.scoring import top_result
 from tests.factories import make_audit, result
 
 pytestmark = pytest.mark.django_db

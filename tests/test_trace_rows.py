@@ -1,5 +1,5 @@
 """A stored report's trace lines in one row, read back line by line everywhere
-(audits.trace_rows): the API, the export, the detail page and the Live catch-up."""
+(audits.store.trace_rows): the API, the export, the detail page and the Live catch-up."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from django.test import Client
 from django.urls import reverse
 
 from analyzers.engine.contract import AuditReport
-from audits import cards
+from audits.cards import cards
+from audits.execution.execute import store_report
 from audits.live import fragments
 from audits.models import AuditRun, TraceLine
-from audits.services import store_report
-from audits.trace_rows import Line, first_lines, line_count, lines_after, lines_of, packed
+from audits.store.trace_rows import Line, first_lines, line_count, lines_after, lines_of, packed
 from tests.migrating import migrate_to
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from analyzers.config_store import load_config
 from analyzers.engine.contract import AuditReport
-from audits import services
 from audits.dashboard import queries as dashboard
+from audits.execution import execute
 from audits.models import AnalyzerRunRecord, Annotation, AuditRun
 from tests.factories import annotation, make_audit, result
 from tests.migrating import migrate_to
@@ -282,7 +282,7 @@ def test_an_audit_created_before_midnight_and_finished_after_it_is_counted():
             "cleaned_response": "Acme", "trace": [], "links": [],
         }
     )
-    services.store_report(late, report)
+    execute.store_report(late, report)
     data = dashboard.trends(7, now=now)
     assert data == reference_trends(7, now)
     assert {"type": "UNGROUNDED_CUSTOMER_CLAIM", "n": 1, "critical": 1, "warning": 0,

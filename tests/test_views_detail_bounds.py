@@ -12,7 +12,7 @@ from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audits import cards, highlight
+from audits.cards import cards, highlight
 from audits.templatetags.audit_ui import pretty_json
 from tests.factories import annotation, make_audit, result
 

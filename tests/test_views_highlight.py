@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audits.highlight import highlight_segments, linkify, safe_href, side_by_side
+from audits.cards.highlight import highlight_segments, linkify, safe_href, side_by_side
 
 
 def ann(start=None, end=None, evidence=None, severity="warning"):

@@ -17,9 +17,10 @@ from django.test.utils import CaptureQueriesContext
 
 from analyzers.config_store import config_version, save_config
 from analyzers.engine.config import AuditorConfig
-from audits import events, people_first, services, workers
+from audits import events
+from audits.execution import execute, people_first, queueing, workers
+from audits.intake.submit import submit_audit
 from audits.models import AuditRun
-from audits.services import submit_audit
 
 INPUT = {"user_input": "Which retailers use Acme?",
          "response": "Acme is easy to set up. See https://www.acme.example/docs."}
@@ -76,21 +77,21 @@ def test_worker_threads_keep_their_database_connections(thread_tasks, settings):
 @pytest.mark.django_db(transaction=True)
 def test_the_auditor_is_built_once_per_configuration(monkeypatch):
     built = []
-    original = services.build_auditor
+    original = execute.build_auditor
 
     def counting(config):
         built.append(config)
         return original(config)
 
-    monkeypatch.setattr(services, "build_auditor", counting)
+    monkeypatch.setattr(execute, "build_auditor", counting)
     for _ in range(3):
-        assert services.execute_run(submit_audit(**INPUT, enqueue=False).pk) == "complete"
+        assert execute.execute_run(submit_audit(**INPUT, enqueue=False).pk) == "complete"
     assert len(built) == 1
     before = config_version()
     save_config(AuditorConfig(threshold=0.5), actor="test")
     assert config_version() > before
     run = submit_audit(**INPUT, enqueue=False)
-    assert services.execute_run(run.pk) == "complete"
+    assert execute.execute_run(run.pk) == "complete"
     assert len(built) == 2 and built[-1].threshold == 0.5
     run.refresh_from_db()
     assert run.threshold == 0.5
@@ -100,27 +101,27 @@ def test_the_auditor_is_built_once_per_configuration(monkeypatch):
 def test_a_first_attempt_stores_without_deleting_and_a_retry_starts_clean():
     run = submit_audit(**INPUT, enqueue=False)
     with CaptureQueriesContext(connection) as ctx:
-        services.execute_run(run.pk)
+        execute.execute_run(run.pk)
     assert not [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
     lines = run.trace_lines.count()
     AuditRun.objects.filter(pk=run.pk).update(status="pending")  # a retry (attempt 2)
     with CaptureQueriesContext(connection) as ctx:
-        services.execute_run(run.pk)
+        execute.execute_run(run.pk)
     assert [q for q in ctx.captured_queries if q["sql"].startswith("DELETE")]
     assert run.trace_lines.count() == lines  # replaced, not doubled
 
 
 @pytest.fixture
 def batches(monkeypatch) -> list[int]:
-    """The number of runs of every `services.execute_runs` call, in order."""
+    """The number of runs of every `execute.execute_runs` call, in order."""
     sizes: list[int] = []
-    original = services.execute_runs
+    original = execute.execute_runs
 
     def recording(run_ids):
         sizes.append(len(run_ids))
         return original(run_ids)
 
-    monkeypatch.setattr(services, "execute_runs", recording)
+    monkeypatch.setattr(execute, "execute_runs", recording)
     return sizes
 
 
@@ -191,7 +192,7 @@ def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
         blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
                     for _ in range(thread_tasks.max_workers)]
         runs = [submit_audit(**INPUT, enqueue=False) for _ in range(40)]
-        services.enqueue_audits([(run.pk, False) for run in runs])  # queued behind blockers
+        queueing.enqueue_audits([(run.pk, False) for run in runs])  # queued behind blockers
         monkeypatch.setattr(people_first, "make_way", _no_pause)  # batches only, here
         gate.set()
         for blocker in blockers:
@@ -223,17 +224,17 @@ def test_the_deep_batch_limit_needs_a_deep_queue_and_never_raises(thread_tasks, 
 @pytest.mark.django_db(transaction=True)
 def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
-    original = services._engine_call
+    original = execute._engine_call
 
     def flaky(run, *rest):
         if run.pk == runs[1].pk:
             raise RuntimeError("engine exploded")
         return original(run, *rest)
 
-    monkeypatch.setattr(services, "_engine_call", flaky)
-    outcome = services.execute_runs([r.pk for r in runs] + [runs[0].pk])
+    monkeypatch.setattr(execute, "_engine_call", flaky)
+    outcome = execute.execute_runs([r.pk for r in runs] + [runs[0].pk])
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
-    assert services.execute_runs([runs[0].pk, runs[2].pk]) == {
+    assert execute.execute_runs([runs[0].pk, runs[2].pk]) == {
         str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
     run = AuditRun.objects.get(pk=runs[1].pk)
     assert run.status == "failed" and "engine exploded" in run.error
@@ -243,7 +244,7 @@ def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_an_audit_raising_inside_the_engine_fails_alone_in_its_batch(monkeypatch):
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(3)]
-    original = services._engine_call
+    original = execute._engine_call
 
     def flaky(run, *rest):
         if run.pk != runs[1].pk:
@@ -254,8 +255,8 @@ def test_an_audit_raising_inside_the_engine_fails_alone_in_its_batch(monkeypatch
 
         return explode
 
-    monkeypatch.setattr(services, "_engine_call", flaky)
-    outcome = services.execute_runs([r.pk for r in runs])
+    monkeypatch.setattr(execute, "_engine_call", flaky)
+    outcome = execute.execute_runs([r.pk for r in runs])
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
     assert "mid-audit" in AuditRun.objects.get(pk=runs[1].pk).error
 
@@ -333,11 +334,11 @@ def test_rows_written_before_the_first_attempt_are_replaced_not_duplicated():
 
     run = submit_audit(**INPUT, enqueue=False)
     TraceLine.objects.create(audit=run, position=0, text="[AUDIT] streamed")  # as a stream does
-    assert services.execute_run(run.pk) == "complete"
+    assert execute.execute_run(run.pk) == "complete"
     assert not run.trace_lines.filter(text="[AUDIT] streamed").exists()
     batch = [submit_audit(**INPUT, enqueue=False) for _ in range(2)]
     TraceLine.objects.create(audit=batch[1], position=0, text="[AUDIT] streamed")
-    assert set(services.execute_runs([r.pk for r in batch]).values()) == {"complete"}
+    assert set(execute.execute_runs([r.pk for r in batch]).values()) == {"complete"}
     assert not TraceLine.objects.filter(text="[AUDIT] streamed").exists()
 
 
@@ -357,10 +358,10 @@ def test_claiming_a_batch_seeks_its_ids_whatever_the_queue_depth():
     back as stored now, newest first."""
     runs = [submit_audit(**INPUT, enqueue=False) for _ in range(12)]
     with CaptureQueriesContext(connection) as queries:
-        claimed = services._claim_many([r.pk for r in runs[:11]] + [runs[0].pk])
+        claimed = execute._claim_many([r.pk for r in runs[:11]] + [runs[0].pk])
     assert [r.pk for r in claimed] == [r.pk for r in reversed(runs[:11])]
     assert {(r.status, r.attempts) for r in claimed} == {("running", 1)}
-    assert [r.pk for r in services._claim_many([runs[0].pk, runs[11].pk])] == [runs[11].pk]
+    assert [r.pk for r in execute._claim_many([runs[0].pk, runs[11].pk])] == [runs[11].pk]
     assert AuditRun.objects.get(pk=runs[0].pk).attempts == 1  # claimed once
     if connection.vendor != "sqlite":
         return  # (the plan below is SQLite's EXPLAIN QUERY PLAN)
@@ -379,7 +380,7 @@ def test_the_claim_tells_which_runs_have_trace_lines_already():
 
     streamed, plain = (submit_audit(**INPUT, enqueue=False) for _ in range(2))
     TraceLine.objects.create(audit=streamed, position=0, text="[AUDIT] paragraph 1")
-    claimed = {r.pk: r for r in services._claim_many([streamed.pk, plain.pk])}
-    assert services._nothing_stored([claimed[plain.pk]]) is True
-    assert services._nothing_stored([claimed[streamed.pk]]) is False
-    assert services._nothing_stored(list(claimed.values())) is False
+    claimed = {r.pk: r for r in execute._claim_many([streamed.pk, plain.pk])}
+    assert execute._nothing_stored([claimed[plain.pk]]) is True
+    assert execute._nothing_stored([claimed[streamed.pk]]) is False
+    assert execute._nothing_stored(list(claimed.values())) is False

@@ -14,9 +14,9 @@ from .base import Analyzer
 ENTRY_POINT_GROUP = "response_auditor.analyzers"
 
 BUILTIN_ANALYZERS: list[str] = [
-    "analyzers.engine.redflag.RedflagAnalyzer",
-    "analyzers.engine.bias.BiasAnalyzer",
-    "analyzers.engine.tone.ToneAnalyzer",
+    "analyzers.engine.builtin.redflag.RedflagAnalyzer",
+    "analyzers.engine.builtin.bias.BiasAnalyzer",
+    "analyzers.engine.builtin.tone.ToneAnalyzer",
     "analyzers.engine.guardrails.analyzers.LinksAnalyzer",
     "analyzers.engine.guardrails.analyzers.GroundingAnalyzer",
     "analyzers.engine.guardrails.analyzers.PromptLeakAnalyzer",

@@ -16,11 +16,11 @@ from django.db import connections
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from .. import link_rows
-from ..models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
-from ..ordering import DEFAULT_SORT
-from ..selectors import after_cursor, encode_cursor_raw
-from ..trace_rows import texts_of
+from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
+from audits.store import link_rows
+from audits.store.ordering import DEFAULT_SORT
+from audits.store.queries import after_cursor, encode_cursor_raw
+from audits.store.trace_rows import texts_of
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 _encode_str = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses
@@ -55,7 +55,7 @@ def _raw_json(value: Any, empty: str) -> str:
 
 def _supplementary(analyzer_id: str, value: Any, link_row: str | None) -> str:
     """A result's stored supplementary as JSON, the links analyzer's with its audit's link
-    row put back in (audits.link_rows)."""
+    row put back in (audits.store.link_rows)."""
     if analyzer_id == "links":
         if isinstance(value, (str, bytes)):
             text = value.decode() if isinstance(value, bytes) else value
@@ -135,7 +135,7 @@ def export_page(
             f'"description":{_s(a[4])},"evidence":{_s(a[5])},"start":{_s(a[6])},'
             f'"end":{_s(a[7])}}}'
         )
-    # each audit's link table is stored as the JSON array this writes (audits.link_rows)
+    # each audit's link table is stored as the JSON array this writes (audits.store.link_rows)
     links: dict[Any, str] = dict(_raw(
         AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows")
     ))

@@ -3,7 +3,7 @@
 Each submission alone paid a write transaction of its own: SQLite's write lock (waited for
 by every concurrent request), the commit, an insert and the enqueue. Here the requests of
 one event loop hand their validated audit to one committer, which stores everything
-waiting in ONE transaction (`services.submit_audits` / `submit_audits_once`) and answers
+waiting in ONE transaction (`intake.submit_audits` / `submit_audits_once`) and answers
 each request with its own outcome. The classic scheme: a lone request commits at once (no
 added wait); the requests that arrive while a commit is in flight form the next group, at
 most `AUDITOR_API_GROUP_MAX` audits.
@@ -28,9 +28,8 @@ from django.db import DatabaseError, DataError, IntegrityError, transaction
 from ninja.errors import HttpError
 
 from analyzers.config_store import option_errors
-
-from .. import services
-from ..db_threads import run_in_db_thread
+from audits.intake import submit as intake
+from audits.store.db_threads import run_in_db_thread
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ DEFAULT_GROUP_MAX = 100
 
 @dataclass
 class Submission:
-    """One submitted audit: the fields of `services.submit_audits`, its key and id."""
+    """One submitted audit: the fields of `intake.submit_audits`, its key and id."""
 
     fields: dict[str, Any]
     api_key: Any
@@ -100,14 +99,14 @@ def _store_together(items: list[Submission]) -> list[Outcome]:
         plain = [i for i in indexes if items[i].external_id is None]
         keyed = [i for i in indexes if items[i].external_id is not None]
         if keyed:
-            runs = services.submit_audits_once(
+            runs = intake.submit_audits_once(
                 [{**items[i].fields, "external_id": items[i].external_id} for i in keyed],
                 api_key=api_key,
             )
             for i, run in zip(keyed, runs, strict=True):
                 out[i] = run
         if plain:
-            runs = services.submit_audits([items[i].fields for i in plain], api_key=api_key)
+            runs = intake.submit_audits([items[i].fields for i in plain], api_key=api_key)
             for i, run in zip(plain, runs, strict=True):
                 out[i] = run
     return out
@@ -116,9 +115,9 @@ def _store_together(items: list[Submission]) -> list[Outcome]:
 def _store_alone(item: Submission) -> Outcome:
     """One submission in its own transaction, as before group commit; its error returned."""
     try:
-        return services.submit_audit(**item.fields, external_id=item.external_id,
+        return intake.submit_audit(**item.fields, external_id=item.external_id,
                                      api_key=item.api_key)
-    except services.ExternalIdConflict as exc:
+    except intake.ExternalIdConflict as exc:
         return exc
     except Exception as exc:
         return exc
@@ -189,7 +188,7 @@ async def submit(request: Any, item: Submission) -> Outcome:
     `store_submissions`). Exceptions are raised here, in the request they concern."""
     outcome = await committer().submit(request, item)
     if isinstance(outcome, BaseException) and not isinstance(
-        outcome, services.ExternalIdConflict
+        outcome, intake.ExternalIdConflict
     ):
         raise outcome
     return outcome

@@ -36,10 +36,9 @@ from django.utils.log import log_response
 from ninja import NinjaAPI
 
 from analyzers.auth import count_request, read_auth_async
-
-from . import polling
-from .asgi_body import Receive, Send
-from .submit_asgi import SubmitEndpoint
+from audits.api import polling
+from audits.api.asgi_body import Receive, Send
+from audits.api.submit_asgi import SubmitEndpoint
 
 logger = logging.getLogger(__name__)
 

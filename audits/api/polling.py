@@ -33,10 +33,10 @@ from django.utils.http import parse_etags
 from ninja.errors import HttpError
 from ninja.renderers import JSONRenderer
 
-from .. import selectors
-from ..db_threads import run_in_db_thread
-from ..models import AuditRun
-from ..schemas import AuditOut
+from audits.intake.schemas import AuditOut
+from audits.models import AuditRun
+from audits.store import queries
+from audits.store.db_threads import run_in_db_thread
 
 VERSION_FIELDS = (
     "status",
@@ -135,10 +135,10 @@ def current(run_id: uuid.UUID) -> Answer:
     finished = version[0] in FINISHED
     if finished and (hit := cache.get(run_id, version)) is not None:
         return hit
-    rows = list(AuditRun.objects.filter(pk=run_id).values(*selectors.RUN_FIELDS))
+    rows = list(AuditRun.objects.filter(pk=run_id).values(*queries.RUN_FIELDS))
     if not rows:
         raise HttpError(404, "audit not found")
-    data = AuditOut.model_validate(selectors.serialize_runs(rows)[0]).model_dump()
+    data = AuditOut.model_validate(queries.serialize_runs(rows)[0]).model_dump()
     body = _renderer.render(None, data, response_status=200).encode()
     answer = Answer(version, body, f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"')
     if finished:

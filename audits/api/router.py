@@ -1,4 +1,4 @@
-"""The audits API router (CONTRACT.md section 3), mounted at /api/ by auditor_site.api."""
+"""The audits API router (docs/reference/contract.md section 3), mounted at /api/ by auditor_site.api."""
 
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from analyzers.auth import (
 )
 from analyzers.config_store import option_errors
 from analyzers.schemas import ErrorOut
-
-from .. import selectors, services
-from ..db_threads import run_in_db_thread
-from ..models import AuditRun
-from ..reviews import ReviewError, record_review, review_to_dict
-from ..schemas import (
+from audits.api import group_commit, polling
+from audits.api.export import export_page
+from audits.api.stream_http import buffered_stream
+from audits.execution import queueing
+from audits.intake import submit as intake
+from audits.intake.schemas import (
     AuditAccepted,
     AuditBatchIn,
     AuditBatchOut,
@@ -44,9 +44,10 @@ from ..schemas import (
     ReviewIn,
     ReviewOut,
 )
-from . import group_commit, polling
-from .export import export_page
-from .stream_http import buffered_stream
+from audits.models import AuditRun
+from audits.store import queries
+from audits.store.db_threads import run_in_db_thread
+from audits.store.verdicts import ReviewError, record_review, review_to_dict
 
 router = Router(tags=["audits"])
 
@@ -78,19 +79,19 @@ class ListFilters(Schema):
         "`service_name:checkout`; a top-level metadata key, compared as text or number",
     )
 
-    def to_filters(self) -> selectors.AuditFilters:
+    def to_filters(self) -> queries.AuditFilters:
         for name in ("analyzer", "type", "q"):
             value = getattr(self, name)
             if value is not None and "\x00" in value:
                 raise HttpError(422, f"{name}: NUL characters are not allowed")
         for pair in self.meta or ():
             try:
-                selectors.parse_meta_filter(pair)
-            except selectors.InvalidMetaFilter as exc:
+                queries.parse_meta_filter(pair)
+            except queries.InvalidMetaFilter as exc:
                 raise HttpError(422, [{"loc": ["query", "meta"], "msg": str(exc)}]) from None
             if "\x00" in pair or len(pair) > 500:
                 raise HttpError(422, [{"loc": ["query", "meta"], "msg": "invalid meta filter"}])
-        return selectors.AuditFilters(**self.model_dump(exclude={"sort"}))
+        return queries.AuditFilters(**self.model_dump(exclude={"sort"}))
 
 
 class ListQuery(ListFilters):
@@ -108,16 +109,16 @@ def _validate_options(options: dict[str, dict]) -> None:
 
 
 def _full(run_id) -> dict:
-    rows = list(AuditRun.objects.filter(pk=run_id).values(*selectors.RUN_FIELDS))
+    rows = list(AuditRun.objects.filter(pk=run_id).values(*queries.RUN_FIELDS))
     if not rows:
         raise HttpError(404, "audit not found")
-    return selectors.serialize_runs(rows)[0]
+    return queries.serialize_runs(rows)[0]
 
 
 def _store(request: HttpRequest, body: AuditIn, *, enqueue: bool = True):
-    """Validate the options and store one submitted audit (see `services.submit_audit`)."""
+    """Validate the options and store one submitted audit (see `intake.submit_audit`)."""
     _validate_options(body.options)
-    return services.submit_audit(
+    return intake.submit_audit(
         user_input=body.user_input,
         response=body.response,
         sources=[s.model_dump() for s in body.sources],
@@ -137,16 +138,16 @@ def _submit(request: HttpRequest, body: AuditIn, wait: bool):
     outer one), for `submit` to wait for."""
     try:
         run = _store(request, body, enqueue=not wait)
-    except services.ExternalIdConflict as exc:
+    except intake.ExternalIdConflict as exc:
         raise _conflict(body, exc) from None
     if not run.was_created:
         return Status(200, _full(run.pk))
     if wait:
-        services.enqueue_audit(run.pk, large=services.is_large(body.response))
+        queueing.enqueue_audit(run.pk, large=queueing.is_large(body.response))
     return Status(202, {"id": str(run.pk), "status": run.status})
 
 
-def _conflict(body: AuditIn, exc: services.ExternalIdConflict) -> HttpError:
+def _conflict(body: AuditIn, exc: intake.ExternalIdConflict) -> HttpError:
     return HttpError(
         409,
         f"external_id {body.external_id!r} was already used with a different body "
@@ -165,7 +166,7 @@ async def submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
         fields=_item_fields(body), api_key=request.auth, external_id=body.external_id,
         options=body.options,
     ))
-    if isinstance(outcome, services.ExternalIdConflict):
+    if isinstance(outcome, intake.ExternalIdConflict):
         raise _conflict(body, outcome)
     if not outcome.was_created:
         return Status(200, await run_in_db_thread(request, _full, outcome.pk))
@@ -239,7 +240,7 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     independent: each answer says whether it was `created` (false: the stored audit of a
     repeated `external_id`) or why it was refused (`error`, e.g. an external_id conflict).
     Audits without `external_id` are stored together, in one transaction; those with one
-    through `services.submit_audits_once` (one lookup, the new ones stored together)."""
+    through `intake.submit_audits_once` (one lookup, the new ones stored together)."""
     items: list[dict | None] = [None] * len(body.audits)
     plain = []  # (index, item) of audits without external_id: stored together
     keyed = []  # (index, item) of audits with one: checked and stored together
@@ -252,12 +253,12 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
             continue
         (plain if item.external_id is None else keyed).append((i, item))
     if keyed:
-        results = services.submit_audits_once(
+        results = intake.submit_audits_once(
             [{**_item_fields(item), "external_id": item.external_id} for _, item in keyed],
             api_key=request.auth,
         )
         for (i, item), run in zip(keyed, results, strict=True):
-            if isinstance(run, services.ExternalIdConflict):
+            if isinstance(run, intake.ExternalIdConflict):
                 items[i] = {"id": None, "status": None, "created": False,
                             "error": f"external_id {item.external_id!r} was already used "
                                      "with a different body"}
@@ -265,7 +266,7 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
                 items[i] = {"id": str(run.pk), "status": run.status,
                             "created": run.was_created, "error": None}
     if plain:
-        runs = services.submit_audits(
+        runs = intake.submit_audits(
             [_item_fields(item) for _, item in plain], api_key=request.auth,
         )
         for (i, _), run in zip(plain, runs, strict=True):
@@ -274,7 +275,7 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
 
 
 def _item_fields(item: AuditIn) -> dict:
-    """The stored fields of one submitted audit (the body of `services.submit_audits`)."""
+    """The stored fields of one submitted audit (the body of `intake.submit_audits`)."""
     return {"user_input": item.user_input, "response": item.response,
             "sources": [s.model_dump() for s in item.sources], "metadata": item.metadata,
             "collision_key": item.collision_key, "options": item.options}
@@ -345,10 +346,10 @@ def list_audits(
 ):
     """Newest first, or in `sort` order. Pass `next` back as `cursor` (with the same
     filters and sort) for the following page."""
-    qs = selectors.filter_audits(filters.to_filters())
+    qs = queries.filter_audits(filters.to_filters())
     try:
-        items, next_cursor = selectors.page(qs, cursor, limit, filters.sort)
-    except selectors.InvalidCursor:
+        items, next_cursor = queries.page(qs, cursor, limit, filters.sort)
+    except queries.InvalidCursor:
         raise HttpError(422, [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]) from None
     return {"items": items, "next": next_cursor}
 
@@ -420,7 +421,7 @@ def _next_batch(qs, cursor, fmt, sort):
     if fmt == "jsonl":
         text, next_cursor = export_page(qs, cursor, EXPORT_BATCH, sort)
         return text.encode(), next_cursor
-    items, next_cursor = selectors.page(qs, cursor, EXPORT_BATCH, sort)
+    items, next_cursor = queries.page(qs, cursor, EXPORT_BATCH, sort)
     return _encode_batch(items, fmt), next_cursor
 
 
@@ -470,7 +471,7 @@ def export(
     """The filters and `sort` of `GET /api/audits`, streamed in constant memory (one full Audit per
     line for `jsonl`; one summary row per audit for `csv`). A `read` key, or a signed-in staff
     session with the `audits.view_auditrun` permission (the dashboard's Export menu)."""
-    qs = selectors.filter_audits(filters.to_filters())
+    qs = queries.filter_audits(filters.to_filters())
     sort = filters.sort
     if isinstance(request, ASGIRequest):
         stream = _async_export(qs, format, sort)
@@ -531,7 +532,7 @@ async def get_audit(
     """The Audit, with an `ETag`: send it back as `If-None-Match` for a `304` while the
     audit is unchanged. Poll with `?wait=` rather than in a loop (audits.api.polling)."""
     # An async view: a cached key costs no thread hop; the queries run on a pooled
-    # database thread (audits.db_threads), not on a request thread of their own.
+    # database thread (audits.store.db_threads), not on a request thread of their own.
     try:
         seconds = polling.wait_seconds(wait)
     except ValueError:

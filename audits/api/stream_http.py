@@ -23,8 +23,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
-from .asgi_body import Disconnected, Receive, Send
+from audits.api.asgi_body import Disconnected, Receive, Send
+from audits.intake.stream import StreamError, StreamSession, authenticate, bearer_token, parse_head
 
 logger = logging.getLogger(__name__)
 

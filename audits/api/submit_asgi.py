@@ -1,8 +1,8 @@
 """`POST /api/audits` answered in front of Django, in its common case.
 
-Under a stream of single submissions the server's own process spent ~1 ms of CPU per
-request, over half of it in Django's handler, its middleware and ninja's operation around
-the view (README, Benchmarks). This plain ASGI app (routed in auditor_site/asgi.py) takes
+Under a stream of single submissions over half of the server process's CPU per request
+went to Django's handler, its middleware and ninja's operation around the view (figures:
+docs/contributing/performance.md). This plain ASGI app (routed in auditor_site/asgi.py) takes
 the request itself only when it needs nothing of that machinery:
 
 - `POST /api/audits`, without a query string (`?wait=` and anything unexpected go to
@@ -41,10 +41,9 @@ from django.utils.module_loading import import_string
 from ninja import NinjaAPI, Status
 
 from analyzers.auth import count_request, ingest_auth_async
-
-from ..schemas import AuditAccepted, AuditIn, AuditOut
-from . import router
-from .asgi_body import Disconnected, Receive, Send, read_body
+from audits.api import router
+from audits.api.asgi_body import Disconnected, Receive, Send, read_body
+from audits.intake.schemas import AuditAccepted, AuditIn, AuditOut
 
 logger = logging.getLogger(__name__)
 

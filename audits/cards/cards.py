@@ -2,7 +2,7 @@
 card pages, the detail queryset (trends and tuning: `audits.dashboard.queries`).
 
 The list filters mean what the API's filters mean: they are translated to
-`audits.selectors.AuditFilters` and applied by `selectors.filter_audits`. Every function
+`audits.store.queries.AuditFilters` and applied by `queries.filter_audits`. Every function
 here issues a fixed number of queries, whatever the number of rows.
 """
 
@@ -20,9 +20,10 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from . import link_rows, ordering, scoring, selectors, trace_rows
-from .highlight import SEVERITY_RANK
-from .models import AnalyzerRunRecord, Annotation, AuditRun, Review
+from analyzers.config_store import load_config
+from audits.cards.highlight import SEVERITY_RANK
+from audits.models import AnalyzerRunRecord, Annotation, AuditRun, Review
+from audits.store import link_rows, ordering, queries, scoring, trace_rows
 
 PAGE_SIZE = 25
 TABLE_PAGE_SIZE = 50  # rows of the table view per page
@@ -110,8 +111,8 @@ class ListFilters:
         meta = query.get("meta", "").strip()[:500].replace("\x00", "")
         if meta:
             try:
-                selectors.parse_meta_filter(meta)
-            except selectors.InvalidMetaFilter:
+                queries.parse_meta_filter(meta)
+            except queries.InvalidMetaFilter:
                 errors["meta"] = "Write key:value, e.g. model:gpt-4o."
                 meta = ""
         sort = query.get("sort", "")
@@ -165,10 +166,10 @@ class ListFilters:
         params = {**self.as_params(), **changes}
         return {k: v for k, v in params.items() if v}
 
-    def to_selector(self) -> selectors.AuditFilters:
+    def to_selector(self) -> queries.AuditFilters:
         """The same filters as the API applies them (dates become whole days)."""
         tz = timezone.get_current_timezone()
-        return selectors.AuditFilters(
+        return queries.AuditFilters(
             min_score=self.min_score,
             max_score=self.max_score,
             surfaced=True if self.surfaced else None,
@@ -212,8 +213,6 @@ def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
     From the configuration and the contract's codes, not from a DISTINCT over the tables
     (which grow with every audit); a value in the URL is always offered back.
     """
-    from analyzers.config_store import load_config
-
     analyzers = set(KNOWN_ANALYZERS) | set(load_config().analyzers)
     types = set(KNOWN_TYPES)
     if filters is not None:
@@ -363,15 +362,15 @@ def audit_page(filters: ListFilters, cursor: str | None, size: int = PAGE_SIZE) 
     """One page of cards in the filters' sort order (newest first by default), after
     `cursor` (a bad cursor, or one of another sort, starts over)."""
     sort = filters.sort_key
-    qs = selectors.filter_audits(filters.to_selector(), card_queryset())
+    qs = queries.filter_audits(filters.to_selector(), card_queryset())
     try:
-        qs = selectors.after_cursor(qs, cursor, sort)
-    except selectors.InvalidCursor:
-        qs = selectors.after_cursor(qs, None, sort)
+        qs = queries.after_cursor(qs, cursor, sort)
+    except queries.InvalidCursor:
+        qs = queries.after_cursor(qs, None, sort)
     rows = list(qs[: size + 1])
     more = len(rows) > size
     rows = prepare_cards(rows[:size])
-    return Page(rows, selectors.encode_cursor(rows[-1], sort) if more and rows else None)
+    return Page(rows, queries.encode_cursor(rows[-1], sort) if more and rows else None)
 
 
 # --- detail -------------------------------------------------------------------------------

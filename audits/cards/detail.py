@@ -12,12 +12,14 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from analyzers.config_store import load_config
 from analyzers.engine.textdiff import bounded_word_diff
-
-from . import cards, scoring, surfacing
-from .highlight import highlight_segments, side_by_side
-from .link_rows import with_links
-from .models import Annotation, AuditRun
+from audits.cards import cards
+from audits.cards.highlight import highlight_segments, side_by_side
+from audits.models import Annotation, AuditRun
+from audits.store import scoring
+from audits.store.link_rows import with_links
+from audits.surfacing import policies
 
 MAX_MARKED_CHANGES = 2000  # changes the live stream marks at most
 
@@ -48,10 +50,10 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         a.current_review = current.get(a.pk)
     for review in reviews:
         review.target_label = labels.get(review.annotation_id, "a finding")
-    applied = surfacing.applied_thresholds(run)
+    applied = policies.applied_thresholds(run)
     for result in results:
         result.applied_threshold = applied.for_analyzer(result.analyzer_id)
-        # the links result's list is the link table the page shows (audits.link_rows)
+        # the links result's list is the link table the page shows (audits.store.link_rows)
         result.supplementary = with_links(
             result.supplementary, f"the audit's link table ({rows.links_total} links)")
     can_rerun = bool(
@@ -80,7 +82,7 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "applied_thresholds": applied,
         "applied_own": sorted(applied.own.items()),
         "surfacing_outdated": run.status == AuditRun.Status.COMPLETE
-        and surfacing.is_outdated(run),
+        and policies.is_outdated(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }
@@ -99,7 +101,6 @@ def trace_context(run: AuditRun) -> dict[str, Any] | None:
         return None
     span_id = str(meta.get("span_id") or "").lower()
     span_id = span_id if _SPAN_ID.match(span_id) else ""
-    from analyzers.config_store import load_config
 
     return {
         "trace_id": trace_id,

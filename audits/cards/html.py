@@ -1,9 +1,9 @@
 """The markup of the audit list's rows: the cards (list page, Live feed) and the table rows.
 
 They are the most repeated markup of the dashboard (25 cards, 50 rows a page, one card per
-Live update), and the template engine spent about 0.6 ms of CPU on each card (some 80
-nodes: variable lookups, filters, `{% url %}`, the verdict form). Built here from
-`cards.prepare_cards` rows, they cost a few hundredths of that. The templates still place
+Live update), and the template engine's cost per card (some 80 nodes: variable lookups,
+filters, `{% url %}`, the verdict form) dominated those pages. Built here from
+`cards.prepare_cards` rows they cost a small fraction of it (docs/contributing/performance.md). The templates still place
 them (`{% audit_cards %}`, `{% audit_table_rows %}` in `audit_ui`; the Live feed calls
 `cards` itself), and
 the verdict form a card carries is the one `audits/list.html#verdict` renders (a test
@@ -31,7 +31,7 @@ from django.utils.dates import MONTHS_3
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 
-from .highlight import excerpt
+from audits.cards.highlight import excerpt
 
 # Shared with the `audit_ui` filters (same icons and labels everywhere).
 SEVERITY_ICONS = {"info": "ℹ", "warning": "▲", "critical": "✖"}

@@ -1,5 +1,5 @@
 """The table view of the audit list: sortable column headers that keep the filters (the
-rows themselves: `audits.card_html.table_row`)."""
+rows themselves: `audits.cards.html.table_row`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from ..cards import ListFilters
+from audits.cards.cards import ListFilters
 
 # Each sortable column: its descending and ascending sort (the first click: descending).
 SORTABLE = {"time": ("-created_at", "created_at"), "score": ("-top_score", "top_score")}

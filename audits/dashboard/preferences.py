@@ -3,7 +3,7 @@ the user to another browser, unlike a cookie."""
 
 from __future__ import annotations
 
-from ..models import DashboardPreference
+from audits.models import DashboardPreference
 
 AuditView = DashboardPreference.AuditView
 

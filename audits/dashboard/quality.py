@@ -31,7 +31,8 @@ from django.db.models import Count, FilteredRelation, Max, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from .models import Annotation, Review
+from analyzers.config_store import load_config
+from audits.models import Annotation, Review
 
 CONFIRMED = Review.Verdict.CONFIRMED.value
 FALSE_POSITIVE = Review.Verdict.FALSE_POSITIVE.value
@@ -406,8 +407,6 @@ def threshold_evidence(
     own: list[str] = []
     if not analyzer:
         if config is None:
-            from analyzers.config_store import load_config
-
             config = load_config()
         own = sorted(
             a for a, section in config.analyzers.items() if section.get("threshold") is not None

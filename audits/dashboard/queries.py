@@ -1,4 +1,4 @@
-"""Reads of the trends and tuning pages (the list and cards are `audits.cards`).
+"""Reads of the trends and tuning pages (the list and cards are `audits.cards.cards`).
 
 Every function here issues a fixed number of queries, whatever the number of rows.
 """
@@ -11,9 +11,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from analyzers.config_store import load_config
 from analyzers.engine.surfacing import Thresholds
-
-from ..models import AnalyzerRunRecord, AuditRun
+from audits.dashboard.trend_stats import mean, window_stats
+from audits.models import AnalyzerRunRecord, AuditRun
 
 # --- trends -------------------------------------------------------------------------------
 
@@ -30,10 +31,6 @@ def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dic
     Summed from per-day figures (`audits.dashboard.trend_stats`): complete past days come from the
     cache, the partial first day and today are a few index range scans.
     """
-    from analyzers.config_store import load_config
-
-    from .trend_stats import mean, window_stats
-
     now = now or timezone.now()
     since = now - timedelta(days=days)
     totals, per_day = window_stats(since, now, HISTOGRAM_BINS, use_cache=cache)
@@ -151,7 +148,7 @@ def tuning_preview(
     """Which of the last `window` completed audits would surface at `threshold`.
 
     An audit surfaces when one of its successful results surfaces by the engine's one rule
-    (`analyzers.engine.surfacing`, CONTRACT.md section 1). The slider governs the global
+    (`analyzers.engine.surfacing`, docs/reference/contract.md section 1). The slider governs the global
     threshold (the results of analyzers without `own_thresholds`) or, with `analyzer`, that
     analyzer's own; every other result surfaces as it does now, at its saved threshold.
     Three queries, whatever the window (a window's results are a few thousand small rows).

@@ -21,12 +21,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from .. import cards, ordering, quality, surfacing
-from ..detail import detail_context
-from ..models import AuditRun
-from ..permissions import staff_required
-from ..serializers import audit_queryset, audit_to_dict
-from . import audit_table, preferences, queries
+from analyzers.config_store import load_config, save_config
+from audits.cards import cards
+from audits.cards.detail import detail_context
+from audits.dashboard import audit_table, preferences, quality, queries
+from audits.intake.submit import rerun_audit
+from audits.models import AuditRun
+from audits.permissions import staff_required
+from audits.store import ordering
+from audits.store.serializers import audit_queryset, audit_to_dict
+from audits.surfacing import jobs, policies
 
 TREND_WINDOWS = (7, 14, 30, 60, 90)
 DEFAULT_TREND_DAYS = 60
@@ -134,7 +138,6 @@ def audit_rerun(request: HttpRequest, pk: Any) -> HttpResponse:
         original = AuditRun.objects.get(pk=pk)
     except AuditRun.DoesNotExist:
         raise Http404("No such audit.") from None
-    from ..services import rerun_audit
 
     new = rerun_audit(original)
     messages.success(request, "Re-run started with the current configuration.")
@@ -203,8 +206,6 @@ def _with_threshold(config, analyzer: str, value: float):
 @require_http_methods(["GET", "POST"])
 @staff_required
 def tuning(request: HttpRequest) -> HttpResponse:
-    from analyzers.config_store import load_config, save_config
-
     config = load_config()
     can_save = request.user.has_perm("analyzers.change_globalsettings")
     params = request.POST if request.method == "POST" else request.GET
@@ -276,13 +277,13 @@ def tuning(request: HttpRequest) -> HttpResponse:
 
 def _resurface_context() -> dict[str, Any]:
     """The re-surfacing status: the latest job and the audits still at older thresholds."""
-    policy = surfacing.current_policy()
-    job = surfacing.latest_job()
+    policy = policies.current_policy()
+    job = policies.latest_job()
     return {
         "resurface_job": job,
         "resurface_active": bool(job and job.is_active),
         "resurface_policy": policy,
-        "stale": surfacing.staleness(policy),
+        "stale": policies.staleness(policy),
     }
 
 
@@ -295,6 +296,6 @@ def tuning_status(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         if not can_save:
             raise PermissionDenied("You may not change the configuration.")
-        surfacing.schedule(force=True)
+        jobs.schedule(force=True)
     context = {"can_save": can_save, **_resurface_context()}
     return render(request, "audits/tuning.html#resurface-status", context)

@@ -2,11 +2,11 @@
 
 The default for `make run`: the request that enqueues returns at once and nothing else
 needs to run. A process that dies loses its queue, but never an audit: runs are stored
-before they are enqueued and `audits.recovery` re-queues what was left behind (its thread
+before they are enqueued and `audits.execution.recovery` re-queues what was left behind (its thread
 starts with the server, or with the first task here, and sweeps every `SWEEP_INTERVAL`
 seconds). `queued_args` tells the sweep which runs this queue already holds.
 
-    TASKS = {"default": {"BACKEND": "audits.task_backends.ThreadPoolBackend",
+    TASKS = {"default": {"BACKEND": "audits.execution.backend.ThreadPoolBackend",
                          "OPTIONS": {"MAX_WORKERS": 2, "SWEEP_INTERVAL": 60,
                                      "BATCH_SIZE": 32, "DEEP_BATCH_SIZE": 64}}}
 
@@ -20,7 +20,7 @@ hand them over and wait (audits.analysis_processes).
 
 Queues in small batches: a task function with a `batch` attribute (a callable taking
 the args lists of several calls and returning their return values, e.g.
-`audits.tasks.run_audit_batch`) is called once for every queued call a worker finds, up
+`audits.execution.tasks.run_audit_batch`) is called once for every queued call a worker finds, up
 to BATCH_SIZE (storing several audits in one transaction costs much less than one
 transaction each, also when audits arrive one by one); a lone call runs alone, at once.
 Up to DEEP_BATCH_SIZE when the queue is deep and nobody waits for what a longer batch
@@ -46,9 +46,10 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
-from . import analysis_processes, events, heap, people_first
-from .queues import LARGE_QUEUE
-from .workers import keep_connections
+from audits import events
+from audits.execution import heap, people_first, processes
+from audits.execution.workers import keep_connections
+from audits.queues import LARGE_QUEUE
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class _Pool:
         self.large_workers = large_workers
         self.large = ThreadPoolExecutor(
             max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large",
-            initializer=analysis_processes.stay_in_thread,  # huge audits stay here
+            initializer=processes.stay_in_thread,  # huge audits stay here
         )
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
         self.pending: deque[TaskResult] = deque()  # queued, in order
@@ -106,7 +107,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.worker_id = get_random_string(32)
         processes = int(self.options.get("PROCESSES", 0))
         if processes:
-            analysis_processes.configure(processes)
+            processes.configure(processes)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
 
@@ -149,10 +150,10 @@ class ThreadPoolBackend(BaseTaskBackend):
         """How many queued calls one batch may take: DEEP_BATCH_SIZE when every thread
         can take a batch that size and nobody waits for what it delays (no page watches
         the live feed, where the channel layer can tell, and no page request is under
-        way: audits.people_first), else BATCH_SIZE. A batch of 64 costs 4–8% less CPU
-        per audit than two of 32 (one claim, commit and hand-off fewer), but it holds
-        SQLite's write lock and its audits' cards twice as long: with a watcher, a lone
-        audit's card p95 went 94 → 122–146 ms (README, Benchmarks). Called with the
+        way: audits.execution.people_first), else BATCH_SIZE. A deep batch costs less CPU
+        per audit (one claim, commit and hand-off fewer), but it holds SQLite's write lock
+        and its audits' cards twice as long, which a watcher sees (figures:
+        docs/contributing/performance.md). Called with the
         first call of the batch already taken: it never raises."""
         if queued < self.deep_batch_size * self.max_workers:
             return self.batch_size
@@ -278,9 +279,8 @@ class ThreadPoolBackend(BaseTaskBackend):
                 pool.queued[self._queued_key(task_result)] += 1
             while len(pool.results) > self.max_results:
                 pool.results.popitem(last=False)
-        for task_result in results:
+        for task_result in results:  # the first starts the recovery sweeper (audits.execution.recovery)
             task_enqueued.send(type(self), task_result=task_result)
-        self._start_sweeper()
         if task.queue_name == LARGE_QUEUE:
             for task_result in results:
                 pool.large.submit(self._run, task_result)  # its own lane, one call at a time
@@ -335,13 +335,6 @@ class ThreadPoolBackend(BaseTaskBackend):
 
             for job in [executor.submit(close) for _ in range(workers)]:
                 job.result(timeout=timeout)
-
-    # --- recovery of runs left behind by dead processes ---
-
-    def _start_sweeper(self) -> None:
-        from .recovery import start
-
-        start(self.sweep_interval)
 
 
 def _drain(executor: ThreadPoolExecutor, workers: int, timeout: float) -> bool:

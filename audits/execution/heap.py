@@ -3,8 +3,8 @@
 A full collection of the cyclic garbage collector walks every object the process tracks:
 the modules, Django's and pydantic's schemas, the engine's caches (and its word-frequency
 table, several hundred thousand entries, once a claim needed it). In an analysis process
-that walk came back every few hundred audits and took 57 ms: 0.46 s of its 7.6 s of CPU
-over 3,000 audits (bench/bench_api.py, measured with `gc.callbacks`). `gc.freeze()` moves
+that walk came back every few hundred audits, a noticeable share of its CPU
+(docs/contributing/performance.md). `gc.freeze()` moves
 the objects alive now out of the collector's sight, so later collections walk only what
 was made since (what the Python documentation advises for long-running servers).
 
@@ -16,8 +16,8 @@ tests/engine/test_engine_no_cycles.py) would stay.
 While a batch of audits is analysed and stored (`services.execute_runs`), the collector
 does not run at all (`batch_without_collections`, lifted once the batch's runs and reports
 are freed): the batch keeps its reports until they are stored, and each young-generation
-pass walked them again (0.2 ms of CPU per audit in batches of 32, a third of the engine's
-own time; README, Benchmarks). The engine and
+pass walked them again (a sizeable share of the engine's own time; figures in
+docs/contributing/performance.md). The engine and
 storing make no reference cycles, so nothing waits for the collector; what another thread
 of the process made meanwhile is collected when the batch ends.
 """

@@ -1,4 +1,4 @@
-"""What this process is running right now, for the recovery heartbeat (audits.recovery).
+"""What this process is running right now, for the recovery heartbeat (audits.execution.recovery).
 
 Kept apart from the sweep so that the services, which run audits, can say so without
 importing the recovery that re-queues them.

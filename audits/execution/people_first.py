@@ -1,8 +1,8 @@
 """People first: background analysis makes way while a person waits for a page.
 
 Analysis and the pages share one process and, in CPython, one interpreter lock. Under a
-deep queue the analysis threads hold it most of the time, and a dashboard page that needs
-20 ms of CPU took 250 ms. So a page request (`waiting()`, entered by the ASGI app for
+deep queue the analysis threads hold it most of the time, and a dashboard page took many
+times its own CPU time to answer (docs/contributing/performance.md). So a page request (`waiting()`, entered by the ASGI app for
 dashboard pages and by the live feed while it renders cards) is counted, and the
 analysis, between two audits (`make_way()`), sleeps while the count is not zero: at most
 `MAX_PAUSE_S` per audit, so a steady stream of pages slows the queue down but never

@@ -10,13 +10,13 @@ never hold the children small audits wait for.
 
 - The children (multiprocessing "spawn", so no state of the server is copied) set Django
   up once, on the parent's databases, and keep what a worker thread keeps
-  (audits.workers): database connection, engine loop, auditors per configuration.
+  (audits.execution.workers): database connection, engine loop, auditors per configuration.
 - Events: a child's channel layer is not the one the pages listen to, so it captures what
   it would publish (`events.capture`): the feed events of every audit, and the progress
   of audits that had a watcher when the batch left. The parent publishes them, in order,
   when the batch returns, and sends `audit_finished` for the complete ones (alerts queue
   their tasks here, on the parent's backend).
-- People first (audits.people_first): a child does not share the server's lock; it only
+- People first (audits.execution.people_first): a child does not share the server's lock; it only
   competes for a core. Enough children to leave a page a core of its own
   (`children_making_way`: one of two on two cores) follow the parent's count of people
   waiting (shared memory) and make way between their audits, as a task thread does (at
@@ -24,9 +24,9 @@ never hold the children small audits wait for.
   can lower the children's CPU priority (default 0: niced writers starved under other
   load and kept SQLite's write lock while descheduled, so everything waited).
 - Nothing lost: the parent's heartbeat covers the runs while a child has them
-  (audits.heartbeats). A child that dies (killed, out of memory) breaks the pool: the batch
+  (audits.execution.heartbeats). A child that dies (killed, out of memory) breaks the pool: the batch
   fails, the pool is built again for the next batch, and the runs the child had claimed
-  stop beating, so the recovery sweep (audits.recovery) re-queues them after
+  stop beating, so the recovery sweep (audits.execution.recovery) re-queues them after
   `AUDITOR_RECOVER_RUNNING_AFTER_S` (failed after `MAX_ATTEMPTS`, as any run).
 - A child exits when its parent is gone (checked every `ORPHAN_CHECK_S`).
 """
@@ -38,19 +38,17 @@ import logging
 import multiprocessing
 import os
 import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from analyzers import lock_wait
-
-from . import events, heap, people_first
-from .heartbeats import running_run
+from audits import events
+from audits.execution import child, people_first
+from audits.execution.heartbeats import running_run
+from audits.signals import send_finished_signal
 
 logger = logging.getLogger(__name__)
-
-ORPHAN_CHECK_S = 1.0
 
 _lock = threading.Lock()
 _processes = 0  # configured by the thread backend (0: analyse in the task threads)
@@ -75,7 +73,7 @@ def configure(processes: int) -> None:
 def _warm_up() -> None:
     try:
         executor = _pool()
-        for job in [executor.submit(_child_warm) for _ in range(_processes)]:
+        for job in [executor.submit(child.warm) for _ in range(_processes)]:
             job.result()
     except Exception:  # the first batch tries again (and reports)
         logger.warning("analysis processes did not start", exc_info=True)
@@ -100,14 +98,12 @@ def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     with contextlib.ExitStack() as stack:
         for run_id in ids:
             stack.enter_context(running_run(run_id))  # this process's heartbeat covers them
-        outcome, captured = _submit(_child_execute, ids, watched)
+        outcome, captured = _submit(child.execute_batch, ids, watched)
     _publish(captured)
     return outcome
 
 
 def _publish(captured: list[dict[str, Any]]) -> None:
-    from .services import send_finished_signal
-
     for event in captured:
         events.publish(event)
         if event.get("type") == "audit_finished" and event.get("status") == "complete":
@@ -140,7 +136,7 @@ def _pool() -> ProcessPoolExecutor:
             _executor = ProcessPoolExecutor(
                 max_workers=_processes,
                 mp_context=context,
-                initializer=_child_setup,
+                initializer=child.setup,
                 initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
                           databases, os.getpid(), making_way,
                           lock_wait.shared_requests_waiting(context)),
@@ -178,84 +174,3 @@ def shutdown() -> None:
         executor, _executor, _processes = _executor, None, 0
     if executor is not None:
         executor.shutdown(wait=True, cancel_futures=True)
-
-
-# --- a child -----------------------------------------------------------------------------
-
-_sink: list[dict[str, Any]] = []
-_watched: frozenset[str] = frozenset()
-
-
-def _capture(event: dict[str, Any]) -> None:
-    if event.get("type") in events.FEED_EVENTS or str(event.get("audit_id")) in _watched:
-        _sink.append(event)  # list.append: safe from the engine loop's thread
-
-
-def _child_setup(settings_module: str, databases: dict[str, str], parent: int,
-                 making_way: tuple[Any, Any, int], requests_waiting: Any) -> None:
-    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
-    from django.conf import settings
-
-    for alias, name in databases.items():  # the parent's (a test run's database, say)
-        if alias in settings.DATABASES:
-            settings.DATABASES[alias]["NAME"] = name
-    import django
-
-    django.setup()
-    nice = getattr(settings, "AUDITOR_ANALYSIS_NICE", 0)
-    if nice > 0:
-        os.nice(nice)
-    events.capture(_capture, lambda audit_id: audit_id in _watched)
-    waiting, numbers, how_many = making_way
-    with numbers.get_lock():
-        number, numbers.value = numbers.value, numbers.value + 1
-    if number < how_many:
-        people_first.follow(waiting)
-    lock_wait.defer_to(requests_waiting)
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
-                     daemon=True).start()
-    heap.settle("start")
-
-
-def _exit_when_orphaned(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(ORPHAN_CHECK_S)
-    os._exit(0)
-
-
-def _child_warm() -> int:
-    """In a new child: what the first audit would load (the registry, the configuration,
-    the engine's modules, a database connection)."""
-    from django.db import connections
-
-    from analyzers.config_store import current_registry, load_config
-
-    from . import workers
-
-    current_registry()
-    load_config()
-    workers.keep_connections()
-    connections["default"].ensure_connection()
-    time.sleep(0.2)  # held, so that the other warm-ups start processes of their own
-    return os.getpid()
-
-
-def _child_execute(run_ids: list[str], watched: list[str]):
-    """In a child: the batch's outcome and the events it captured."""
-    global _watched
-    from django.db import close_old_connections
-
-    from . import services, workers
-
-    _sink.clear()
-    _watched = frozenset(watched)
-    workers.keep_connections()
-    close_old_connections()
-    try:
-        outcome = services.execute_runs(run_ids)
-    finally:
-        close_old_connections()
-    heap.after_analysis()
-    captured = list(_sink)
-    _sink.clear()
-    return outcome, captured

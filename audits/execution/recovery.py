@@ -26,12 +26,16 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import Q
 from django.db.models.functions import Length
+from django.tasks import task_backends
+from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from .heartbeats import running_run_ids
-from .models import AuditRun
-from .services import MAX_ATTEMPTS, enqueue_audit
-from .signals import recovery_started
+from audits.execution.execute import MAX_ATTEMPTS
+from audits.execution.heartbeats import running_run_ids
+from audits.execution.queueing import enqueue_audit
+from audits.execution.tasks import run_audit
+from audits.models import AuditRun
+from audits.signals import recovery_started
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +70,22 @@ def _task_finished(sender, task_result, **kwargs) -> None:
                 del _task_rows[str(task_result.id)]
 
 
-def connect_signals() -> None:
-    """Track the django-tasks-db task rows this process runs (called from AppConfig.ready)."""
-    from django.tasks.signals import task_finished, task_started
+def _task_enqueued(sender, task_result, **kwargs) -> None:
+    """The thread backend's first enqueue starts this process's sweeper at the backend's
+    `SWEEP_INTERVAL` (the backend sends the signal and never imports recovery)."""
+    if _loop is not None:
+        return
+    interval = getattr(task_backends[task_result.backend], "sweep_interval", None)
+    if interval is not None:
+        start(interval)
 
+
+def connect_signals() -> None:
+    """Track the django-tasks-db task rows this process runs, and start the sweeper with the
+    thread backend (called from AppConfig.ready)."""
     task_started.connect(_task_started, dispatch_uid="audits.recovery.task_started")
     task_finished.connect(_task_finished, dispatch_uid="audits.recovery.task_finished")
+    task_enqueued.connect(_task_enqueued, dispatch_uid="audits.recovery.task_enqueued")
 
 
 def _is_database_backend(backend: Any) -> bool:
@@ -107,14 +121,11 @@ def beat() -> None:
 
 def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
     """django-tasks-db rows left RUNNING by a dead worker: READY again (or FAILED)."""
-    from django.tasks import task_backends
     from django.tasks.base import TaskResultStatus
 
     if not _is_database_backend(task_backends["default"]):
         return 0
     from django_tasks_db.models import DBTaskResult
-
-    from .tasks import run_audit
 
     now = timezone.now()
     taken = 0
@@ -129,7 +140,7 @@ def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
         if len(worker_ids or []) >= max_attempts:
             same.update(
                 status=TaskResultStatus.FAILED, finished_at=now,
-                exception_class_path="audits.recovery.WorkerLost",
+                exception_class_path="audits.execution.recovery.WorkerLost",
                 traceback=f"{len(worker_ids)} workers stopped while running this task",
             )
         elif same.update(status=TaskResultStatus.READY):
@@ -158,9 +169,6 @@ def _release_run_of_dead_row(
 
 def queued_run_ids() -> set[str] | None:
     """Runs a queue holds (queued or running tasks), or None when that cannot be known."""
-    from django.tasks import task_backends
-
-    from .tasks import run_audit
 
     backend = task_backends[run_audit.backend]
     if hasattr(backend, "queued_args"):
@@ -251,7 +259,7 @@ def recover_stale_runs(
     """Re-queue runs a dead worker left `running`, and `pending` runs that no queue holds.
 
     A running run is dead when its `started_at` (kept fresh by the heartbeat of the process
-    running it, see audits.recovery) is older than `stale_after`; one that already used
+    running it, see audits.execution.recovery) is older than `stale_after`; one that already used
     `max_attempts` is marked failed instead. A pending run is queued again when it is older
     than `pending_after` or was created before `pending_before` (the start of this process)
     and no queue holds it. Deadlines default to the settings `AUDITOR_RECOVER_*`. Safe to run

@@ -1,4 +1,4 @@
-"""Pydantic (ninja) schemas of the audits API: the request body and the Audit of CONTRACT.md."""
+"""Pydantic (ninja) schemas of the audits API: the request body and the Audit of docs/reference/contract.md."""
 
 from __future__ import annotations
 

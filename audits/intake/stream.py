@@ -12,7 +12,7 @@ Paragraphs are audited by the engine's InlineStreamAuditor as soon as they are c
 only audited text leaves as `chunk` events. Progress (the audited part of the response, its
 cleaned text, the trace lines) is written to the run as it goes and announced with a small
 `stream_progress` event, so audit pages watch it live from the database. `close()` runs
-the full engine Auditor over the assembled response (`services.execute_run`, the same code
+the full engine Auditor over the assembled response (`execute.execute_run`, the same code
 as a batch audit, link health included) and stores its report; `complete=False` (the
 client went away) marks the run `incomplete`.
 """
@@ -32,13 +32,19 @@ from django.db import close_old_connections
 from django.utils import timezone
 from pydantic import ValidationError
 
+from analyzers.auth import RateLimited, hit_rate_limit
+from analyzers.config_store import option_errors
+from analyzers.engine.config import AuditorConfig
 from analyzers.engine.guardrails.stream import AuditedParagraph, BoundedStream, InlineStreamAuditor
-
-from . import services
-from .events import apublish
-from .models import AuditRun, TraceLine
-from .schemas import AuditIn
-from .trace_rows import storable
+from analyzers.models import ApiKey
+from audits.events import apublish
+from audits.execution import execute
+from audits.intake import submit
+from audits.intake.schemas import AuditIn
+from audits.models import AuditRun, TraceLine
+from audits.store import reports
+from audits.store.serializers import audit_queryset, audit_to_dict
+from audits.store.trace_rows import storable
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +93,6 @@ def parse_head(raw: bytes | str) -> AuditIn:
 @database_sync_to_async
 def authenticate(token: str | None, scope: str = "ingest") -> Any:
     """The API key for `token` with `scope`, counted against its rate limit; or StreamError."""
-    from analyzers.auth import RateLimited, hit_rate_limit
-    from analyzers.models import ApiKey
-
     key = ApiKey.authenticate(token or "")
     if key is None:
         raise StreamError(401, "a valid API key is required (Authorization: Bearer <key>)")
@@ -112,8 +115,6 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def _validate_options(options: dict[str, dict[str, Any]]) -> None:
-    from analyzers.config_store import option_errors
-
     errors = option_errors(options)
     if errors:
         raise StreamError(422, errors)
@@ -131,7 +132,7 @@ def _check_text(text: str) -> None:
 @database_sync_to_async
 def _create_run(api_key: Any, head: AuditIn) -> tuple[AuditRun, dict[str, Any]]:
     _validate_options(head.options)
-    run = services.submit_audit(
+    run = submit.submit_audit(
         user_input=head.user_input,
         response="",
         sources=[s.model_dump() for s in head.sources],
@@ -195,15 +196,13 @@ async def _beat(run_id: Any) -> None:
 
 def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
     """Store the whole response, audit it like a batch audit and return the Audit (a thread)."""
-    from .serializers import audit_queryset, audit_to_dict
-
     close_old_connections()
     try:
         # Back to pending so execute_run claims it the usual way (one winner).
         AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
             response=response, incomplete=incomplete, status=AuditRun.Status.PENDING
         )
-        services.execute_run(run_id)
+        execute.execute_run(run_id)
         return audit_to_dict(audit_queryset().get(pk=run_id))
     finally:
         close_old_connections()
@@ -212,12 +211,10 @@ def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
 def _refuse_run(run_id: Any, response: str, detail: str) -> dict[str, Any]:
     """A stream stopped by a limit: stored `failed` (not audited, never a clean audit of a
     cut response) with what had arrived; the Audit (a thread)."""
-    from .serializers import audit_queryset, audit_to_dict
-
     close_old_connections()
     try:
         AuditRun.objects.filter(pk=run_id).update(response=response, incomplete=True)
-        services.mark_failed(run_id, f"refused: {detail}")
+        reports.mark_failed(run_id, f"refused: {detail}")
         return audit_to_dict(audit_queryset().get(pk=run_id))
     finally:
         close_old_connections()
@@ -246,8 +243,6 @@ class StreamSession:
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
-        from analyzers.engine.config import AuditorConfig
-
         run, snapshot = await _create_run(api_key, head)
         snapshot.pop("custom_judges", None)
         config = AuditorConfig.model_validate(snapshot)

@@ -26,12 +26,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
-from .. import people_first
-from ..db_threads import run_in_feed_thread
-from ..events import MESSAGE_TYPE, audit_group, remember_server_loop
-from ..models import AuditRun
-from . import fragments
-from .hub import feed_hub
+from audits.events import MESSAGE_TYPE, audit_group, remember_server_loop
+from audits.execution import people_first
+from audits.live import fragments
+from audits.live.hub import feed_hub
+from audits.models import AuditRun
+from audits.store.db_threads import run_in_feed_thread
 
 logger = logging.getLogger(__name__)
 

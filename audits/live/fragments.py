@@ -22,10 +22,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .. import card_html, cards, selectors
-from ..detail import detail_context, stream_context
-from ..models import AuditRun, TraceLine
-from ..trace_rows import lines_after
+from audits.cards import cards, html
+from audits.cards.detail import detail_context, stream_context
+from audits.models import AuditRun, TraceLine
+from audits.store import queries
+from audits.store.trace_rows import lines_after
 
 LIVE_ROWS = 50  # rows the Live page keeps visible (the client trims to the same cap)
 TRACE_BATCH = 500  # trace lines one update appends at most (the next one continues)
@@ -78,7 +79,7 @@ def counters() -> dict[str, Any]:
 
 def matching_cards(filters: cards.ListFilters, ids: list[Any], limit: int) -> list[AuditRun]:
     """The cards of `ids` that match `filters`, newest on top, at most `limit`."""
-    qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset())
+    qs = queries.filter_audits(filters.to_selector(), cards.card_queryset())
     rows = qs.filter(pk__in=ids).order_by("-created_at", "-id")[:limit]
     return cards.prepare_cards(list(rows))
 
@@ -96,8 +97,8 @@ class NewsQuery:
 
     Under load a filtered page is updated many times a second, for a few dozen audits
     each time, most of which do not match. Built through the ORM (the filters, an IN
-    list of every id) that query cost ~1.5 ms of CPU per update, ten times its run in
-    the database; so it is compiled once per page and its ids go in as one parameter,
+    list of every id) that query cost many times its run in the database (figures in
+    docs/contributing/performance.md); so it is compiled once per page and its ids go in as one parameter,
     and the ORM reads only the cards that matched."""
 
     def __init__(self, filters: cards.ListFilters) -> None:
@@ -132,7 +133,7 @@ class NewsQuery:
     def _compile(self, vendor: str) -> None:
         marker = object()  # where the ids go
         qs = (
-            selectors.filter_audits(self.filters.to_selector(), AuditRun.objects.all())
+            queries.filter_audits(self.filters.to_selector(), AuditRun.objects.all())
             .filter(pk__in=RawSQL(_ID_SETS[vendor][0], (marker,)))
             .order_by("-created_at", "-id")
             .values_list("pk", flat=True)[: LIVE_ROWS + 1]
@@ -172,7 +173,7 @@ def news_rows(query: NewsQuery, ids: list[Any]) -> str:
 def changed_since(filters: cards.ListFilters, after: datetime) -> list[AuditRun]:
     """Cards of the audits created, started or finished after `after` (newest first)."""
     since = after - CURSOR_MARGIN
-    qs = selectors.filter_audits(filters.to_selector(), cards.card_queryset()).filter(
+    qs = queries.filter_audits(filters.to_selector(), cards.card_queryset()).filter(
         Q(created_at__gt=since) | Q(started_at__gt=since) | Q(finished_at__gt=since)
     )
     return cards.prepare_cards(list(qs.order_by("-created_at", "-id")[:LIVE_ROWS]))
@@ -185,7 +186,7 @@ def feed_rows(cards: list[AuditRun], reset: bool = False) -> str:
         return ""
     # The list page's card markup, built once for all (no CSRF field, no user:
     # the fragment is shared by every viewer; the verdict view checks permissions).
-    inner = card_html.cards(cards, card_html.Rows.shared())
+    inner = html.cards(cards, html.Rows.shared())
     marker = RESET_MARKER if reset else ""
     return f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>\n{inner}</div>'
 

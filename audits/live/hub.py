@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from .. import people_first
-from ..db_threads import run_in_feed_thread
-from ..events import ALL_AUDITS_GROUP, FEED_EVENTS
-from . import fragments
+from audits.events import ALL_AUDITS_GROUP, FEED_EVENTS
+from audits.execution import people_first
+from audits.live import fragments
+from audits.store.db_threads import run_in_feed_thread
 
 logger = logging.getLogger(__name__)
 

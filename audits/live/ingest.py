@@ -1,6 +1,6 @@
 """`/ws/ingest/`: stream a model's response in, get audited paragraphs back, live.
 
-Wire format (README "Streaming and live audits"): the handshake carries
+Wire format (docs/guides/streaming.md): the handshake carries
 `Authorization: Bearer <ingest key>`; every frame is a JSON object. The client sends the
 head `{user_input, sources?, metadata?, external_id?, collision_key?, options?}`, then
 `{"text": "..."}` chunks and `{"source": {...}}` tool results, then `{"done": true}`. The
@@ -19,7 +19,7 @@ from typing import Any
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from ..stream_session import StreamError, StreamSession, authenticate, bearer_token, parse_head
+from audits.intake.stream import StreamError, StreamSession, authenticate, bearer_token, parse_head
 
 logger = logging.getLogger(__name__)
 

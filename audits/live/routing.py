@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .consumers import AuditConsumer, LiveFeedConsumer
-from .ingest import IngestConsumer
+from audits.live.consumers import AuditConsumer, LiveFeedConsumer
+from audits.live.ingest import IngestConsumer
 
 # Behind the session auth and origin check: the live pages (staff only).
 websocket_urlpatterns = [

@@ -9,9 +9,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from .. import cards
-from ..permissions import staff_required
-from .fragments import LIVE_ROWS, counters
+from audits.cards import cards
+from audits.live.fragments import LIVE_ROWS, counters
+from audits.permissions import staff_required
 
 # --- live feed ----------------------------------------------------------------------------
 

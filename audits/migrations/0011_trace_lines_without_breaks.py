@@ -1,4 +1,4 @@
-"""A `TraceLine` row may now hold several lines joined by "\\n" (audits.trace_rows): a
+"""A `TraceLine` row may now hold several lines joined by "\\n" (audits.store.trace_rows): a
 line break inside a line stored before is kept as a space, so that it reads as one line."""
 
 from django.db import migrations

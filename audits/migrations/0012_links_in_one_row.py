@@ -1,5 +1,5 @@
 """An audit's links move from one `LinkCheck` row each to one `AuditLinks` row per audit
-(audits.link_rows): a JSON array of the contract's link objects, in their old order."""
+(audits.store.link_rows): a JSON array of the contract's link objects, in their old order."""
 
 import json
 

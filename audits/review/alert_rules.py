@@ -1,8 +1,8 @@
 """Alert rules: match finished audits, count them in a window, POST webhooks with retries.
 
-- `after_audit_finished(audit_id)` is the pipeline hook (on `audits.signals.audit_finished`): it queues `evaluate_alerts` only
-  when an enabled rule exists (answer cached per process for `RULES_CACHE_S`, cleared on
-  every rule save/delete), so ingest without rules costs at most one query per 5 s.
+- `has_enabled_rules()` answers the pipeline hook (audits.review.alert_tasks), cached per
+  process for `RULES_CACHE_S` and cleared on every rule save/delete, so ingest without
+  rules costs at most one query per 5 s.
 - `evaluate(audit_id)` matches the audit against the enabled rules (`rule_matches`, a pure
   function of `AuditFacts`), counts matching audits in the rule's window from the database
   (`matching_audits`, the same conditions in SQL), claims the rule's cooldown atomically and
@@ -34,13 +34,10 @@ import httpx
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
-from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from analyzers.engine.linkcheck import BlockedURL, LinkChecker
-
-from ..models import AlertDelivery, AlertRule, AnalyzerRunRecord, Annotation, AuditRun
-from ..signals import audit_finished, recovery_started
+from audits.models import AlertDelivery, AlertRule, AnalyzerRunRecord, Annotation, AuditRun
 
 logger = logging.getLogger(__name__)
 
@@ -80,30 +77,8 @@ def invalidate_rules_cache() -> None:
         _cache = None
 
 
-def after_audit_finished(audit_id: str) -> None:
-    """The pipeline hook: queue the evaluation when rules exist; never fails the audit."""
-    try:
-        if not has_enabled_rules():
-            return
-        from .tasks import evaluate_alerts
-
-        evaluate_alerts.enqueue(str(audit_id))
-    except Exception:
-        logger.exception("could not queue the alert evaluation of audit %s", audit_id)
-
-
-def _on_audit_finished(sender: Any, audit_id: str, **kwargs: Any) -> None:
-    after_audit_finished(audit_id)
-
-
-def _rules_changed(**kwargs: Any) -> None:
+def rules_changed(**kwargs: Any) -> None:
     invalidate_rules_cache()
-
-
-# Connected when the app is ready (`audits.apps`): the core only sends the signal.
-audit_finished.connect(_on_audit_finished, dispatch_uid="audits.review.alerts.finished")
-post_save.connect(_rules_changed, sender=AlertRule, dispatch_uid="audits.review.alerts.save")
-post_delete.connect(_rules_changed, sender=AlertRule, dispatch_uid="audits.review.alerts.delete")
 
 
 # --- matching ---------------------------------------------------------------------------
@@ -344,30 +319,6 @@ def build_payload(
     }
 
 
-def send_test_alert(rule: AlertRule) -> AlertDelivery:
-    """Queue a delivery of a sample payload (not counted by the cooldown)."""
-    from .tasks import deliver_alert
-
-    facts = AuditFacts(
-        audit_id="00000000-0000-0000-0000-000000000000",
-        overall_score=1.0,
-        surfaced_analyzers=(rule.analyzer_id,) if rule.analyzer_id else (),
-        annotations=(
-            AnnotationFact(
-                rule.analyzer_id or "redflag",
-                rule.annotation_type or "TEST_ALERT",
-                rule.min_severity or "warning",
-                "A test alert from the admin",
-            ),
-        ),
-    )
-    delivery = AlertDelivery.objects.create(
-        rule=rule, is_test=True, payload=build_payload(rule, facts, test=True)
-    )
-    deliver_alert.enqueue(delivery.pk)
-    return delivery
-
-
 # --- delivery ---------------------------------------------------------------------------
 
 
@@ -441,25 +392,6 @@ def _delay(attempt_no: int, retry_after: float | None) -> float:
     cap = settings.AUDITOR_ALERT_MAX_DELAY_MS / 1000
     wanted = max(base, retry_after or 0.0)
     return min(wanted, cap)
-
-
-def recover_pending_deliveries(*, older_than: timedelta | None = None) -> int:
-    """Re-queue deliveries a dead process left pending.
-
-    A live process finishes a delivery within `AUDITOR_ALERT_DEADLINE_S`, so one still
-    pending after twice that (and a minute) has lost its worker.
-    """
-    from .tasks import deliver_alert
-
-    if older_than is None:
-        older_than = timedelta(seconds=2 * settings.AUDITOR_ALERT_DEADLINE_S + 60)
-    stuck = AlertDelivery.objects.filter(
-        status=AlertDelivery.Status.PENDING, created_at__lt=timezone.now() - older_than
-    ).values_list("pk", flat=True)
-    ids = list(stuck)
-    for delivery_id in ids:
-        deliver_alert.enqueue(delivery_id)
-    return len(ids)
 
 
 def deliver(delivery_id: Any) -> AlertDelivery | None:
@@ -538,10 +470,3 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
         time.sleep(wait)
         if not AlertDelivery.objects.filter(pk=delivery.pk).exists():
             return None  # the rule was deleted while we waited
-
-
-def _on_recovery_started(sender: Any, **kwargs: Any) -> int:
-    return recover_pending_deliveries()
-
-
-recovery_started.connect(_on_recovery_started, dispatch_uid="audits.review.alerts.recovery")

@@ -6,7 +6,7 @@ conditional UPDATE (only while nobody else holds a live claim), which is atomic 
 and PostgreSQL alike: of two reviewers racing for one audit, exactly one UPDATE matches a
 row and the other moves on to the next candidate. Claims expire after `CLAIM_TTL`, so an
 abandoned tab does not hide an audit for long; recording a verdict releases the claim
-(`audits.reviews.record_review`).
+(`audits.store.verdicts.record_review`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from ..models import AuditRun, Review
+from audits.models import AuditRun, Review
 
 CLAIM_TTL = timedelta(minutes=10)
 ORDERS = {
     "oldest": ("created_at", "id"),
-    # The headline score (audits.scoring): the highest result score, what decides surfacing.
+    # The headline score (audits.store.scoring): the highest result score, what decides surfacing.
     "score": ("-top_score", "created_at", "id"),
 }
 DEFAULT_ORDER = "oldest"

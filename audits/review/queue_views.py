@@ -16,12 +16,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import scoring
-from ..highlight import highlight_segments
-from ..models import AuditRun, Review
-from ..permissions import staff_required
-from ..reviews import ReviewError, record_review
-from . import queue as review_queue  # `queue` is the page's view below
+from audits.cards.highlight import highlight_segments
+from audits.models import AuditRun, Review
+from audits.permissions import staff_required
+from audits.review import queue as review_queue  # `queue` is the page's view below
+from audits.store import scoring
+from audits.store.verdicts import ReviewError, record_review
 
 SKIPPED_KEY = "review_queue_skipped"
 ORDER_KEY = "review_queue_order"

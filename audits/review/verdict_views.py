@@ -14,9 +14,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from ..models import Annotation, AuditRun
-from ..permissions import staff_required
-from ..reviews import ReviewError, record_review
+from audits.models import Annotation, AuditRun
+from audits.permissions import staff_required
+from audits.store.verdicts import ReviewError, record_review
 
 
 def verdict_context(audit: AuditRun, current, target: Annotation | None = None) -> dict[str, Any]:

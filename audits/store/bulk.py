@@ -9,8 +9,8 @@ once, e.g. the audit id of one report's lines) and writes them in multi-row INSE
 `MAX_ROWS_PER_INSERT` rows, within the database's limit of parameters). Not `executemany`:
 on SQLite it steps the statement once per row and hands the interpreter lock back and forth
 each time, so a writer holding SQLite's write lock waited for the lock of the interpreter
-once per row behind every busy thread of the server (100 rows held the write lock ~650 ms
-beside one CPU-bound thread, ~23 ms in one statement). Portable SQL: SQLite and PostgreSQL.
+once per row behind every busy thread of the server (docs/contributing/performance.md).
+Portable SQL: SQLite and PostgreSQL.
 
 Columns left out get the field's default, computed once per call (so a callable default
 such as `timezone.now` gives every row the same value: pass such columns explicitly when

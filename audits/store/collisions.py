@@ -25,8 +25,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from analyzers.engine.collisions import is_duplicate
-
-from .models import CollisionDigest
+from audits.models import CollisionDigest
 
 
 def scope_hash(scope: str) -> str:

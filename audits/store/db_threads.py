@@ -3,8 +3,8 @@
 Django runs every sync step of an ASGI request on a thread made for that request, and
 channels' `database_sync_to_async` closes the connection around every call, so each
 request or live update also opens (and closes) its own database connection: for SQLite
-that is a new file handle, the WAL pragmas and ~30 SQL functions registered again (~2 ms
-of CPU, more than a filtered Live page's whole update). `run_in_db_thread` runs a
+that is a new file handle, the WAL pragmas and ~30 SQL functions registered again (more
+CPU than a filtered Live page's whole update; docs/contributing/performance.md). `run_in_db_thread` runs a
 function on one of `AUDITOR_API_DB_THREADS` threads, `run_in_feed_thread` on one of the
 live feed's own (`FEED_THREADS`: its renders never hold up an API request's store), and
 their threads keep their connection between calls, under Django's own health rules:

@@ -1,10 +1,10 @@
 """An audit's link table, kept in one `AuditLinks` row, and read back as links.
 
-The row holds the contract's link objects (CONTRACT section 2: url, label, decision,
+The row holds the contract's link objects (docs/reference/contract.md section 2: url, label, decision,
 reason, http_status, healthy) as one JSON array, in the report's order: the export writes
 it out as it is. One row per audit instead of one per link (18 on the benchmark's shape:
 36 b-tree entries and 18 converted rows per stored report), as the trace lines are kept
-(audits.trace_rows).
+(audits.store.trace_rows).
 
 The links analyzer's result reports the same list (`supplementary["links"]`). Stored
 twice, it was a third of the bytes an audit of the benchmark's shape writes, so a
@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from .models import AuditLinks
+from audits.models import AuditLinks
 
 
 class StoredLink(NamedTuple):

@@ -13,9 +13,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from . import ordering
-from .link_rows import link_dicts, with_links
-from .models import (
+from audits.models import (
     AnalyzerRunRecord,
     Annotation,
     AnnotationKind,
@@ -24,8 +22,10 @@ from .models import (
     Review,
     TraceLine,
 )
-from .ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
-from .trace_rows import texts_of
+from audits.store import ordering
+from audits.store.link_rows import link_dicts, with_links
+from audits.store.ordering import InvalidCursor, InvalidSort  # noqa: F401 (re-exported)
+from audits.store.trace_rows import texts_of
 
 
 @dataclass

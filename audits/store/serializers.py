@@ -1,4 +1,4 @@
-"""The Audit as stored and exported (CONTRACT.md section 2), in one place.
+"""The Audit as stored and exported (docs/reference/contract.md section 2), in one place.
 
 Use `with_details(qs)` (or `AuditRun.objects` through `audit_queryset()`) before
 serialising many runs so that every run costs no extra query.
@@ -10,10 +10,10 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from .link_rows import link_dicts, row_text, with_links
-from .models import AnalyzerRunRecord, Annotation, AuditRun, Review, TraceLine
-from .reviews import review_to_dict
-from .trace_rows import split_row
+from audits.models import AnalyzerRunRecord, Annotation, AuditRun, Review, TraceLine
+from audits.store.link_rows import link_dicts, row_text, with_links
+from audits.store.trace_rows import split_row
+from audits.store.verdicts import review_to_dict
 
 
 def with_details(qs: QuerySet[AuditRun]) -> QuerySet[AuditRun]:
@@ -53,7 +53,7 @@ def annotation_to_dict(a: Annotation) -> dict[str, Any]:
 
 
 def result_to_dict(r: AnalyzerRunRecord, links: list[dict[str, Any]]) -> dict[str, Any]:
-    """A result of the Audit JSON (`links`: its audit's link table, audits.link_rows)."""
+    """A result of the Audit JSON (`links`: its audit's link table, audits.store.link_rows)."""
     return {
         "analyzer_id": r.analyzer_id,
         "category": r.category,
@@ -69,7 +69,7 @@ def result_to_dict(r: AnalyzerRunRecord, links: list[dict[str, Any]]) -> dict[st
 
 
 def audit_to_dict(run: AuditRun) -> dict[str, Any]:
-    """The Audit JSON of CONTRACT.md section 2 (plus a few documented extras)."""
+    """The Audit JSON of docs/reference/contract.md section 2 (plus a few documented extras)."""
     links = link_dicts(row_text(run))
     results = [result_to_dict(r, links) for r in run.results.all()]
     return {

@@ -13,8 +13,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .events import publish
-from .models import Annotation, AuditRun, Review
+from audits.events import publish
+from audits.models import Annotation, AuditRun, Review
 
 VERDICTS = tuple(Review.Verdict.values)
 MAX_COMMENT = 5000

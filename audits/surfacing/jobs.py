@@ -4,7 +4,7 @@ Every audit records the `SurfacingPolicy` (the global and per-analyzer threshold
 results' `surfaced` flags and its `has_card` follow. When an audit is stored, the current
 thresholds apply (`apply_current`); when a threshold changes, a `ResurfaceJob` recomputes
 the flags of the stored audits from their stored scores, without analysing anything again
-(`run_job`, the body of the `audits.tasks.resurface` task). Both decide with the engine's
+(`run_job`, the body of the `audits.surfacing.jobs.resurface` task). Both decide with the engine's
 one rule, `analyzers.engine.surfacing` (an audit's own per-request `options` thresholds
 still apply to it).
 
@@ -22,17 +22,25 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Count, F, Max, Min, Q, QuerySet
+from django.db import connections, router, transaction
+from django.db.models import F
+from django.tasks import task
 from django.utils import timezone
 
+from analyzers.config_store import invalidate_cache
 from analyzers.engine.surfacing import Thresholds
-
-from .models import AnalyzerRunRecord, AuditRun, ResurfaceJob, SurfacingPolicy
+from audits.models import AnalyzerRunRecord, AuditRun, ResurfaceJob, SurfacingPolicy
+from audits.queues import LARGE_QUEUE
+from audits.surfacing.policies import (
+    any_stale,
+    current_policy,
+    latest_job,
+    staleness,
+    thresholds_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,132 +49,6 @@ MAX_PASSES = 5
 # A job without progress for this long belongs to a dead process: a new one may start.
 STALL_AFTER = timedelta(minutes=2)
 UPDATE_CHUNK = 900  # primary keys per UPDATE ... WHERE pk IN (...)
-
-
-# --- policies ------------------------------------------------------------------------------
-
-
-def current_thresholds() -> Thresholds:
-    from analyzers.config_store import load_config
-
-    return Thresholds.from_config(load_config())
-
-
-def policy_for(thresholds: Thresholds) -> SurfacingPolicy:
-    """The stored policy of these thresholds (created on first use)."""
-    key = thresholds.key()
-    policy = SurfacingPolicy.objects.filter(key=key).first()
-    if policy is not None:
-        return policy
-    try:
-        with transaction.atomic():
-            return SurfacingPolicy.objects.create(key=key, thresholds=thresholds.as_dict())
-    except IntegrityError:  # created meanwhile
-        return SurfacingPolicy.objects.get(key=key)
-
-
-def current_policy() -> SurfacingPolicy:
-    return policy_for(current_thresholds())
-
-
-def thresholds_of(policy: SurfacingPolicy) -> Thresholds:
-    return Thresholds.from_dict(policy.thresholds)
-
-
-# --- at analysis time ----------------------------------------------------------------------
-
-
-def apply_current(run: AuditRun, results: list[Any], policy: SurfacingPolicy) -> list[bool]:
-    """Decide each result's surfacing at `policy` (and the run's own options); set the
-    run's `has_card`, `threshold` and `surfacing_policy`. `results` need `analyzer_id`,
-    `status`, `score` and `should_surface` (engine runs or stored records)."""
-    thresholds = thresholds_of(policy).with_options(run.options)
-    flags = [
-        thresholds.surfaced(
-            analyzer_id=r.analyzer_id, status=r.status, score=r.score,
-            should_surface=r.should_surface,
-        )
-        for r in results
-    ]
-    run.has_card = any(flags)
-    run.threshold = thresholds.default
-    run.surfacing_policy = policy
-    return flags
-
-
-def applied_thresholds(run: AuditRun) -> Thresholds:
-    """The thresholds `run`'s stored surfacing follows: its policy's (before policies were
-    recorded: its configuration snapshot's), with its own per-audit options."""
-    if run.surfacing_policy_id is not None:
-        thresholds = thresholds_of(run.surfacing_policy)
-    else:
-        snapshot = run.config_snapshot or {}
-        thresholds = Thresholds.from_dict(
-            {"threshold": run.threshold, "analyzers": {}}
-        ).with_options(snapshot.get("analyzers") or {})
-    return thresholds.with_options(run.options)
-
-
-def is_outdated(run: AuditRun) -> bool:
-    """Whether `run` still shows the surfacing of thresholds older than the latest saved
-    ones (one seek in the jobs table; False before any threshold change)."""
-    target = ResurfaceJob.objects.order_by("-id").values_list("policy_id", flat=True).first()
-    return target is not None and run.surfacing_policy_id != target
-
-
-# --- what still shows old surfacing -------------------------------------------------------
-
-
-def _stale_ranges(policy: SurfacingPolicy) -> list[QuerySet[AuditRun]]:
-    """The complete audits not at `policy`, as three ranges of audit_surfacing_idx (an
-    OR of them, or a "!=", makes SQLite scan every audit)."""
-    complete = AuditRun.objects.filter(status=AuditRun.Status.COMPLETE)
-    return [
-        complete.filter(surfacing_policy__isnull=True),
-        complete.filter(surfacing_policy__lt=policy.pk),
-        complete.filter(surfacing_policy__gt=policy.pk),
-    ]
-
-
-def stale_audits(policy: SurfacingPolicy) -> QuerySet[AuditRun]:
-    """Complete audits whose surfacing does not follow `policy`."""
-    return AuditRun.objects.filter(status=AuditRun.Status.COMPLETE).filter(
-        Q(surfacing_policy__isnull=True) | ~Q(surfacing_policy=policy)
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Staleness:
-    count: int
-    oldest: datetime | None
-    newest: datetime | None
-
-
-def staleness(policy: SurfacingPolicy) -> Staleness:
-    """How many audits still show older surfacing, and their creation time range (three
-    index-only aggregates: next to nothing when every audit is up to date)."""
-    count, oldest, newest = 0, None, None
-    for qs in _stale_ranges(policy):
-        agg = qs.aggregate(n=Count("*"), oldest=Min("created_at"), newest=Max("created_at"))
-        if agg["n"]:
-            count += agg["n"]
-            oldest = agg["oldest"] if oldest is None else min(oldest, agg["oldest"])
-            newest = agg["newest"] if newest is None else max(newest, agg["newest"])
-    return Staleness(count=count, oldest=oldest, newest=newest)
-
-
-def any_stale(policy: SurfacingPolicy) -> bool:
-    return any(qs.exists() for qs in _stale_ranges(policy))
-
-
-def latest_job() -> ResurfaceJob | None:
-    return ResurfaceJob.objects.select_related("policy").order_by("-id").first()
-
-
-def generation() -> str:
-    """Changes whenever a re-surfacing starts or ends (for caches of surfaced counts)."""
-    job = ResurfaceJob.objects.order_by("-id").values_list("id", "status").first()
-    return "0" if job is None else f"{job[0]}.{job[1]}"
 
 
 # --- scheduling -----------------------------------------------------------------------------
@@ -193,8 +75,6 @@ def after_store(policy: SurfacingPolicy) -> None:
     """After audits were stored at `policy`: when the latest job aims at other thresholds,
     this process's configuration cache may have been behind; if the thresholds read
     afresh differ too, re-surface (the job picks these audits up)."""
-    from analyzers.config_store import invalidate_cache
-
     target = ResurfaceJob.objects.order_by("-id").values_list("policy_id", flat=True).first()
     if target is None or target == policy.pk:
         return
@@ -206,9 +86,6 @@ def after_store(policy: SurfacingPolicy) -> None:
 def enqueue(job_id: int) -> None:
     """Queue the job on the large lane when the backend has one (it may run for seconds)."""
     from django.tasks import task_backends
-
-    from .queues import LARGE_QUEUE
-    from .tasks import resurface
 
     task = resurface
     if LARGE_QUEUE in task_backends[resurface.backend].queues:
@@ -422,3 +299,12 @@ def _resurface_batch(
 def _chunks(ids: list[Any]):
     for i in range(0, len(ids), UPDATE_CHUNK):
         yield ids[i : i + UPDATE_CHUNK]
+
+
+# --- the task (defined beside its body: its enqueuers above import nothing upward) ---------
+
+
+@task()
+def resurface(job_id: int) -> str:
+    """Re-surface the stored audits at a job's thresholds; see `run_job`."""
+    return str(run_job(job_id))

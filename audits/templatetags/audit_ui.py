@@ -1,6 +1,6 @@
 """Template filters of the dashboard. None of them returns markup: the templates build
 the HTML and autoescape every value, so model text stays text. The tags that do return
-markup build it in `audits.card_html`, which escapes every value (`when`, the audit list's
+markup build it in `audits.cards.html`, which escapes every value (`when`, the audit list's
 cards and table rows)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from audits import card_html, highlight
+from audits.cards import highlight, html
 
 register = template.Library()
 
-SEVERITY_ICONS = card_html.SEVERITY_ICONS
-SEVERITY_LABELS = card_html.SEVERITY_LABELS
-STATUS_ICONS = card_html.STATUS_ICONS
+SEVERITY_ICONS = html.SEVERITY_ICONS
+SEVERITY_LABELS = html.SEVERITY_LABELS
+STATUS_ICONS = html.STATUS_ICONS
 
 
 @register.filter
@@ -111,12 +111,12 @@ def ms(value: float | None) -> str:
 
 @register.simple_tag
 def when(value: datetime | None, empty: str = "—") -> str:
-    """The one date format of the dashboard (`card_html.when`): a `<time>` with the ISO
+    """The one date format of the dashboard (`html.when`): a `<time>` with the ISO
     instant, relative text and the absolute UTC time on hover."""
-    return SafeString(card_html.when(value, empty))
+    return SafeString(html.when(value, empty))
 
 
-# The audit list's rows, built in Python (`audits.card_html`: the template engine's cost
+# The audit list's rows, built in Python (`audits.cards.html`: the template engine's cost
 # per node made them most of the list page's time). The context gives the CSRF field and
 # the user's permission, as `{% csrf_token %}` and `perms` did.
 
@@ -124,10 +124,10 @@ def when(value: datetime | None, empty: str = "—") -> str:
 @register.simple_tag(takes_context=True)
 def audit_cards(context, audits) -> str:
     """The `<li>` cards of prepared audits (`cards.prepare_cards`)."""
-    return card_html.cards(audits, card_html.Rows.from_context(context))
+    return html.cards(audits, html.Rows.from_context(context))
 
 
 @register.simple_tag(takes_context=True)
 def audit_table_rows(context, audits) -> str:
     """The `<tr>` rows of the table view."""
-    return card_html.table_rows(audits, card_html.Rows.from_context(context))
+    return html.table_rows(audits, html.Rows.from_context(context))

@@ -12,7 +12,8 @@ from playwright.sync_api import expect
 from websockets.sync.client import connect
 
 from analyzers.models import ApiKey
-from audits import services
+from audits.execution import execute
+from audits.intake import submit
 from tests.live_support import free_port, start_daphne, stop
 
 pytestmark = pytest.mark.browser
@@ -120,9 +121,9 @@ def run_audit_offline(user_input: str) -> str:
 
     def work() -> None:
         try:
-            run = services.submit_audit(user_input=user_input, response="Acme is easy.",
+            run = submit.submit_audit(user_input=user_input, response="Acme is easy.",
                                         enqueue=False)
-            services.execute_run(run.pk)
+            execute.execute_run(run.pk)
             result.append(str(run.pk))
         finally:
             connection.close()

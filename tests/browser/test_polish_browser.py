@@ -15,7 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from audits.models import AuditRun
-from audits.reviews import record_review
+from audits.store.verdicts import record_review
 from tests.factories import annotation, make_audit, result
 
 pytestmark = pytest.mark.browser

@@ -9,7 +9,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from audits import services
+from audits.execution import execute
+from audits.intake import submit
 from audits.models import AuditRun
 from tests.factories import annotation, fabricated_claim_audit, make_audit, result
 
@@ -51,12 +52,12 @@ def test_saving_a_threshold_changes_the_surfaced_count_once_the_task_ends(
 
 
 def test_re_run_adds_no_collision(page, login, staff_user):
-    original = services.submit_audit(
+    original = submit.submit_audit(
         user_input="Which retailers use Acme?",
         response="Everyone agrees Acme is the best search engine, obviously.",
         enqueue=False,
     )
-    services.execute_run(original.pk)
+    execute.execute_run(original.pk)
     login(page, next_url=f"/audits/{original.pk}/")
     for _ in range(2):
         page.goto(f"/audits/{original.pk}/")

@@ -120,7 +120,7 @@ def test_invalid_options_fail_that_analyzer_with_a_clear_error():
 
 
 def test_config_only_settings_are_refused_in_options():
-    from analyzers.engine.redflag import RedflagAnalyzer
+    from analyzers.engine.builtin.redflag import RedflagAnalyzer
 
     auditor = Auditor(AuditorConfig(), Registry([RedflagAnalyzer()]))
     report = audit(auditor, options={"redflag": {"validators": ["os.system"]}})

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from analyzers.engine.auditor import Auditor
 from analyzers.engine.base import AuditContext
-from analyzers.engine.bias import BiasAnalyzer
+from analyzers.engine.builtin.bias import BiasAnalyzer
 from analyzers.engine.config import AuditorConfig, LLMConfig
 from analyzers.engine.contract import AuditInput
 from analyzers.engine.llm import (
@@ -348,8 +348,8 @@ def test_heuristic_evidence_always_points_into_the_response(noise, phrases):
 
 
 def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
-    from analyzers.engine import bias
-    from analyzers.engine.heuristics import combine, score_label
+    from analyzers.engine.builtin import bias
+    from analyzers.engine.builtin.heuristics import combine, score_label
     from analyzers.engine.llm import Usage
 
     first = heuristic("How do I reset my password?", "Open the settings page, then choose Reset.")
@@ -365,7 +365,7 @@ def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
 
 
 def test_an_estimate_with_digits_still_anchors_one_without_never_does():
-    from analyzers.engine.heuristics_bias import anchoring_findings
+    from analyzers.engine.builtin.heuristics_bias import anchoring_findings
 
     assert anchoring_findings("I think it costs around 40 dollars", "It is about 40.")
     assert anchoring_findings("I think it costs around forty dollars", "It is about 40.") == []

@@ -7,9 +7,13 @@ from pydantic import ValidationError
 
 from analyzers.engine.auditor import Auditor
 from analyzers.engine.base import AuditContext
+from analyzers.engine.builtin.custom_judge import (
+    CustomJudgeAnalyzer,
+    JudgeDefinition,
+    judge_from_dict,
+)
 from analyzers.engine.config import AuditorConfig, LLMConfig
 from analyzers.engine.contract import AuditInput, Source
-from analyzers.engine.custom_judge import CustomJudgeAnalyzer, JudgeDefinition, judge_from_dict
 from analyzers.engine.llm import (
     POLICY_SERVICE,
     LLMClient,

@@ -85,16 +85,16 @@ def test_source_titles_are_per_index_even_for_a_cached_url():
 
 # -- phrase rules: one gate per rule list ----------------------------------------------
 
-from analyzers.engine import heuristics  # noqa: E402
-from analyzers.engine.heuristics import Finding, dedupe, find, rule  # noqa: E402
-from analyzers.engine.heuristics_bias import (  # noqa: E402
+from analyzers.engine.builtin import heuristics  # noqa: E402
+from analyzers.engine.builtin.heuristics import Finding, dedupe, find, rule  # noqa: E402
+from analyzers.engine.builtin.heuristics_bias import (  # noqa: E402
     CORRECTION,
     OTHER_RULES,
     SYCOPHANCY_RULES,
     corrects_user,
 )
-from analyzers.engine.heuristics_gate import Probe, any_clause, may_match  # noqa: E402
-from analyzers.engine.heuristics_tone import TONE_RULES  # noqa: E402
+from analyzers.engine.builtin.heuristics_gate import Probe, any_clause, may_match  # noqa: E402
+from analyzers.engine.builtin.heuristics_tone import TONE_RULES  # noqa: E402
 
 RULE_LISTS = {"other": OTHER_RULES, "sycophancy": SYCOPHANCY_RULES, "tone": TONE_RULES}
 

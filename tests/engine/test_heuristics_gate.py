@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.engine import heuristics_bias, heuristics_tone, redflag
-from analyzers.engine.heuristics import Finding, _dedupe_slow, dedupe, find
-from analyzers.engine.heuristics_gate import FOLD, Probe, fold, may_match, required_literals
+from analyzers.engine.builtin import heuristics_bias, heuristics_tone, redflag
+from analyzers.engine.builtin.heuristics import Finding, _dedupe_slow, dedupe, find
+from analyzers.engine.builtin.heuristics_gate import FOLD, Probe, fold, may_match, required_literals
 
 RULES = heuristics_bias.SYCOPHANCY_RULES + heuristics_bias.OTHER_RULES + heuristics_tone.TONE_RULES
 GATED_SEARCHES = [
@@ -176,10 +176,7 @@ def test_searching_for_a_token_agrees_with_the_token_set(text, word):
 
 # -- anchored searches: the pattern tried only where one of its leading literals is ------
 
-from analyzers.engine.heuristics_gate import (  # noqa: E402
-    anchored_search,
-    leading_literals,
-)
+from analyzers.engine.builtin.heuristics_gate import anchored_search, leading_literals  # noqa: E402
 
 ANCHORED = [p for p, _ in GATED_SEARCHES] + [r.pattern for r in RULES]
 
@@ -248,7 +245,7 @@ def test_inner_tokens_never_skip_a_substring_that_is_there(text, subs):
 _GATES = """
 import sys
 from analyzers.engine import heuristics_bias, redflag
-from analyzers.engine.heuristics_gate import required_literals
+from analyzers.engine.builtin.heuristics_gate import required_literals
 patterns = [redflag._NOT_CERTAIN, redflag._THE_ANSWER_IS, redflag._CERTAIN, redflag._HEDGE]
 patterns += [pattern for pattern, _ in heuristics_bias.CORRECTIONS]
 print([sorted(map(repr, clause)) for p in patterns for clause in required_literals(p)])

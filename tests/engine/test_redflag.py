@@ -10,10 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzers.engine.base import AuditContext
-from analyzers.engine.collisions import InMemoryCollisionStore
-from analyzers.engine.config import AuditorConfig
-from analyzers.engine.contract import AuditInput
-from analyzers.engine.redflag import (
+from analyzers.engine.builtin.redflag import (
     RedflagAnalyzer,
     RedflagSettings,
     content_digest,
@@ -21,6 +18,9 @@ from analyzers.engine.redflag import (
     parse_json_output,
     score_annotations,
 )
+from analyzers.engine.collisions import InMemoryCollisionStore
+from analyzers.engine.config import AuditorConfig
+from analyzers.engine.contract import AuditInput
 
 ANALYZER = RedflagAnalyzer()
 
@@ -120,7 +120,7 @@ def test_has_path(value, path, expected):
 
 
 def test_parse_json_output_rejects_garbage_without_raising():
-    from analyzers.engine.redflag import _NO_JSON
+    from analyzers.engine.builtin.redflag import _NO_JSON
 
     assert parse_json_output("[" * 100_000) is _NO_JSON
     assert parse_json_output("```\n[1]\n```") == [1]
@@ -278,7 +278,7 @@ def test_tokens_and_digest_equal_the_plain_split(text):
     `str.split()` gives, for ASCII texts (the fast path) and any other."""
     import hashlib
 
-    from analyzers.engine.redflag import count_tokens, normalise_for_hash
+    from analyzers.engine.builtin.redflag import count_tokens, normalise_for_hash
 
     words = text.split()
     plain = " ".join(words).casefold()

@@ -6,11 +6,11 @@ import pytest
 
 from analyzers.engine.auditor import Auditor
 from analyzers.engine.base import AuditContext
+from analyzers.engine.builtin.tone import ToneAnalyzer
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.contract import AuditInput
 from analyzers.engine.llm import LLMClient
 from analyzers.engine.registry import Registry
-from analyzers.engine.tone import ToneAnalyzer
 from tests.llm_server import Reply, ScriptedLLMServer, by_task
 
 RUDE = "Obviously you should know this already. Just google it."
@@ -187,8 +187,8 @@ async def test_without_a_model_the_auditor_runs_the_heuristic():
 
 
 def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
-    from analyzers.engine import tone
-    from analyzers.engine.heuristics import combine, score_label
+    from analyzers.engine.builtin import tone
+    from analyzers.engine.builtin.heuristics import combine, score_label
     from analyzers.engine.llm import Usage
 
     first = heuristic("Reset it from the settings page, then sign in again.")

@@ -12,12 +12,19 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
-from .base import Analyzer, AnalyzerSettings, AuditContext
-from .contract import AnalyzerResult, AuditInput
-from .heuristics import combine, score_label, to_annotations, type_label
-from .heuristics_bias import COUNTER_PROMPTS, bias_signals
-from .llm import LLMClient, Usage, format_sources, get_llm_client, load_prompt, locate_quote
-from .llm.judging import JudgedItem, clamp_unit, verify_items
+from analyzers.engine.base import Analyzer, AnalyzerSettings, AuditContext
+from analyzers.engine.builtin.heuristics import combine, score_label, to_annotations, type_label
+from analyzers.engine.builtin.heuristics_bias import COUNTER_PROMPTS, bias_signals
+from analyzers.engine.builtin.judging import JudgedItem, clamp_unit, verify_items
+from analyzers.engine.contract import AnalyzerResult, AuditInput
+from analyzers.engine.llm import (
+    LLMClient,
+    Usage,
+    format_sources,
+    get_llm_client,
+    load_prompt,
+    locate_quote,
+)
 
 BiasType = Literal[
     "sycophancy",

@@ -23,11 +23,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .base import Analyzer, AnalyzerSettings, AuditContext
-from .contract import AnalyzerResult, Annotation, AuditInput, Severity
-from .heuristics import score_label, type_label
-from .llm import LLMNotConfigured, Usage, format_sources, get_llm_client, locate_quote
-from .llm.judging import normalise_severity
+from analyzers.engine.base import Analyzer, AnalyzerSettings, AuditContext
+from analyzers.engine.builtin.heuristics import score_label, type_label
+from analyzers.engine.builtin.judging import normalise_severity
+from analyzers.engine.contract import AnalyzerResult, Annotation, AuditInput, Severity
+from analyzers.engine.llm import (
+    LLMNotConfigured,
+    Usage,
+    format_sources,
+    get_llm_client,
+    locate_quote,
+)
 
 TEMPLATE_VARIABLES = frozenset({"user_input", "response", "sources"})
 RESERVED_IDS = frozenset({"redflag", "links", "grounding", "prompt_leak", "bias", "tone"})

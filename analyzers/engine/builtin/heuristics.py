@@ -16,8 +16,14 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .contract import Annotation, Severity
-from .heuristics_gate import Clause, Probe, any_clause, may_match, required_literals
+from analyzers.engine.builtin.heuristics_gate import (
+    Clause,
+    Probe,
+    any_clause,
+    may_match,
+    required_literals,
+)
+from analyzers.engine.contract import Annotation, Severity
 
 FLAGS = re.IGNORECASE | re.MULTILINE
 

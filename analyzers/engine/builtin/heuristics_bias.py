@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .heuristics import Finding, Rule, dedupe, find, rule
-from .heuristics_gate import (
+from analyzers.engine.builtin.heuristics import Finding, Rule, dedupe, find, rule
+from analyzers.engine.builtin.heuristics_gate import (
     Probe,
     anchored_search,
     any_clause,
@@ -59,7 +59,7 @@ SYCOPHANCY_RULES: list[Rule] = [
 
 # A correction of the user, phrase by phrase. Each phrase is searched alone behind its own
 # word gate: one gate for the whole alternation is only as selective as its weakest phrase
-# ("not" passes it on most answers), and the whole pattern costs ~0.3 ms on 2 KB.
+# ("not" passes it on most answers), and the whole pattern is dear on every answer.
 _CORRECTION_PHRASES = (
     r"however|actually|unfortunately|in fact|a common misconception|incorrect|insecure|unsafe",
     r"i (?:respectfully )?disagree|(?:i'd|i’d|i would) (?:recommend|advise|suggest) against",

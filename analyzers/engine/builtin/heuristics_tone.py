@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .heuristics import Finding, Rule, find, rule
+from analyzers.engine.builtin.heuristics import Finding, Rule, find, rule
 
 _SHOUTING_SHAPE = re.compile(rb"AAAA +A{4,} +AAAA")
 

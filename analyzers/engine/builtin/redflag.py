@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from .base import Analyzer, AnalyzerSettings, AuditContext
-from .contract import AnalyzerResult, Annotation, AuditInput
-from .heuristics_gate import Probe, may_match, required_literals
-from .registry import RegistryError, import_dotted
+from analyzers.engine.base import Analyzer, AnalyzerSettings, AuditContext
+from analyzers.engine.builtin.heuristics_gate import Probe, may_match, required_literals
+from analyzers.engine.contract import AnalyzerResult, Annotation, AuditInput
+from analyzers.engine.registry import RegistryError, import_dotted
 
 SEVERITY_WEIGHT = {"info": 0.1, "warning": 0.4}
 

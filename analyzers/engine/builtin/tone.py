@@ -9,12 +9,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .base import Analyzer, AnalyzerSettings, AuditContext
-from .contract import AnalyzerResult, Annotation, AuditInput
-from .heuristics import combine, score_label, to_annotations, type_label
-from .heuristics_tone import tone_signals
-from .llm import LLMClient, Usage, get_llm_client, load_prompt
-from .llm.judging import JudgedItem, verify_items
+from analyzers.engine.base import Analyzer, AnalyzerSettings, AuditContext
+from analyzers.engine.builtin.heuristics import combine, score_label, to_annotations, type_label
+from analyzers.engine.builtin.heuristics_tone import tone_signals
+from analyzers.engine.builtin.judging import JudgedItem, verify_items
+from analyzers.engine.contract import AnalyzerResult, Annotation, AuditInput
+from analyzers.engine.llm import LLMClient, Usage, get_llm_client, load_prompt
 
 TONE_TYPES = ("condescending", "dismissive", "unprofessional")
 # A heuristic run's usage: no model call (copied per result, never shared).

@@ -1,7 +1,7 @@
 """One export request's spans to audits, in bulk: one audit per LLM span.
 
 The spans are classified once; the LLM spans become submissions together and are stored
-by `services.submit_audits_once` (the batch path of `POST /api/audits/batch`): one query for
+by `submit.submit_audits_once` (the batch path of `POST /api/audits/batch`): one query for
 the external ids already stored, one insert, one transaction, analyses enqueued on
 commit. Retrieval documents are joined per trace, across requests too (`traces`).
 """
@@ -15,10 +15,9 @@ from django.db import transaction
 from pydantic import ValidationError
 
 from analyzers.engine.contract import Source
-
-from ... import services
-from ...schemas import AuditIn
-from . import spans, traces
+from audits.api.otlp import spans, traces
+from audits.intake import submit
+from audits.intake.schemas import AuditIn
 
 MAX_MESSAGES = 5  # distinct rejection reasons quoted in partial_success.error_message
 
@@ -114,7 +113,7 @@ def ingest(request_message, api_key) -> Outcome:
     # write) for all its audits; the analyses are enqueued when it commits.
     with transaction.atomic():
         if calls:
-            results = services.submit_audits_once([
+            results = submit.submit_audits_once([
                 {"user_input": c.user_input, "response": c.response, "sources": c.sources,
                  "metadata": {k: v for k, v in c.metadata.items() if v is not None},
                  "external_id": c.external_id}

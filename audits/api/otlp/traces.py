@@ -28,9 +28,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from ... import services
-from ...models import AuditRun, TraceDocuments
-from . import spans
+from audits.api.otlp import spans
+from audits.intake import submit
+from audits.models import AuditRun, TraceDocuments
 
 DEFAULT_WINDOW_S = 900
 DEFAULT_MEMORY_ROWS = 10_000
@@ -141,7 +141,7 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
             })
         else:
             late.dropped += 1
-    for result in services.submit_audits_once(reruns, api_key=api_key) if reruns else []:
+    for result in submit.submit_audits_once(reruns, api_key=api_key) if reruns else []:
         if isinstance(result, AuditRun) and result.was_created:
             late.reruns += 1
     return late

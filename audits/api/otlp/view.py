@@ -20,11 +20,10 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from analyzers.auth import RateLimited, authenticate_token, hit_rate_limit
-
-from ...db_threads import run_in_db_thread
-from . import decode
-from .decode import JSON, PROTOBUF, OtlpError
-from .ingest import ingest
+from audits.api.otlp import decode
+from audits.api.otlp.decode import JSON, PROTOBUF, OtlpError
+from audits.api.otlp.ingest import ingest
+from audits.store.db_threads import run_in_db_thread
 
 logger = logging.getLogger(__name__)
 

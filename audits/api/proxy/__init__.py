@@ -1,5 +1,5 @@
 """The OpenAI-compatible auditing proxy (`/v1/chat/completions`, `/v1/models`); see app.py."""
 
-from .app import PATHS, proxy_endpoint
+from audits.api.proxy.app import PATHS, proxy_endpoint
 
 __all__ = ["PATHS", "proxy_endpoint"]

@@ -27,14 +27,11 @@ from pydantic import ValidationError
 
 from analyzers.config_store import load_proxy_config
 from analyzers.proxy_config import ProxyConfig
-
-from ...schemas import AuditIn
-from ...stream_session import StreamError, StreamSession, authenticate, bearer_token
-from ..asgi_body import Disconnected, Receive, Send, read_body
-from . import fields
-from .relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
-from .texts import AuditedText
-from .upstream import (
+from audits.api.asgi_body import Disconnected, Receive, Send, read_body
+from audits.api.proxy import fields
+from audits.api.proxy.relay import CleanRelay, LineSplitter, ObserveRelay, Recorder
+from audits.api.proxy.texts import AuditedText
+from audits.api.proxy.upstream import (
     ProxyFailure,
     Upstream,
     error_body,
@@ -43,6 +40,8 @@ from .upstream import (
     upstream_error,
     upstream_errors,
 )
+from audits.intake.schemas import AuditIn
+from audits.intake.stream import StreamError, StreamSession, authenticate, bearer_token
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...stream_session import StreamSession
-from . import fields
-from .texts import AuditedText, Piece
-from .upstream import ProxyFailure, error_body
+from audits.api.proxy import fields
+from audits.api.proxy.texts import AuditedText, Piece
+from audits.api.proxy.upstream import ProxyFailure, error_body
+from audits.intake.stream import StreamSession
 
 MAX_LINE_BYTES = 4_000_000  # one SSE line (one chunk); the response size is capped separately
 MAX_TOOL_ARGUMENT_CHARS = 20_000  # per tool call, kept for the audit's metadata

@@ -9,8 +9,8 @@ off what the client receives.
 
 from __future__ import annotations
 
-from ...stream_session import Event, StreamSession
-from .fields import EXTRA_TEXT_FIELDS
+from audits.api.proxy.fields import EXTRA_TEXT_FIELDS
+from audits.intake.stream import Event, StreamSession
 
 Piece = tuple[str, Event]  # (the field, a session event)
 

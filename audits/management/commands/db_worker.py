@@ -3,10 +3,10 @@ without a flag, and a deep queue is taken a few tasks at a time.
 
 At start and every `AUDITOR_RECOVERY_INTERVAL` s the worker takes over the task rows and
 audit runs of dead workers and re-queues pending runs that no queue holds; while it runs a
-task its heartbeat keeps the rows fresh (see audits.recovery). Its database connection
+task its heartbeat keeps the rows fresh (see audits.execution.recovery). Its database connection
 stays open between tasks (AUDITOR_TASK_CONN_MAX_AGE). It claims up to `--claim` ready rows
 in one transaction (one UPDATE, not a `save()` per row); consecutive calls of a task with
-a `batch` attribute (`audits.tasks.run_audit`) run as one batch (`services.execute_runs`:
+a `batch` attribute (`audits.execution.tasks.run_audit`) run as one batch (`services.execute_runs`:
 one transaction stores their reports) and their rows are marked successful together (one
 UPDATE per distinct return value, in one transaction: the stock worker's `set_successful`
 is a write transaction per row). Same options as the stock command otherwise, but its
@@ -30,8 +30,8 @@ from django_tasks_db.management.commands import db_worker as stock
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception, retry
 
-from audits import heap, recovery
-from audits.workers import keep_connections
+from audits.execution import heap, recovery
+from audits.execution.workers import keep_connections
 
 logger = logging.getLogger("django_tasks_db")
 
@@ -178,7 +178,7 @@ class BatchingWorker(stock.Worker):
 
 
 class Command(stock.Command):
-    help = stock.Command.help + ", taking over the work of dead workers (audits.recovery)"
+    help = stock.Command.help + ", taking over the work of dead workers (audits.execution.recovery)"
 
     def add_arguments(self, parser):
         super().add_arguments(parser)

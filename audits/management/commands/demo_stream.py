@@ -13,9 +13,12 @@ import itertools
 import json
 import random
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from django.core.management.base import BaseCommand, CommandError
+
+from analyzers.models import ApiKey
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,12 @@ SAMPLES: list[DemoSample] = [
 ]
 
 
-def stream_head(sample: DemoSample, n: int) -> dict:
-    """The first frame of sample `n`'s stream (its own collision key: no demo duplicates)."""
-    head = {"user_input": sample.user_input, "metadata": {"source": "demo_stream", "n": n},
-            "collision_key": f"demo-{n}"}
+def stream_head(sample: DemoSample, n: int, run: str = "") -> dict:
+    """The first frame of stream `n` of a run: a collision key of its own, new in every
+    run (a restarted demo_stream repeats its samples: they are no duplicates)."""
+    head = {"user_input": sample.user_input,
+            "metadata": {"source": "demo_stream", "n": n, "run": run},
+            "collision_key": f"demo-stream-{run}-{n}"}
     if sample.options:
         head["options"] = sample.options
     return head
@@ -112,8 +117,6 @@ class Command(BaseCommand):
             asyncio.run(self._run(url, key, options))
 
     def _demo_key(self) -> str:
-        from analyzers.models import ApiKey
-
         _, raw = ApiKey.create_key("demo_stream", scope="ingest")
         return raw
 
@@ -132,6 +135,7 @@ class Command(BaseCommand):
 
     async def _run(self, url: str, key: str, options) -> None:
         rng = random.Random()
+        run = uuid.uuid4().hex[:12]
         tasks: set[asyncio.Task] = set()
         count = options["count"]
         for n in itertools.count():
@@ -139,7 +143,8 @@ class Command(BaseCommand):
                 break
             sample = SAMPLES[n % len(SAMPLES)]
             task = asyncio.create_task(
-                self._stream(url, key, sample, options["words_per_second"], n)
+                self._stream(url, key, stream_head(sample, n, run), sample.response,
+                             options["words_per_second"])
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -147,12 +152,10 @@ class Command(BaseCommand):
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _stream(self, url, key, sample: DemoSample, wps, n) -> None:
+    async def _stream(self, url, key, head: dict, response: str, wps) -> None:
         import websockets
 
         ws_url = url.replace("http://", "ws://").replace("https://", "wss://") + "/ws/ingest/"
-        head = stream_head(sample, n)
-        response = sample.response
         try:
             async with websockets.connect(
                 ws_url, additional_headers={"Authorization": f"Bearer {key}"}

@@ -4,9 +4,9 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand
 
-from audits.recovery import recover_stale_runs
-from audits.review.alerts import recover_pending_deliveries
-from audits.services import MAX_ATTEMPTS
+from audits.execution.execute import MAX_ATTEMPTS
+from audits.execution.recovery import recover_stale_runs
+from audits.review.alert_tasks import recover_pending_deliveries
 
 
 class Command(BaseCommand):

@@ -24,6 +24,13 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from analyzers.config_store import load_config, save_config
+from analyzers.engine.contract import AuditInput
+from analyzers.models import AnalyzerConfig
+from audits.execution.execute import build_auditor, store_report
+from audits.intake.submit import submit_audit
+from audits.models import Annotation, AuditRun, Review
+
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 USERNAME = "admin"
 
@@ -38,9 +45,6 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000/")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from analyzers.models import AnalyzerConfig
-        from audits.models import AuditRun
-
         started = time.perf_counter()
         if not AnalyzerConfig.objects.exists():
             self.load_config()
@@ -56,18 +60,11 @@ class Command(BaseCommand):
         self.stdout.write(f"Password:  {password}")
 
     def load_config(self) -> None:
-        from analyzers.config_store import save_config
-
         data = json.loads((DEMO_DIR / "config.json").read_text())
         save_config(data, actor="setup_demo", source="demo")
         self.stdout.write("Loaded the demo configuration.")
 
     def load_audits(self, n: int, days: int, seed: int) -> int:
-        from analyzers.config_store import load_config
-        from analyzers.engine.contract import AuditInput
-        from audits.models import AuditRun
-        from audits.services import build_auditor, store_report, submit_audit
-
         cases = [
             json.loads(line)
             for line in (DEMO_DIR / "cases.jsonl").read_text().splitlines()
@@ -97,10 +94,10 @@ class Command(BaseCommand):
 
         with transaction.atomic():
             planned = []
-            for i in range(n):
-                case = rng.choice(cases)
-                # A few repeats of one question, so collision detection shows up too.
-                key = "demo-repeat" if rng.random() < 0.03 else f"demo-{seed}-{i}"
+            for i, case in enumerate(demo_picks(cases, n, rng)):
+                # Each audit its own collision key, but where a case names one: its repeats
+                # are the demo's duplicates (COLLISION_DETECTED), and only they.
+                key = case.get("collision_key") or f"demo-{seed}-{i}"
                 run = submit_audit(
                     user_input=case["user_input"],
                     response=case["response"],
@@ -142,6 +139,18 @@ class Command(BaseCommand):
         return password
 
 
+def demo_picks(cases: list[dict], n: int, rng: random.Random) -> list[dict]:
+    """`n` cases drawn at random; a case that names a collision key (one there to show a
+    duplicate) is drawn at least twice when `n` allows it."""
+    picks = [rng.choice(cases) for _ in range(n)]
+    repeated = [case for case in cases if case.get("collision_key")]
+    if repeated and n >= 2 * len(repeated):
+        step = n // (2 * len(repeated))
+        for i, case in enumerate(repeated):
+            picks[2 * i * step] = picks[(2 * i + 1) * step] = case
+    return picks
+
+
 # Demo verdicts: how often reviewers reject a finding of each type. Cosmetic link fixes
 # and phrase-heuristic judgements are the usual false positives; leaks and fabricated
 # customer claims almost never are.
@@ -171,10 +180,8 @@ def load_demo_reviews(seed: int) -> int:
     """Verdicts on about half of the demo audits with a card (fewer of the newest, which the
     review queue is for), given a few hours after each audit: mostly whole-audit verdicts,
     some per finding, a few unsure, a few changed once (the first stays as history).
-    Rows are written as `audits.reviews.record_review` leaves them (one current verdict per
+    Rows are written as `audits.store.verdicts.record_review` leaves them (one current verdict per
     target, `reviewed_at` = the latest), backdated so the trends have a history."""
-    from audits.models import Annotation, AuditRun, Review
-
     rng = random.Random(seed + 1)
     now = timezone.now()
     findings: dict[Any, list[tuple[int, str, float]]] = {}

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..contract import Annotation, Severity
-from ..heuristics import type_label
-from .evidence import locate_quote
+from analyzers.engine.builtin.heuristics import type_label
+from analyzers.engine.contract import Annotation, Severity
+from analyzers.engine.llm.evidence import locate_quote
 
 SEVERITY_WEIGHT: dict[str, float] = {"info": 0.5, "warning": 0.8, "critical": 1.0}
 _SEVERITY_ALIASES = {

@@ -1,0 +1,170 @@
+"""Analysing a stored audit with a candidate configuration, the results kept apart.
+
+The candidate's engine reads the red-flag analyzer's collision digests without recording
+any (`ReadOnlyCollisions`), and writes nothing but its `ShadowResult`. New audits are
+analysed after their own work, and not at all while more than `AUDITOR_SHADOW_MAX_WAITING`
+audits wait (counted on the candidate as skipped): shadow work yields to audits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import F
+
+from analyzers import candidates
+from analyzers.engine.auditor import Auditor
+from analyzers.engine.collisions import is_duplicate
+from analyzers.engine.contract import AuditInput, AuditReport
+from analyzers.models import CandidateConfig
+from analyzers.policy import audit_services
+from audits.execution import people_first, workers
+from audits.execution.execute import collision_family, shared_link_checker
+from audits.models import AuditRun, CollisionDigest, ShadowResult
+from audits.store.collisions import scope_hash
+
+logger = logging.getLogger(__name__)
+
+MAX_FINDINGS = 500  # per shadow result
+
+
+class ReadOnlyCollisions:
+    """The red-flag analyzer's duplicate question answered from the stored digests, as the
+    audit's own run left them, recording nothing."""
+
+    def seen_before_sync(self, scope: str, digest: str, family: str | None = None) -> bool:
+        row = (
+            CollisionDigest.objects.filter(scope_hash=scope_hash(scope), digest=digest[:128])
+            .values_list("first_family", "shared")
+            .first()
+        )
+        return row is not None and is_duplicate(row[0], row[1], family)
+
+    async def seen_before(self, scope: str, digest: str, family: str | None = None) -> bool:
+        return await sync_to_async(self.seen_before_sync)(scope, digest, family)
+
+
+def audits_waiting() -> int:
+    """Audits stored and not yet analysed, counted up to one past the shadow limit."""
+    limit = settings.AUDITOR_SHADOW_MAX_WAITING
+    return AuditRun.objects.filter(status=AuditRun.Status.PENDING)[: limit + 1].count()
+
+
+def should_yield() -> bool:
+    return audits_waiting() > settings.AUDITOR_SHADOW_MAX_WAITING
+
+
+class CandidateEngine:
+    """One candidate's auditor (its analyzers, judged ones left out unless asked)."""
+
+    def __init__(self, candidate: CandidateConfig, *, judged: bool) -> None:
+        config, registry, self.left_out = candidates.runnable(candidate, judged=judged)
+        self.candidate = candidate
+        self.auditor = Auditor(
+            config,
+            registry,
+            collision_store=ReadOnlyCollisions(),
+            services={
+                "link_checker": shared_link_checker(settings.AUDITOR_ALLOW_PRIVATE_NETWORKS),
+                **audit_services(),
+            },
+        )
+
+    def report(self, run: AuditRun) -> AuditReport:
+        options = {
+            analyzer_id: {k: v for k, v in section.items() if k != "enabled"}
+            if analyzer_id in self.left_out else section
+            for analyzer_id, section in (run.options or {}).items()
+            if isinstance(section, dict)
+        }
+        family = collision_family(run)
+        audit = AuditInput(
+            user_input=run.user_input, response=run.response,
+            sources=run.sources, metadata=run.metadata,
+        )
+
+        async def make() -> AuditReport:
+            await people_first.make_way()
+            return await self.auditor.audit(
+                audit, options=options or None, collision_key=run.collision_key,
+                collision_family=family,
+            )
+
+        return workers.run_engine(make)
+
+    def analyse(self, run: AuditRun, *, source: str) -> ShadowResult:
+        """Analyse `run` and store (or replace) the candidate's result on it."""
+        report = self.report(run)
+        return store(self.candidate, run, report, left_out=self.left_out, source=source)
+
+
+def findings_of(report: AuditReport) -> list[dict[str, Any]]:
+    out = []
+    for result in report.results:
+        for a in result.annotations:
+            out.append({
+                "analyzer": result.analyzer_id, "type": a.type, "severity": a.severity,
+                "label": a.label, "evidence": a.evidence, "start": a.start, "end": a.end,
+            })
+            if len(out) >= MAX_FINDINGS:
+                return out
+    return out
+
+
+def store(
+    candidate: CandidateConfig, run: AuditRun, report: AuditReport, *,
+    left_out: set[str], source: str,
+) -> ShadowResult:
+    ok = [r for r in report.results if r.status == "ok"]
+    top = max(ok, key=lambda r: r.score, default=None)
+    row, _ = ShadowResult.objects.update_or_create(
+        candidate=candidate,
+        audit=run,
+        defaults={
+            "source": source,
+            "score": top.score if top is not None else None,
+            "surfaced": report.has_card,
+            "findings": findings_of(report),
+            "results": [
+                {"analyzer": r.analyzer_id, "status": r.status, "score": r.score,
+                 "surfaced": r.surfaced}
+                for r in report.results
+            ],
+            "left_out": sorted(left_out),
+            "cleaned_digest": hashlib.sha256(report.cleaned_response.encode()).hexdigest(),
+        },
+    )
+    return row
+
+
+def shadow_audit(audit_id: str, candidate_ids: list[int]) -> int:
+    """The body of the shadow task: analyse one finished audit with each candidate still
+    in shadow, unless audits wait (then each is counted as skipped). How many ran."""
+    rows = list(CandidateConfig.objects.filter(
+        pk__in=candidate_ids, status=CandidateConfig.Status.SHADOW
+    ))
+    if not rows:
+        return 0
+    if should_yield():
+        CandidateConfig.objects.filter(pk__in=[c.pk for c in rows]).update(
+            shadow_skipped=F("shadow_skipped") + 1
+        )
+        return 0
+    run = AuditRun.objects.filter(pk=audit_id, status=AuditRun.Status.COMPLETE).first()
+    if run is None:
+        return 0
+    done = 0
+    for candidate in rows:
+        try:
+            CandidateEngine(candidate, judged=candidate.shadow_judged).analyse(
+                run, source=ShadowResult.Source.SHADOW
+            )
+            done += 1
+        except Exception:  # a bad candidate never fails another, nor the audit
+            logger.exception("shadow analysis of audit %s with candidate %s failed",
+                             audit_id, candidate.pk)
+    return done
