@@ -9,7 +9,8 @@ most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait
 
 `POST /api/audits` is answered in front of Django in its common case (a recently
 verified key, a valid body: audits/api/submit_asgi.py), else by Django; so is
-`GET /api/audits/<id>` (audits/api/poll_asgi.py).
+`GET /api/audits/<id>` (audits/api/poll_asgi.py). Probes (`/healthz`, `/readyz`:
+auditor_site/health.py) and `/metrics` (auditor_site/metrics.py) are answered here too.
 `POST /api/audits/stream` and the OpenAI-compatible proxy (`/v1/chat/completions`,
 `/v1/models`) go to plain ASGI apps in front of Django (Django reads a whole body before
 its views run, and cannot see a client leave mid-answer); `/ws/ingest/` is authenticated
@@ -44,7 +45,11 @@ from django.conf import settings  # noqa: E402
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.api import api  # noqa: E402
 from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
+from auditor_site.health import PATHS as HEALTH_PATHS  # noqa: E402
+from auditor_site.health import health_endpoint  # noqa: E402
 from auditor_site.key_gate import KeyGate  # noqa: E402
+from auditor_site.metrics import PATH as METRICS_PATH  # noqa: E402
+from auditor_site.metrics import live_connection, metrics_endpoint  # noqa: E402
 from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
 from audits.api.poll_asgi import PollEndpoint, is_poll  # noqa: E402
 from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
@@ -64,7 +69,11 @@ poll_endpoint = PollEndpoint(api, django_asgi_app)
 
 async def route_http(scope, receive, send):
     lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
-    if scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
+    if scope["path"] in HEALTH_PATHS:  # probes: no session, no key, no middleware
+        await health_endpoint(scope, receive, send)
+    elif scope["path"] == METRICS_PATH:  # its own access check (auditor_site/metrics.py)
+        await metrics_endpoint(scope, receive, send)
+    elif scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
     elif scope["path"] == SUBMIT_PATH:  # its common case in front of Django
         await submit_endpoint(scope, receive, send)
@@ -105,9 +114,11 @@ live_app = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatter
 async def websocket_app(scope, receive, send):
     lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"].startswith("/ws/ingest/"):
-        await ingest_app(scope, receive, send)
+        with live_connection("ingest"):
+            await ingest_app(scope, receive, send)
     else:
-        await live_app(scope, receive, send)
+        with live_connection("live"):
+            await live_app(scope, receive, send)
 
 
 application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_app})

@@ -6,6 +6,7 @@ layer, in-process tasks); DATABASE_URL, REDIS_URL and AUDITOR_TASK_BACKEND scale
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import resource
 import secrets
@@ -213,6 +214,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# GET /metrics (auditor_site/metrics.py): off (404) unless a scraper may pass, with
+# `Authorization: Bearer <AUDITOR_METRICS_TOKEN>` or from an address or network in
+# AUDITOR_METRICS_ALLOW; the windowed metrics cover the last AUDITOR_METRICS_WINDOW_S s.
+AUDITOR_METRICS_TOKEN = os.environ.get("AUDITOR_METRICS_TOKEN", "")
+AUDITOR_METRICS_ALLOW = envlist("AUDITOR_METRICS_ALLOW", [])
+for _network in AUDITOR_METRICS_ALLOW:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"AUDITOR_METRICS_ALLOW: {_network!r} is not an address or network") from exc
+AUDITOR_METRICS_WINDOW_S = max(1, envint("AUDITOR_METRICS_WINDOW_S", 300))
+
 # Background tasks: "thread" (default) runs audits on a small thread pool inside the server
 # process, so `make run` needs nothing else; "database" queues them for `manage.py db_worker`
 # processes on any number of machines (django-tasks-db); "immediate" runs them inside the
@@ -229,7 +242,7 @@ AUDITOR_RECOVER_PENDING_AFTER_S = envint("AUDITOR_RECOVER_PENDING_AFTER_S", 30)
 # this many seconds (0: closed after every task); requests keep CONN_MAX_AGE=0.
 AUDITOR_TASK_CONN_MAX_AGE = envint("AUDITOR_TASK_CONN_MAX_AGE", 600)
 # CPU niceness of the analysis processes (AUDITOR_ANALYSIS_PROCESSES). 0: niced, they
-# starved under other load and held SQLite's write lock while descheduled (README).
+# starved under other load and held SQLite's write lock while descheduled (docs/contributing/performance.md).
 AUDITOR_ANALYSIS_NICE = envint("AUDITOR_ANALYSIS_NICE", 0)
 if AUDITOR_TASK_BACKEND == "thread":
     TASKS = {
@@ -347,6 +360,12 @@ AUDITOR_ALERT_BACKOFF_MS = envint("AUDITOR_ALERT_BACKOFF_MS", 1000)
 AUDITOR_ALERT_MAX_DELAY_MS = envint("AUDITOR_ALERT_MAX_DELAY_MS", 10_000)
 AUDITOR_ALERT_TIMEOUT_S = envint("AUDITOR_ALERT_TIMEOUT_S", 5)
 AUDITOR_ALERT_DEADLINE_S = envint("AUDITOR_ALERT_DEADLINE_S", 15)
+# Candidate configurations (docs/guides/candidates.md): how many in shadow at once, the
+# audits waiting past which shadow analysis of a new audit is skipped (it yields to them),
+# and the most stored audits one replay analyses.
+AUDITOR_MAX_SHADOW_CANDIDATES = max(1, envint("AUDITOR_MAX_SHADOW_CANDIDATES", 3))
+AUDITOR_SHADOW_MAX_WAITING = max(0, envint("AUDITOR_SHADOW_MAX_WAITING", 0))
+AUDITOR_REPLAY_MAX = max(1, envint("AUDITOR_REPLAY_MAX", 5000))
 AUDITOR_PUBLIC_URL = os.environ.get("AUDITOR_PUBLIC_URL", "").rstrip("/")
 
 # Content-Security-Policy (Django 6 built-in): no inline scripts, no eval.
@@ -369,7 +388,7 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-# HTTPS (README "Production"): AUDITOR_HTTPS=true turns on the redirect to https, Secure
+# HTTPS (docs/operations/production.md): AUDITOR_HTTPS=true turns on the redirect to https, Secure
 # session and CSRF cookies and one year of HSTS including subdomains; each Django setting
 # below can also be set on its own. Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER
 # names the header it sets (e.g. X-Forwarded-Proto) to "https".
