@@ -56,6 +56,8 @@ from django.core.handlers.base import reset_urlconf
 from django.db import close_old_connections, reset_queries
 from django.urls import set_script_prefix
 
+from auditor_site.middleware import fast_middleware_paths
+
 MAX_IDLE = 32
 
 
@@ -144,8 +146,6 @@ class ReusableThreadASGIHandler(ASGIHandler):
         Django reads settings.MIDDLEWARE once, here, at start-up: the swapped list is in
         place only while it does.
         """
-        from auditor_site.middleware import fast_middleware_paths
-
         stock = settings.MIDDLEWARE
         settings.MIDDLEWARE = fast_middleware_paths(list(stock))
         try:

@@ -60,14 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     django.setup()
     from django.core.exceptions import ImproperlyConfigured
 
-    from auditor_site.secret_key import require_secret_key
+    from auditor_site.secret_key import require_secret_key  # deferred: after django.setup()
 
     try:
         require_secret_key()
     except ImproperlyConfigured as exc:
         sys.exit(f"error: {exc}")
-    import auditor_site.asgi  # (loaded now, to be settled with the rest)
-    from auditor_site.head_limit import HeadLimitedProtocol
+    import auditor_site.asgi  # deferred: after django.setup() (loaded now, settled with the rest)
+    from auditor_site.head_limit import HeadLimitedProtocol  # deferred: after django.setup()
 
     heap.settle("start")
     config = uvicorn.Config(

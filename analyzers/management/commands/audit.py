@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from analyzers.engine.auditor import Auditor
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.contract import AuditInput, AuditReport, Source
+from analyzers.engine.registry import build_registry
 
 PROGRESS_MIN_LINES = 200
 
@@ -193,7 +194,5 @@ def split_jsonl(text: str) -> list[str]:
 
 def command_registry():
     from django.conf import settings
-
-    from analyzers.engine.registry import build_registry
 
     return build_registry(settings.AUDITOR_EXTRA_ANALYZERS)
