@@ -1,4 +1,4 @@
-"""The configuration in the database <-> the engine's `AuditorConfig` (CONTRACT.md section 5).
+"""The configuration in the database <-> the engine's `AuditorConfig` (docs/reference/contract.md section 5).
 
 `load_config()` builds the engine configuration from the rows (cached per process, keyed
 by the latest `ConfigChange` so other processes see changes too); `save_config()` replaces
@@ -23,8 +23,8 @@ from django.db.models import Max
 from django.db.models.signals import post_delete, post_save
 from pydantic import ValidationError
 
-from analyzers.engine.config import AUDITOR_KEYS, AuditorConfig, is_valid_threshold
 from analyzers.engine.builtin.custom_judge import judge_from_dict
+from analyzers.engine.config import AUDITOR_KEYS, AuditorConfig, is_valid_threshold
 from analyzers.engine.registry import Registry, build_registry
 from analyzers.proxy_config import SECTION as PROXY_SECTION
 from analyzers.proxy_config import ProxyConfig, parse_proxy, proxy_problems, stored_proxy
@@ -343,8 +343,11 @@ def _diff(before: Any, after: Any, path: str = "") -> dict[str, list[Any]]:
 
 
 @contextmanager
-def recording_change(*, actor: str, source: str, user: Any = None) -> Iterator[None]:
-    """Record one ConfigChange for whatever the block changes (nothing when nothing did)."""
+def recording_change(
+    *, actor: str, source: str, user: Any = None, note: dict[str, Any] | None = None
+) -> Iterator[None]:
+    """Record one ConfigChange for whatever the block changes (nothing when nothing did);
+    `note` adds its `reason`, `candidate` and `evidence` (a promotion, a restore)."""
     if _recording.get():  # nested: the outer block records
         yield
         return
@@ -364,6 +367,7 @@ def recording_change(*, actor: str, source: str, user: Any = None) -> Iterator[N
                     diff=diff,
                     before=before,
                     after=after,
+                    **(note or {}),
                 )
     finally:
         _recording.reset(token)
@@ -383,8 +387,10 @@ def save_config(
     user: Any = None,
     custom_judges: list[dict[str, Any]] | None = None,
     proxy: ProxyConfig | dict[str, Any] | None = None,
+    note: dict[str, Any] | None = None,
 ) -> AuditorConfig:
-    """Replace the stored configuration with `config` and record the change.
+    """Replace the stored configuration with `config` and record the change (with `note`:
+    see `recording_change`).
 
     `custom_judges=None` leaves the custom judges as they are; so does `proxy=None` the
     proxy section, except that a configuration file (a dict) without one sets the defaults.
@@ -400,7 +406,7 @@ def save_config(
             proxy = parse_proxy(proxy)
         except ValueError:
             raise ConfigError(proxy_problems(proxy)) from None
-    with recording_change(actor=actor, source=source, user=user):
+    with recording_change(actor=actor, source=source, user=user, note=note):
         top = config.model_dump(mode="json")
         for key in TOP_LEVEL_COLUMNS:
             top.pop(key)

@@ -1,4 +1,4 @@
-"""The admin-editable configuration (CONTRACT.md section 5), API keys and their rate counters.
+"""The admin-editable configuration (docs/reference/contract.md section 5), API keys and their rate counters.
 
 `analyzers.config_store.load_config()` turns these rows into the engine's `AuditorConfig`;
 `save_config()` writes one back. Every change is recorded in `ConfigChange`.
@@ -187,12 +187,61 @@ class ConfigChange(models.Model):
     diff = models.JSONField(default=dict, blank=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
+    # Why (a forced promotion must say), the candidate promoted by this change, and the
+    # evidence it was promoted on (the counts of its comparison with the active one).
+    reason = models.TextField(blank=True, default="")
+    candidate = models.ForeignKey(
+        "CandidateConfig", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    evidence = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor}: {self.summary}"[:200]
+
+
+class CandidateConfig(models.Model):
+    """A whole configuration tried in shadow next to the active one (analyzers.candidates).
+
+    While in shadow, new audits are also analysed with it (results kept apart, never
+    changing the audit's own); `replay_*` tells how far a replay of stored audits got.
+    """
+
+    class Status(models.TextChoices):
+        SHADOW = "shadow"
+        PROMOTED = "promoted"
+        DISCARDED = "discarded"
+
+    name = models.CharField(max_length=200)
+    config = models.JSONField()  # the configuration file, as PUT /api/config takes it
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.SHADOW)
+    shadow_sample_rate = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    # Whether shadow analysis runs the judged analyzers (model calls cost): off by default.
+    shadow_judged = models.BooleanField(default=False)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)  # promoted or discarded
+    # New audits not analysed in shadow because the queue was deep (they yield to audits).
+    shadow_skipped = models.PositiveIntegerField(default=0)
+    replay_status = models.CharField(max_length=10, blank=True, default="")
+    replay_done = models.PositiveIntegerField(default=0)
+    replay_total = models.PositiveIntegerField(default=0)
+    replay_judged = models.BooleanField(default=False)
+    # The replay's audits: the latest `replay_total` complete ones created until then.
+    replay_until = models.DateTimeField(null=True, blank=True)
+    replay_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "candidate configuration"
+        indexes = [models.Index(fields=["status"], name="candidate_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
 
 
 class ApiKey(models.Model):

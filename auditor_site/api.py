@@ -12,6 +12,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from analyzers.api import router as config_router
 from analyzers.auth import PayloadTooLarge, RateLimited
+from audits.api.candidates import router as candidates_router
 from audits.api.router import router as audits_router
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ api = NinjaAPI(
 )
 api.add_router("/", audits_router)
 api.add_router("/", config_router)
+api.add_router("/", candidates_router)
 
 
 @api.exception_handler(PayloadTooLarge)

@@ -645,3 +645,36 @@ class TraceDocuments(models.Model):
 
     def __str__(self) -> str:
         return f"{self.trace_id}:{self.span_id} ({len(self.sources)} document(s))"
+
+
+class ShadowResult(models.Model):
+    """What a candidate configuration made of one audit (audits.shadow), kept apart from
+    the audit's own results, which it never changes."""
+
+    class Source(models.TextChoices):
+        SHADOW = "shadow"  # a new audit, analysed after its own work
+        REPLAY = "replay"  # a stored audit, replayed on request
+
+    candidate = models.ForeignKey(
+        "analyzers.CandidateConfig", on_delete=models.CASCADE, related_name="shadow_results",
+        db_index=False,  # shadow_unique_per_audit leads with it
+    )
+    audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="shadow_results")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.SHADOW)
+    score = models.FloatField(null=True, blank=True)  # the highest score of a successful result
+    surfaced = models.BooleanField(default=False)
+    # [{analyzer, type, severity, label, evidence, start, end}], and per analyzer
+    # [{analyzer, status, score, surfaced}]; `left_out`: analyzers its run did not run.
+    findings = models.JSONField(default=list, blank=True)
+    results = models.JSONField(default=list, blank=True)
+    left_out = models.JSONField(default=list, blank=True)
+    cleaned_digest = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["candidate", "audit"], name="shadow_unique_per_audit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"candidate {self.candidate_id} on {self.audit_id}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django.db.models.signals import post_delete, post_save
 
-from analyzers.models import AnalyzerConfig, GlobalSettings
+from analyzers.models import AnalyzerConfig, CandidateConfig, GlobalSettings
 from audits.execution import recovery
 from audits.models import AlertRule
 from audits.review import alert_rules, alert_tasks
+from audits.shadow import hooks as shadow_hooks
 from audits.signals import audit_finished, recovery_started
 from audits.surfacing import jobs
 
@@ -29,3 +30,7 @@ def connect() -> None:
     recovery_started.connect(alert_tasks.on_recovery_started, dispatch_uid="alerts-recovery")
     post_save.connect(alert_rules.rules_changed, sender=AlertRule, dispatch_uid="alerts-save")
     post_delete.connect(alert_rules.rules_changed, sender=AlertRule, dispatch_uid="alerts-delete")
+    # Candidates in shadow analyse each finished audit too, in a task of their own.
+    audit_finished.connect(shadow_hooks.on_audit_finished, dispatch_uid="shadow-finished")
+    post_save.connect(shadow_hooks.invalidate, sender=CandidateConfig, dispatch_uid="shadow-save")
+    post_delete.connect(shadow_hooks.invalidate, sender=CandidateConfig, dispatch_uid="shadow-delete")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from audits.dashboard import views
+from audits.dashboard import candidates, views
 from audits.live import views as live_views
 from audits.review import queue_views, verdict_views
 
@@ -20,6 +20,14 @@ urlpatterns = [
     path("trends/", views.trends, name="trends"),
     path("tuning/", views.tuning, name="tuning"),
     path("tuning/resurfacing/", views.tuning_status, name="tuning_status"),
+    path("candidates/", candidates.candidate_list, name="candidates"),
+    path("candidates/draft/", candidates.candidate_draft, name="candidate_draft"),
+    path("candidates/<int:pk>/", candidates.candidate_detail, name="candidate"),
+    path("candidates/<int:pk>/audits/<uuid:audit_id>/", candidates.candidate_audit,
+         name="candidate_audit"),
+    path("candidates/<int:pk>/replay/", candidates.candidate_replay, name="candidate_replay"),
+    path("candidates/<int:pk>/promote/", candidates.candidate_promote, name="candidate_promote"),
+    path("candidates/<int:pk>/discard/", candidates.candidate_discard, name="candidate_discard"),
     path("live/", live_views.live, name="live"),
     path("review/", queue_views.queue, name="queue"),
     path("review/<uuid:pk>/verdict/", queue_views.verdict, name="queue_verdict"),

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
 from analyzers import candidates
@@ -31,15 +31,23 @@ class PromoteIn(Schema):
 
 
 @router.post(
-    "/config/candidates/{candidate_id}/replay", auth=admin_auth,
+    "/config/candidates/{candidate_id}/replay",
+    auth=admin_auth,
     response={202: dict[str, Any], **ONE_ERRORS},
 )
 def replay_candidate(request: HttpRequest, candidate_id: int, body: ReplayIn):
     """Analyse the latest `limit` stored audits with the candidate, in the background
     (progress: `replay` of GET /api/config/candidates/{id})."""
     if body.limit > settings.AUDITOR_REPLAY_MAX:
-        raise HttpError(422, [{"loc": ["body", "limit"],
-                               "msg": f"at most {settings.AUDITOR_REPLAY_MAX} (AUDITOR_REPLAY_MAX)"}])
+        raise HttpError(
+            422,
+            [
+                {
+                    "loc": ["body", "limit"],
+                    "msg": f"at most {settings.AUDITOR_REPLAY_MAX} (AUDITOR_REPLAY_MAX)",
+                }
+            ],
+        )
     try:
         candidate = control.start_replay(
             get_candidate(candidate_id), limit=body.limit, judged=body.judged
@@ -47,11 +55,12 @@ def replay_candidate(request: HttpRequest, candidate_id: int, body: ReplayIn):
     except (control.ReplayBusy, candidates.CandidateClosed) as exc:
         raise HttpError(409, str(exc)) from None
     candidate.refresh_from_db()
-    return 202, candidates.candidate_to_dict(candidate, with_config=False)
+    return Status(202, candidates.candidate_to_dict(candidate, with_config=False))
 
 
 @router.get(
-    "/config/candidates/{candidate_id}/diff", auth=admin_auth,
+    "/config/candidates/{candidate_id}/diff",
+    auth=admin_auth,
     response={200: dict[str, Any], **ONE_ERRORS},
 )
 def candidate_diff(request: HttpRequest, candidate_id: int):
@@ -60,7 +69,8 @@ def candidate_diff(request: HttpRequest, candidate_id: int):
 
 
 @router.post(
-    "/config/candidates/{candidate_id}/promote", auth=admin_auth,
+    "/config/candidates/{candidate_id}/promote",
+    auth=admin_auth,
     response={200: dict[str, Any], **ONE_ERRORS},
 )
 def promote_candidate(request: HttpRequest, candidate_id: int, body: PromoteIn | None = None):
@@ -69,15 +79,20 @@ def promote_candidate(request: HttpRequest, candidate_id: int, body: PromoteIn |
     body = body or PromoteIn()
     try:
         change, comparison = control.promote_on_evidence(
-            get_candidate(candidate_id), actor=f"api-key:{request.auth.name}",
-            force=body.force, reason=body.reason,
+            get_candidate(candidate_id),
+            actor=f"api-key:{request.auth.name}",
+            force=body.force,
+            reason=body.reason,
         )
     except control.WouldLoseConfirmed as exc:
-        raise HttpError(409, {
-            "message": str(exc),
-            "confirmed_findings_lost": exc.comparison["confirmed_findings_lost"],
-            "hint": "promote with {\"force\": true, \"reason\": ...} to promote anyway",
-        }) from None
+        raise HttpError(
+            409,
+            {
+                "message": str(exc),
+                "confirmed_findings_lost": exc.comparison["confirmed_findings_lost"],
+                "hint": 'promote with {"force": true, "reason": ...} to promote anyway',
+            },
+        ) from None
     except candidates.CandidateClosed as exc:
         raise HttpError(409, str(exc)) from None
     except control.ReasonRequired as exc:

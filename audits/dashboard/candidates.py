@@ -50,29 +50,43 @@ def candidate_list(request: HttpRequest) -> HttpResponse:
     for candidate in CandidateConfig.objects.all()[:50]:
         counts = compare(candidate)["counts"] if candidate.status == "shadow" else None
         rows.append({"candidate": candidate, "counts": counts})
-    return render(request, "audits/candidates.html", {
-        "nav": "candidates", "rows": rows, "can_change": _can_change(request),
-    })
+    return render(
+        request,
+        "audits/candidates.html",
+        {
+            "nav": "candidates",
+            "rows": rows,
+            "can_change": _can_change(request),
+        },
+    )
 
 
 @require_GET
 @staff_required
 def candidate_detail(request: HttpRequest, pk: int) -> HttpResponse:
     candidate = get_object_or_404(CandidateConfig, pk=pk)
-    return render(request, "audits/candidate.html", {
-        "nav": "candidates",
-        "candidate": candidate,
-        "diff": compare(candidate),
-        "can_change": _can_change(request),
-        "replay_default": min(DEFAULT_REPLAY, settings.AUDITOR_REPLAY_MAX),
-        "replay_max": settings.AUDITOR_REPLAY_MAX,
-    })
+    return render(
+        request,
+        "audits/candidate.html",
+        {
+            "nav": "candidates",
+            "candidate": candidate,
+            "diff": compare(candidate),
+            "can_change": _can_change(request),
+            "replay_default": min(DEFAULT_REPLAY, settings.AUDITOR_REPLAY_MAX),
+            "replay_max": settings.AUDITOR_REPLAY_MAX,
+        },
+    )
 
 
 def _own_findings(audit: AuditRun) -> list[dict[str, Any]]:
     return [
-        {"analyzer": a["analyzer_id"], **{k: a[k] for k in ("type", "severity", "label", "evidence")}}
-        for a in Annotation.objects.filter(audit=audit).order_by("result_id", "position", "id")
+        {
+            "analyzer": a["analyzer_id"],
+            **{k: a[k] for k in ("type", "severity", "label", "evidence")},
+        }
+        for a in Annotation.objects.filter(audit=audit)
+        .order_by("result_id", "position", "id")
         .values("analyzer_id", "type", "severity", "label", "evidence")[:500]
     ]
 
@@ -86,12 +100,23 @@ def candidate_audit(request: HttpRequest, pk: int, audit_id) -> HttpResponse:
     shadow = ShadowResult.objects.filter(candidate=candidate, audit=audit).first()
     if shadow is None:
         raise Http404("the candidate has not analysed this audit")
-    own_results = list(AnalyzerRunRecord.objects.filter(audit=audit).order_by("position").values(
-        "analyzer_id", "status", "score", "surfaced"))
-    return render(request, "audits/candidate_audit.html", {
-        "nav": "candidates", "candidate": candidate, "audit": audit, "shadow": shadow,
-        "own_results": own_results, "own_findings": _own_findings(audit),
-    })
+    own_results = list(
+        AnalyzerRunRecord.objects.filter(audit=audit)
+        .order_by("position")
+        .values("analyzer_id", "status", "score", "surfaced")
+    )
+    return render(
+        request,
+        "audits/candidate_audit.html",
+        {
+            "nav": "candidates",
+            "candidate": candidate,
+            "audit": audit,
+            "shadow": shadow,
+            "own_results": own_results,
+            "own_findings": _own_findings(audit),
+        },
+    )
 
 
 @require_POST
@@ -100,7 +125,9 @@ def candidate_replay(request: HttpRequest, pk: int) -> HttpResponse:
     _require_change(request)
     candidate = get_object_or_404(CandidateConfig, pk=pk)
     try:
-        limit = max(1, min(int(request.POST.get("limit", DEFAULT_REPLAY)), settings.AUDITOR_REPLAY_MAX))
+        limit = max(
+            1, min(int(request.POST.get("limit", DEFAULT_REPLAY)), settings.AUDITOR_REPLAY_MAX)
+        )
     except ValueError:
         limit = DEFAULT_REPLAY
     try:
@@ -118,8 +145,11 @@ def candidate_promote(request: HttpRequest, pk: int) -> HttpResponse:
     candidate = get_object_or_404(CandidateConfig, pk=pk)
     try:
         control.promote_on_evidence(
-            candidate, actor=_actor(request), user=request.user,
-            force=request.POST.get("force") == "on", reason=request.POST.get("reason", "")[:2000],
+            candidate,
+            actor=_actor(request),
+            user=request.user,
+            force=request.POST.get("force") == "on",
+            reason=request.POST.get("reason", "")[:2000],
         )
         messages.success(request, f"“{candidate.name}” is now the configuration.")
     except control.WouldLoseConfirmed as exc:
@@ -163,10 +193,17 @@ def draft_options(annotation: Annotation, config: dict[str, Any]) -> dict[str, A
     text = " ".join(filter(None, [annotation.evidence, annotation.label, annotation.description]))
     customers = config.get("known_customers") or []
     lowered = text.lower()
-    named = next((c["slug"] for c in customers
-                  if any(n.lower() in lowered for n in [c["name"], *c.get("aliases", [])] if n)), "")
-    current = (config.get("analyzers", {}).get(result.analyzer_id, {}).get("threshold")
-               or config.get("threshold", 0.3))
+    named = next(
+        (
+            c["slug"]
+            for c in customers
+            if any(n.lower() in lowered for n in [c["name"], *c.get("aliases", [])] if n)
+        ),
+        "",
+    )
+    current = config.get("analyzers", {}).get(result.analyzer_id, {}).get(
+        "threshold"
+    ) or config.get("threshold", 0.3)
     return {
         "hosts": [h for h in hosts_in(text) if h not in config.get("allowed_hosts", [])],
         "customers": customers,
@@ -214,7 +251,9 @@ def candidate_draft(request: HttpRequest) -> HttpResponse:
     params = request.POST if request.method == "POST" else request.GET
     annotation = (
         Annotation.objects.select_related("result", "audit")
-        .filter(pk=params.get("annotation") if str(params.get("annotation", "")).isdigit() else None)
+        .filter(
+            pk=params.get("annotation") if str(params.get("annotation", "")).isdigit() else None
+        )
         .first()
     )
     if annotation is None:
@@ -226,7 +265,8 @@ def candidate_draft(request: HttpRequest) -> HttpResponse:
         try:
             data, name = drafted_config(config, request.POST)
             candidate = candidates.create_candidate(
-                name=request.POST.get("name", "").strip() or name, config=data,
+                name=request.POST.get("name", "").strip() or name,
+                config=data,
                 actor=_actor(request),
             )
         except ConfigError as exc:
@@ -234,10 +274,19 @@ def candidate_draft(request: HttpRequest) -> HttpResponse:
         except candidates.CandidateLimit as exc:
             messages.error(request, f"Not drafted: {exc}")
         else:
-            messages.success(request, f"Candidate “{candidate.name}” is in shadow. "
-                             "Replay recent audits to see what it changes.")
+            messages.success(
+                request,
+                f"Candidate “{candidate.name}” is in shadow. "
+                "Replay recent audits to see what it changes.",
+            )
             return redirect(reverse("audits:candidate", args=[candidate.pk]))
-    return render(request, "audits/candidate_draft.html", {
-        "nav": "candidates", "annotation": annotation, "options": options,
-        "can_change": _can_change(request),
-    })
+    return render(
+        request,
+        "audits/candidate_draft.html",
+        {
+            "nav": "candidates",
+            "annotation": annotation,
+            "options": options,
+            "can_change": _can_change(request),
+        },
+    )

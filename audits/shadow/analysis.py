@@ -77,20 +77,25 @@ class CandidateEngine:
     def report(self, run: AuditRun) -> AuditReport:
         options = {
             analyzer_id: {k: v for k, v in section.items() if k != "enabled"}
-            if analyzer_id in self.left_out else section
+            if analyzer_id in self.left_out
+            else section
             for analyzer_id, section in (run.options or {}).items()
             if isinstance(section, dict)
         }
         family = collision_family(run)
         audit = AuditInput(
-            user_input=run.user_input, response=run.response,
-            sources=run.sources, metadata=run.metadata,
+            user_input=run.user_input,
+            response=run.response,
+            sources=run.sources,
+            metadata=run.metadata,
         )
 
         async def make() -> AuditReport:
             await people_first.make_way()
             return await self.auditor.audit(
-                audit, options=options or None, collision_key=run.collision_key,
+                audit,
+                options=options or None,
+                collision_key=run.collision_key,
                 collision_family=family,
             )
 
@@ -106,18 +111,29 @@ def findings_of(report: AuditReport) -> list[dict[str, Any]]:
     out = []
     for result in report.results:
         for a in result.annotations:
-            out.append({
-                "analyzer": result.analyzer_id, "type": a.type, "severity": a.severity,
-                "label": a.label, "evidence": a.evidence, "start": a.start, "end": a.end,
-            })
+            out.append(
+                {
+                    "analyzer": result.analyzer_id,
+                    "type": a.type,
+                    "severity": a.severity,
+                    "label": a.label,
+                    "evidence": a.evidence,
+                    "start": a.start,
+                    "end": a.end,
+                }
+            )
             if len(out) >= MAX_FINDINGS:
                 return out
     return out
 
 
 def store(
-    candidate: CandidateConfig, run: AuditRun, report: AuditReport, *,
-    left_out: set[str], source: str,
+    candidate: CandidateConfig,
+    run: AuditRun,
+    report: AuditReport,
+    *,
+    left_out: set[str],
+    source: str,
 ) -> ShadowResult:
     ok = [r for r in report.results if r.status == "ok"]
     top = max(ok, key=lambda r: r.score, default=None)
@@ -130,8 +146,12 @@ def store(
             "surfaced": report.has_card,
             "findings": findings_of(report),
             "results": [
-                {"analyzer": r.analyzer_id, "status": r.status, "score": r.score,
-                 "surfaced": r.surfaced}
+                {
+                    "analyzer": r.analyzer_id,
+                    "status": r.status,
+                    "score": r.score,
+                    "surfaced": r.surfaced,
+                }
                 for r in report.results
             ],
             "left_out": sorted(left_out),
@@ -144,9 +164,9 @@ def store(
 def shadow_audit(audit_id: str, candidate_ids: list[int]) -> int:
     """The body of the shadow task: analyse one finished audit with each candidate still
     in shadow, unless audits wait (then each is counted as skipped). How many ran."""
-    rows = list(CandidateConfig.objects.filter(
-        pk__in=candidate_ids, status=CandidateConfig.Status.SHADOW
-    ))
+    rows = list(
+        CandidateConfig.objects.filter(pk__in=candidate_ids, status=CandidateConfig.Status.SHADOW)
+    )
     if not rows:
         return 0
     if should_yield():
@@ -165,6 +185,7 @@ def shadow_audit(audit_id: str, candidate_ids: list[int]) -> int:
             )
             done += 1
         except Exception:  # a bad candidate never fails another, nor the audit
-            logger.exception("shadow analysis of audit %s with candidate %s failed",
-                             audit_id, candidate.pk)
+            logger.exception(
+                "shadow analysis of audit %s with candidate %s failed", audit_id, candidate.pk
+            )
     return done

@@ -28,9 +28,15 @@ def finding_key(analyzer: str, type_: str, evidence: Any, start: Any, end: Any) 
 
 def _finding(audit_id: str, f: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
-        "audit_id": audit_id, "analyzer": f["analyzer"], "type": f["type"],
-        "severity": f.get("severity"), "label": f.get("label", ""),
-        "evidence": f.get("evidence"), "start": f.get("start"), "end": f.get("end"), **extra,
+        "audit_id": audit_id,
+        "analyzer": f["analyzer"],
+        "type": f["type"],
+        "severity": f.get("severity"),
+        "label": f.get("label", ""),
+        "evidence": f.get("evidence"),
+        "start": f.get("start"),
+        "end": f.get("end"),
+        **extra,
     }
 
 
@@ -41,29 +47,50 @@ def _active(audit_ids: list[Any]) -> tuple[dict, dict, dict]:
     surfaced: dict[Any, dict[str, bool]] = defaultdict(dict)
     verdicts: dict[int, str] = {}
     for i in range(0, len(audit_ids), CHUNK):
-        ids = audit_ids[i:i + CHUNK]
-        for row in Annotation.objects.filter(audit_id__in=ids).values(
-            "id", "audit_id", "analyzer_id", "type", "severity", "label", "evidence", "start",
-            "end",
-        ).order_by("audit_id", "result_id", "position", "id"):
-            findings[row["audit_id"]].append({
-                "annotation_id": row["id"], "analyzer": row["analyzer_id"], "type": row["type"],
-                "severity": row["severity"], "label": row["label"],
-                "evidence": row["evidence"], "start": row["start"], "end": row["end"],
-            })
+        ids = audit_ids[i : i + CHUNK]
+        for row in (
+            Annotation.objects.filter(audit_id__in=ids)
+            .values(
+                "id",
+                "audit_id",
+                "analyzer_id",
+                "type",
+                "severity",
+                "label",
+                "evidence",
+                "start",
+                "end",
+            )
+            .order_by("audit_id", "result_id", "position", "id")
+        ):
+            findings[row["audit_id"]].append(
+                {
+                    "annotation_id": row["id"],
+                    "analyzer": row["analyzer_id"],
+                    "type": row["type"],
+                    "severity": row["severity"],
+                    "label": row["label"],
+                    "evidence": row["evidence"],
+                    "start": row["start"],
+                    "end": row["end"],
+                }
+            )
         for audit_id, analyzer_id, flag in AnalyzerRunRecord.objects.filter(
             audit_id__in=ids
         ).values_list("audit_id", "analyzer_id", "surfaced"):
             surfaced[audit_id][analyzer_id] = surfaced[audit_id].get(analyzer_id, False) or flag
-        verdicts.update(Review.objects.filter(
-            audit_id__in=ids, is_current=True, annotation__isnull=False
-        ).values_list("annotation_id", "verdict"))
+        verdicts.update(
+            Review.objects.filter(
+                audit_id__in=ids, is_current=True, annotation__isnull=False
+            ).values_list("annotation_id", "verdict")
+        )
     return findings, surfaced, verdicts
 
 
 def _precision(counts: dict[str, Counter]) -> dict[str, dict[str, Any]]:
     out = {}
     for analyzer, c in sorted(counts.items()):
+
         def ratio(confirmed: int, false_positive: int) -> float | None:
             total = confirmed + false_positive
             return round(confirmed / total, 4) if total else None
@@ -85,10 +112,17 @@ def compare(candidate: CandidateConfig) -> dict[str, Any]:
         .values("audit_id", "surfaced", "findings", "left_out")[: settings.AUDITOR_REPLAY_MAX]
     )
     findings, surfaced, verdicts = _active([r["audit_id"] for r in rows])
-    lists: dict[str, list] = {k: [] for k in (
-        "newly_surfaced", "no_longer_surfaced", "findings_lost", "findings_gained",
-        "confirmed_findings_lost", "false_positives_removed",
-    )}
+    lists: dict[str, list] = {
+        k: []
+        for k in (
+            "newly_surfaced",
+            "no_longer_surfaced",
+            "findings_lost",
+            "findings_gained",
+            "confirmed_findings_lost",
+            "false_positives_removed",
+        )
+    }
     counts: Counter = Counter()
     precision: dict[str, Counter] = defaultdict(Counter)
 
@@ -107,7 +141,8 @@ def compare(candidate: CandidateConfig) -> dict[str, Any]:
             add("no_longer_surfaced", key)
         shadow = Counter(
             finding_key(f["analyzer"], f["type"], f.get("evidence"), f.get("start"), f.get("end"))
-            for f in row["findings"] or [] if f["analyzer"] not in left_out
+            for f in row["findings"] or []
+            if f["analyzer"] not in left_out
         )
         remaining = Counter(shadow)
         for f in findings[audit_id]:
@@ -130,7 +165,9 @@ def compare(candidate: CandidateConfig) -> dict[str, Any]:
             elif verdict == "false_positive":
                 add("false_positives_removed", item)
         for f in row["findings"] or []:
-            k = finding_key(f["analyzer"], f["type"], f.get("evidence"), f.get("start"), f.get("end"))
+            k = finding_key(
+                f["analyzer"], f["type"], f.get("evidence"), f.get("start"), f.get("end")
+            )
             if f["analyzer"] not in left_out and remaining[k] > 0:
                 remaining[k] -= 1
                 add("findings_gained", _finding(key, f))

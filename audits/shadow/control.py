@@ -48,10 +48,16 @@ def start_replay(candidate: CandidateConfig, *, limit: int, judged: bool) -> Can
         candidate.replay_judged = judged
         candidate.replay_until = until
         candidate.replay_error = ""
-        candidate.save(update_fields=[
-            "replay_status", "replay_done", "replay_total", "replay_judged", "replay_until",
-            "replay_error",
-        ])
+        candidate.save(
+            update_fields=[
+                "replay_status",
+                "replay_done",
+                "replay_total",
+                "replay_judged",
+                "replay_until",
+                "replay_error",
+            ]
+        )
         if total:
             pk = candidate.pk
             transaction.on_commit(lambda: replay_chunk.enqueue(pk))
@@ -59,7 +65,11 @@ def start_replay(candidate: CandidateConfig, *, limit: int, judged: bool) -> Can
 
 
 def promote_on_evidence(
-    candidate: CandidateConfig, *, actor: str, force: bool = False, reason: str = "",
+    candidate: CandidateConfig,
+    *,
+    actor: str,
+    force: bool = False,
+    reason: str = "",
     user: Any = None,
 ) -> tuple[ConfigChange | None, dict[str, Any]]:
     """Promote the candidate (analyzers.candidates.promote) with its comparison as the
@@ -73,6 +83,5 @@ def promote_on_evidence(
     if force and not reason:
         raise ReasonRequired("a forced promotion needs a reason")
     evidence = {**summary(comparison), "forced": bool(force and lost)}
-    change = candidates.promote(candidate, actor=actor, reason=reason, evidence=evidence,
-                                user=user)
+    change = candidates.promote(candidate, actor=actor, reason=reason, evidence=evidence, user=user)
     return change, comparison

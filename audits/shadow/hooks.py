@@ -28,9 +28,11 @@ def shadow_targets() -> list[tuple[int, float]]:
     cached = _cache
     if cached is not None and cached[0] > now:
         return cached[1]
-    targets = list(CandidateConfig.objects.filter(
-        status=CandidateConfig.Status.SHADOW
-    ).order_by("id").values_list("id", "shadow_sample_rate"))
+    targets = list(
+        CandidateConfig.objects.filter(status=CandidateConfig.Status.SHADOW)
+        .order_by("id")
+        .values_list("id", "shadow_sample_rate")
+    )
     with _lock:
         _cache = (now + CACHE_S, targets)
     return targets

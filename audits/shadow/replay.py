@@ -24,9 +24,9 @@ STOPPED = "stopped"
 
 def audits_until(until):
     """The audits a replay may take: complete ones stored until then, newest first."""
-    return AuditRun.objects.filter(
-        status=AuditRun.Status.COMPLETE, created_at__lte=until
-    ).order_by("-created_at", "-id")
+    return AuditRun.objects.filter(status=AuditRun.Status.COMPLETE, created_at__lte=until).order_by(
+        "-created_at", "-id"
+    )
 
 
 def run_chunk(candidate_id: int) -> int:
@@ -49,8 +49,11 @@ def run_chunk(candidate_id: int) -> int:
         _set(candidate_id, replay_status=FAILED, replay_error=f"{type(exc).__name__}: {exc}"[:2000])
         return False
     more = bool(runs) and end_at < candidate.replay_total
-    _set(candidate_id, replay_done=end_at if runs else candidate.replay_total,
-         replay_status=RUNNING if more else DONE)
+    _set(
+        candidate_id,
+        replay_done=end_at if runs else candidate.replay_total,
+        replay_status=RUNNING if more else DONE,
+    )
     return more
 
 
