@@ -20,15 +20,16 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from analyzers.config_store import load_config
-from audits.cards.highlight import SEVERITY_RANK
+from analyzers.config_store import current_registry, load_config
+from analyzers.engine.contract import SEVERITY_RANK
+from analyzers.engine.surfacing import Thresholds
 from audits.models import AnalyzerRunRecord, Annotation, AuditRun, Review
 from audits.store import link_rows, ordering, queries, scoring, trace_rows
+from audits.surfacing import policies
 
 PAGE_SIZE = 25
 TABLE_PAGE_SIZE = 50  # rows of the table view per page
 SEVERITIES = ("info", "warning", "critical")
-KNOWN_ANALYZERS = ("redflag", "links", "grounding", "prompt_leak", "bias", "tone")
 KNOWN_TYPES = (
     "EMPTY_OUTPUT", "TOO_MANY_CHARS", "TOO_MANY_TOKENS", "TOKEN_LENGTH_SPIKE",
     "JSON_PARSE_FAILED", "REQUIRED_FIELD_MISSING", "SELF_CONTRADICTION", "COLLISION_DETECTED",
@@ -158,6 +159,12 @@ class ListFilters:
         return any(name != "sort" for name in self.as_params())
 
     @property
+    def panel_count(self) -> int:
+        """How many of the folded filters are set (all but the search, which is on the
+        line): the number beside "Filters"."""
+        return sum(1 for name in self.as_params() if name != "q")
+
+    @property
     def sort_key(self) -> str:
         return self.sort or ordering.DEFAULT_SORT
 
@@ -210,10 +217,11 @@ class ListFilters:
 def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
     """Analyzer ids and annotation types for the filter selects.
 
-    From the configuration and the contract's codes, not from a DISTINCT over the tables
-    (which grow with every audit); a value in the URL is always offered back.
+    From the engine's registry, the configuration and the contract's codes, not from a
+    DISTINCT over the tables (which grow with every audit); a value in the URL is always
+    offered back.
     """
-    analyzers = set(KNOWN_ANALYZERS) | set(load_config().analyzers)
+    analyzers = set(current_registry().ids()) | set(load_config().analyzers)
     types = set(KNOWN_TYPES)
     if filters is not None:
         if filters.analyzer:
@@ -290,6 +298,20 @@ def card_badges(run: AuditRun, limit: int = 6) -> tuple[list[Badge], int]:
     return badges[:limit], max(0, len(badges) - limit)
 
 
+def applied_thresholds(ids: list[Any]) -> dict[Any, Thresholds]:
+    """The thresholds each audit's surfacing applied (`policies.applied_thresholds`), in
+    one query: only for audits with a result its analyzer asked to surface (whether the
+    score alone would have surfaced it is what the card says)."""
+    if not ids:
+        return {}
+    rows = (
+        AuditRun.objects.filter(pk__in=ids)
+        .select_related("surfacing_policy")
+        .only("id", "threshold", "options", "config_snapshot", "surfacing_policy__thresholds")
+    )
+    return {run.pk: policies.applied_thresholds(run) for run in rows}
+
+
 def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
     """`runs` with what their cards show: surfaced results, badges, headline and verdict.
 
@@ -335,6 +357,9 @@ def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
         ):
             if annotation_id is None:
                 verdicts[audit_id] = CardVerdict(*verdict)
+    thresholds = applied_thresholds(
+        [pk for pk in ids if any(r.should_surface for r in results[pk])]
+    )
     for run in runs:
         run.surfaced_list = results[run.pk]
         # The findings in their order on the detail page (position, then id).
@@ -343,8 +368,10 @@ def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
             for _, _, kind, label, severity in sorted(findings[run.pk], key=lambda f: f[:2])
         ]
         run.badges, run.more_badges = card_badges(run)
+        applied = thresholds.get(run.pk) or Thresholds(default=run.threshold)
         run.headline = scoring.headline(
-            run, run.surfaced_list, (a.severity for a in run.surfaced_annotations)
+            run, run.surfaced_list, (a.severity for a in run.surfaced_annotations),
+            applied.for_analyzer,
         )
         run.current_verdict = verdicts.get(run.pk)
     return runs

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from analyzers.engine.contract import SEVERITY_RANK
 from analyzers.engine.textdiff import bounded_word_diff
-
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 class Span(Protocol):

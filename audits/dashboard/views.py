@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from analyzers.config_store import load_config, save_config
+from analyzers.config_store import current_registry, load_config, save_config
 from audits.cards import cards
 from audits.cards.detail import detail_context
 from audits.dashboard import audit_table, preferences, quality, queries
@@ -260,7 +260,7 @@ def tuning(request: HttpRequest) -> HttpResponse:
         "evidence_chart": evidence.chart(),
         "current": current,
         "can_save": can_save,
-        "analyzers": sorted(set(cards.KNOWN_ANALYZERS) | set(config.analyzers)),
+        "analyzers": sorted(set(current_registry().ids()) | set(config.analyzers)),
         "windows": queries.WINDOWS,
         "chart": {
             "labels": queries.bin_labels(),

@@ -7,9 +7,11 @@ Stored on the audit by `services.store_reports`; migration 0006 backfilled older
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from analyzers.engine.contract import SEVERITY_RANK
 
 
 def _field(item: Any, name: str) -> Any:
@@ -34,25 +36,36 @@ SEVERITY_TONES = {"critical": "score-high", "warning": "score-mid", "info": "sco
 
 @dataclass(frozen=True, slots=True)
 class Headline:
-    """What a card or a detail page shows first: the highest score (or "forced"), the
-    analyzer behind it, and a colour (`tone`, a CSS class) that follows surfacing and the
-    worst surfaced severity, never the mean."""
+    """What a card or a detail page shows first: the highest score, the analyzer behind
+    it, `forced_by` (the analyzer whose own `should_surface` surfaced the audit with a
+    score under its threshold, shown beside the score; "" when none did) and a colour
+    (`tone`, a CSS class) that follows surfacing and the worst surfaced severity, never
+    the mean."""
 
     score: float | None
     analyzer: str
-    forced: bool
+    forced_by: str
     tone: str
 
 
-def headline(run: Any, surfaced: Iterable[Any], severities: Iterable[str]) -> Headline:
-    """`run` an audit; `surfaced` its surfaced results (anything with `analyzer_id`,
-    `score`, `should_surface`); `severities` those of its surfaced findings.
+def forced_by(surfaced: Iterable[Any], threshold_for: Callable[[str], float]) -> str:
+    """The analyzer of the highest-scoring surfaced result that only its `should_surface`
+    surfaced (its score under the threshold that applied to it); "" when there is none."""
+    for result in sorted(surfaced, key=lambda r: -r.score):
+        if result.should_surface and result.score < threshold_for(result.analyzer_id):
+            return result.analyzer_id
+    return ""
 
-    "Forced": every surfaced result surfaced because its analyzer forced it
-    (`should_surface`), so no score decided; the analyzer shown is then the forced one."""
-    surfaced = sorted(surfaced, key=lambda r: -r.score)
-    forced = bool(surfaced) and all(r.should_surface for r in surfaced)
-    analyzer = surfaced[0].analyzer_id if forced else run.top_analyzer
+
+def headline(
+    run: Any,
+    surfaced: Iterable[Any],
+    severities: Iterable[str],
+    threshold_for: Callable[[str], float],
+) -> Headline:
+    """`run` an audit; `surfaced` its surfaced results (anything with `analyzer_id`,
+    `score`, `should_surface`); `severities` those of its surfaced findings;
+    `threshold_for(analyzer_id)` the threshold its surfacing applied."""
     if run.status != "complete":
         tone = "score-none"
     elif not run.has_card:
@@ -60,7 +73,5 @@ def headline(run: Any, surfaced: Iterable[Any], severities: Iterable[str]) -> He
     else:
         worst = max(severities, key=lambda s: SEVERITY_RANK.get(s, 0), default="info")
         tone = SEVERITY_TONES.get(worst, "score-info")
-    return Headline(run.top_score, analyzer, forced, tone)
+    return Headline(run.top_score, run.top_analyzer, forced_by(surfaced, threshold_for), tone)
 
-
-SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
