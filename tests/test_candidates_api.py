@@ -303,6 +303,9 @@ def test_shadow_analysis_never_changes_an_audits_own_results(
     shadow = ShadowResult.objects.get(candidate_id=cid, audit=run)  # analysed on its own
     assert shadow.source == "shadow" and not shadow.surfaced
     assert run.has_card and run.cleaned_response != run.response  # the link went, in its own
+    # A digest the audit's run left is gone (pruned, or never recorded): the shadow run
+    # must not record one either.
+    CollisionDigest.objects.all().delete()
     before = own_state(run)
     shadow.delete()
     assert analysis.shadow_audit(str(run.pk), [cid]) == 1
