@@ -20,6 +20,7 @@ BUILTIN_ANALYZERS: list[str] = [
     "analyzers.engine.guardrails.analyzers.LinksAnalyzer",
     "analyzers.engine.guardrails.analyzers.GroundingAnalyzer",
     "analyzers.engine.guardrails.analyzers.PromptLeakAnalyzer",
+    "analyzers.engine.privacy.analyzer.PrivacyAnalyzer",
 ]
 
 

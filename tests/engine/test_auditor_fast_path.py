@@ -202,7 +202,7 @@ def test_the_builtins_say_they_never_wait_only_without_io():
     default = waits(AuditorConfig())
     # link health checks are on by default: links and grounding may wait
     assert default == {"redflag": False, "bias": False, "tone": False, "links": True,
-                       "grounding": True, "prompt_leak": False}
+                       "grounding": True, "prompt_leak": False, "privacy": False}
     no_health = AuditorConfig(analyzers={"links": {"check_health": False}})
     assert not any(waits(no_health).values())
     assert waits(no_health, DatabaseStore())["redflag"] is True

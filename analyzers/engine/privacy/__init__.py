@@ -1,0 +1,2 @@
+"""Personal data and secrets: pure detectors with offsets (detect.py, pii.py, keys.py) and
+the `privacy` analyzer (analyzer.py)."""
