@@ -105,9 +105,9 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.batch_size = int(self.options.get("BATCH_SIZE", 32))
         self.deep_batch_size = max(self.batch_size, int(self.options.get("DEEP_BATCH_SIZE", 64)))
         self.worker_id = get_random_string(32)
-        processes = int(self.options.get("PROCESSES", 0))
-        if processes:
-            processes.configure(processes)
+        children = int(self.options.get("PROCESSES", 0))
+        if children:
+            processes.configure(children)
         self.queues.add(LARGE_QUEUE)
         self._pool = _pool_for(alias, self.max_workers, int(self.options.get("LARGE_WORKERS", 1)))
 
