@@ -19,7 +19,7 @@ from django.test import Client
 from analyzers.models import ApiKey
 
 # Servers started by tests (auditor_site.serve) analyse in their threads unless a test asks
-# for analysis processes (tests/test_analysis_processes.py): spawning two Django children
+# for analysis processes (tests/audits/execution/test_analysis_processes.py): spawning two Django children
 # per server start would cost every server test seconds and ~170 MB.
 os.environ.setdefault("AUDITOR_ANALYSIS_PROCESSES", "0")
 
@@ -57,7 +57,7 @@ def pytest_sessionstart(session):
 @pytest.fixture(autouse=True)
 def _immediate_tasks(settings):
     """Run tasks inline in tests (the thread pool is tested on its own), in this process:
-    analysis processes a test configured (tests/test_analysis_processes.py) are stopped
+    analysis processes a test configured (tests/audits/execution/test_analysis_processes.py) are stopped
     before and after each test, whichever thread of an earlier test started them (the
     module's configuration is process-wide: left on, it took a later test's audits)."""
     from audits.execution import processes

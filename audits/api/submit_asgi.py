@@ -21,7 +21,7 @@ its answers are made by the ninja API (`create_response`, its exception handlers
 422, 429 and 503; Django's `response_for_exception` for anything else) and pass through
 the `process_response` of Django's header middleware (`RESPONSE_MIDDLEWARE`: security
 headers, CSP, X-Frame-Options, Content-Length): the same answers as through Django
-(tests/test_submit_asgi.py compares them).
+(tests/audits/api/test_submit_asgi.py compares them).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 SAMPLE = Path("/work/shared/samples/config.json")
 if not SAMPLE.exists():
-    SAMPLE = Path(__file__).parent / "samples" / "config.json"
+    SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "config.json"
 
 
 def sample() -> dict:

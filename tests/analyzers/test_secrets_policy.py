@@ -1,4 +1,4 @@
-"""Issue 17, finding 2: the configuration cannot read the server's secrets or reach loopback.
+"""The configuration cannot read the server's secrets or reach loopback.
 
 `llm.api_key_env` names only variables the operator allows, `llm.base_url` passes the SSRF
 guard unless AUDITOR_LLM_ALLOW_PRIVATE, redflag validators live under the operator's module

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import Client
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 # The production environment of docs/operations/production.md (keep them the same).
 PRODUCTION_ENV = {

@@ -61,7 +61,7 @@ def test_a_declared_length_over_the_limit_gets_413_before_any_body_is_sent(serve
 
 def test_a_chunked_body_over_the_limit_gets_413_while_it_is_still_being_sent(server, make_key):
     port, _ = server
-    key = make_key("ingest")  # without one, the head alone is refused (tests/test_edge_limits.py)
+    key = make_key("ingest")  # without one, the head alone is refused (tests/auditor_site/test_edge_limits.py)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
             b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -1,4 +1,4 @@
-"""Fast paths added for speed (issue 12's throughput target): each finds exactly what the
+"""Fast paths added for speed (the engine's throughput target): each finds exactly what the
 plain way finds, each gate lets through every case that could match, each cache is
 bounded and keyed so one audit cannot change another's result."""
 

@@ -1,4 +1,4 @@
-"""Company detection by word frequency (issue 12): a sentence-initial ordinary English word
+"""Company detection by word frequency: a sentence-initial ordinary English word
 is no company, so its sentence is kept; a company name still makes an ungrounded claim."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The guardrail modules import each other without a cycle (issue 16): the rules and the
+"""The guardrail modules import each other without a cycle: the rules and the
 pipeline share `guardrails/context.py`, which imports none of them."""
 
 from __future__ import annotations

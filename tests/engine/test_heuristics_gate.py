@@ -219,7 +219,7 @@ def test_an_anchored_search_gives_up_on_many_candidates():
 
 
 # -- a substring is searched for only when the words inside it are tokens and its runs of
-# letters are in the joined tokens (issue 12)
+# letters are in the joined tokens
 
 _PIECES = st.sampled_from(
     ["did you ", "you", "your", "not worth ", "worth", "even a ", " a", "a", "this is ",

@@ -260,7 +260,7 @@ def test_any_json_value_parses_and_never_raises(value, fields):
     assert len(missing) == sum(not has_path(value, f) for f in fields)
 
 
-# -- the ASCII fast path (issue 12): tokens and digest without a string per word ----------
+# -- the ASCII fast path: tokens and digest without a string per word ----------
 
 _SPACES_AND_WORDS = st.lists(
     st.sampled_from(

@@ -23,7 +23,7 @@ from analyzers.models import ApiKey
 
 @dataclass(frozen=True)
 class DemoSample:
-    """One streamed demo response and what it is there to show (tests/test_demo_samples.py
+    """One streamed demo response and what it is there to show (tests/audits/dashboard/test_demo_samples.py
     streams every sample and checks that `analyzer` surfaces it with a `finding`)."""
 
     user_input: str

@@ -1,4 +1,4 @@
-"""API details of issue 13: the stream endpoint in the schema, `loc` naming `body` once,
+"""API details: the stream endpoint in the schema, `loc` naming `body` once,
 the export for a signed-in staff session."""
 
 from __future__ import annotations

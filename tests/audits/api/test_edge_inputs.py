@@ -1,4 +1,4 @@
-"""Issue 17, finding 7 (low): a locked database, NaN in metadata, an over-limit stream,
+"""Edge inputs: a locked database, NaN in metadata, an over-limit stream,
 invalid UTF-8 in `manage.py audit`, CSV formula prefixes after separators."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_nan_and_infinity_are_422_naming_the_field(api_client, ingest_key, raw):
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_stream_over_the_limit_is_refused_and_stored_as_failed(make_key, settings):
-    from tests.test_stream_endpoint import HEAD, body_messages, call_http
+    from tests.audits.api.test_stream_endpoint import HEAD, body_messages, call_http
 
     settings.AUDITOR_MAX_BODY_BYTES = 2000
     key = await sync_to_async(make_key)("ingest")

@@ -10,7 +10,7 @@ from django.test.utils import override_settings
 
 from analyzers.config_store import save_config
 from audits.models import TraceLine
-from tests.test_stream_endpoint import RESPONSE, SAMPLE_CONFIG, ingest
+from tests.audits.api.test_stream_endpoint import RESPONSE, SAMPLE_CONFIG, ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 
 from auditor_site.asgi import application
 from audits.models import AuditRun
-from tests.test_stream_endpoint import HEAD, call_http
+from tests.audits.api.test_stream_endpoint import HEAD, call_http
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

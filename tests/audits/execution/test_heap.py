@@ -15,7 +15,7 @@ import pytest
 
 from audits.execution import heap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_settle_collects_then_freezes_once_per_stage():

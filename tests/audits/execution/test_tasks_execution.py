@@ -21,7 +21,7 @@ from audits.intake.submit import submit_audit
 from audits.models import AuditRun
 from tests.live_support import child_database_url
 
-BASE_DIR = Path(__file__).resolve().parents[1]
+BASE_DIR = Path(__file__).resolve().parents[3]
 INPUT = {"user_input": "Which retailers use Acme?", "response": "Acme is easy to set up."}
 
 

@@ -1,4 +1,4 @@
-"""Issue 17, finding 7: the live sockets' same-origin check compares scheme, host AND port."""
+"""The live sockets' same-origin check compares scheme, host AND port."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fewer index entries per stored audit (issue 18), with every reader's plan kept.
+"""Fewer index entries per stored audit, with every reader's plan kept.
 
 Migration 0009 made the results' two audit-related indexes one (audit, analyzer_id,
 surfaced), and dropped the trace lines' audit index (their unique (audit, position) leads
