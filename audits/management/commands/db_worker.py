@@ -9,7 +9,11 @@ in one transaction (one UPDATE, not a `save()` per row); consecutive calls of a 
 a `batch` attribute (`audits.execution.tasks.run_audit`) run as one batch (`services.execute_runs`:
 one transaction stores their reports) and their rows are marked successful together (one
 UPDATE per distinct return value, in one transaction: the stock worker's `set_successful`
-is a write transaction per row). Same options as the stock command otherwise, but its
+is a write transaction per row). A lost database connection (a restarted or failed-over
+PostgreSQL) never ends the worker: it closes its connections, waits (0.5 s, doubling to
+`RECONNECT_MAX_S`) and claims again; the rows of the batch it was running stay RUNNING
+with no heartbeat, so recovery takes them over (their runs were stored in one transaction
+or not at all: never twice). Same options as the stock command otherwise, but its
 default verbosity leaves the `django.tasks` logger at `AUDITOR_TASK_LOG_LEVEL` (the stock
 command set it to INFO: two log records per audit, ~3% of the worker's CPU).
 """
@@ -22,7 +26,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from django.db import OperationalError, close_old_connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.tasks.base import TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
@@ -34,6 +44,23 @@ from audits.execution import heap, recovery
 from audits.execution.workers import keep_connections
 
 logger = logging.getLogger("django_tasks_db")
+
+# What a lost connection raises (psycopg's AdminShutdown, "the connection is closed", a
+# refused reconnect); "database is locked" is one too, and is waited out the same way.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+RECONNECT_MAX_S = 10.0
+
+
+def _forget(rows: list[DBTaskResult]) -> None:
+    """Stop the heartbeat of rows left unfinished: recovery takes them over. Nothing here
+    may need the database (the signal's receivers may: their errors are only logged)."""
+    for row in rows:
+        try:
+            result = row.task_result
+            sender = type(row.task.get_backend())
+        except Exception:
+            continue
+        task_finished.send_robust(sender=sender, task_result=result)
 
 
 class BatchingWorker(stock.Worker):
@@ -109,11 +136,21 @@ class BatchingWorker(stock.Worker):
     def run(self) -> None:
         logger.info("Starting worker worker_id=%s queues=%s (batches of up to %d)",
                     self.worker_id, ",".join(self.queue_names), self.claim_size)
+        backoff = 0.5
         while self.running:
-            close_old_connections()
-            rows = self._claim()
-            if rows:
-                self.run_rows(rows)
+            try:
+                close_old_connections()
+                rows = self._claim()
+                if rows:
+                    self.run_rows(rows)
+            except CONNECTION_ERRORS as exc:
+                logger.warning("worker_id=%s lost the database (%s: %s); again in %.1f s",
+                               self.worker_id, type(exc).__name__, exc, backoff)
+                connections.close_all()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RECONNECT_MAX_S)
+                continue
+            backoff = 0.5
             if self.batch and rows == []:
                 logger.info("No more tasks to run for worker_id=%s - exiting gracefully.",
                             self.worker_id)
@@ -126,18 +163,23 @@ class BatchingWorker(stock.Worker):
 
     def run_rows(self, rows: list[DBTaskResult]) -> None:
         group: list[DBTaskResult] = []
-        for row in rows:
-            if group and not self._same_batch(group[0], row):
-                self._run_group(group)
-                group = []
-            if self._batch_call(row) is not None:
-                group.append(row)
-            else:
-                self._run_group(group)
-                group = []
-                self.run_task(row)
-        self._run_group(group)
-        heap.after_analysis()
+        try:
+            for row in rows:
+                if group and not self._same_batch(group[0], row):
+                    self._run_group(group)
+                    group = []
+                if self._batch_call(row) is not None:
+                    group.append(row)
+                else:
+                    self._run_group(group)
+                    group = []
+                    self.run_task(row)
+            self._run_group(group)
+        except CONNECTION_ERRORS:
+            _forget(rows)  # this batch's and the unstarted ones: recovery's now
+            raise
+        finally:
+            heap.after_analysis()
 
     @staticmethod
     def _batch_call(row: DBTaskResult):
@@ -165,6 +207,8 @@ class BatchingWorker(stock.Worker):
                 task_started.send(sender=backend_type, task_result=result)
             try:
                 values = self._batch_call(group[0])([list(r.args) for r in results])
+            except CONNECTION_ERRORS:
+                raise  # not the batch's fault: run_rows leaves it to recovery
             except BaseException as exc:
                 for row in group:
                     row.set_failed(exc)
