@@ -1,10 +1,10 @@
-"""Writes of the audits app (HackSoft style: keyword-only functions, one transaction each).
+"""A pending run becomes a stored report: claimed (one worker wins), analysed by the engine
+on this thread's loop, surfaced at the current thresholds (audits.surfacing) and written
+(audits.store.reports); then its final event and `audit_finished`.
 
-- `submit_audit(...)` stores a run, then enqueues `audits.execution.tasks.run_audit` on commit.
-- `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
-- `rerun_audit(run)` submits a copy with the current configuration.
-- Runs a dead worker left behind are re-queued by `audits.execution.recovery.recover_stale_runs()`.
-- `publish(event)` is the one way progress events leave the pipeline (see audits.events).
+- `execute_run(run_id)` / `execute_runs(run_ids)` are the task bodies (audits.execution.tasks).
+- `store_report(s)` surface and store reports (also used by the demo data).
+- Runs a dead worker left behind are re-queued by `audits.execution.recovery`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Writes of the audits app (HackSoft style: keyword-only functions, one transaction each).
-
-- `submit_audit(...)` stores a run, then enqueues `audits.execution.tasks.run_audit` on commit.
-- `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
-- `rerun_audit(run)` submits a copy with the current configuration.
-- Runs a dead worker left behind are re-queued by `audits.execution.recovery.recover_stale_runs()`.
-- `publish(event)` is the one way progress events leave the pipeline (see audits.events).
+"""A stored run's analysis queued: `run_audit` on the default or the large lane, as a task row
+in the audits' own transaction when the queue is django-tasks-db in the same database. A
+failure to queue leaves the run pending for the recovery sweep (audits.execution.recovery).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Writes of the audits app (HackSoft style: keyword-only functions, one transaction each).
+"""Every way in stores its audits here: a pending run per response, in one transaction,
+its analysis queued on commit (audits.execution.queueing), keyword-only functions.
 
-- `submit_audit(...)` stores a run, then enqueues `audits.execution.tasks.run_audit` on commit.
-- `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
+- `submit_audit(...)` stores one run; `submit_audits(...)` a batch in one insert;
+  `submit_audits_once(...)` checks external ids first (a retry returns the stored run).
 - `rerun_audit(run)` submits a copy with the current configuration.
-- Runs a dead worker left behind are re-queued by `audits.execution.recovery.recover_stale_runs()`.
-- `publish(event)` is the one way progress events leave the pipeline (see audits.events).
+- `announce(run_ids)` shows the new cards at once on the live feed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Writes of the audits app (HackSoft style: keyword-only functions, one transaction each).
-
-- `submit_audit(...)` stores a run, then enqueues `audits.execution.tasks.run_audit` on commit.
-- `execute_run(run_id)` (the task body) claims the run, audits it, stores the report.
-- `rerun_audit(run)` submits a copy with the current configuration.
-- Runs a dead worker left behind are re-queued by `audits.execution.recovery.recover_stale_runs()`.
-- `publish(event)` is the one way progress events leave the pipeline (see audits.events).
-"""
+"""An analysed run's report written: its results, annotations, trace lines and links as plain
+rows, a statement per table (audits.store.bulk); `mark_failed` for a run that failed.
+The caller decides the surfacing (audits.execution.execute)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Stored surfacing follows the current thresholds.
-
-Every audit records the `SurfacingPolicy` (the global and per-analyzer thresholds) its
-results' `surfaced` flags and its `has_card` follow. When an audit is stored, the current
-thresholds apply (`apply_current`); when a threshold changes, a `ResurfaceJob` recomputes
-the flags of the stored audits from their stored scores, without analysing anything again
-(`run_job`, the body of the `audits.surfacing.jobs.resurface` task). Both decide with the engine's
-one rule, `analyzers.engine.surfacing` (an audit's own per-request `options` thresholds
-still apply to it).
-
-- "Still shows the old surfacing" is a query: complete audits whose policy is not the
-  current one (`stale_audits`).
-- The job works in batches of `BATCH` audits, each written in one short transaction (set
-  updates by primary key), so SQLite readers are never held and writers only briefly.
-- A newer job supersedes a running one: the older stops before its next write (checked
-  inside the write transaction), and the newer one re-surfaces every audit that does not
-  follow its policy, whoever wrote it last. It repeats passes until one finds nothing
-  (audits stored meanwhile with older thresholds), at most `MAX_PASSES`.
+"""Surfacing policies: the current thresholds as a stored `SurfacingPolicy`, applied to an
+audit when it is stored (`apply_current`), and which stored audits still follow older ones
+(`stale_audits`, `staleness`). Reads only; the re-surfacing jobs: audits.surfacing.jobs.
 """
 
 from __future__ import annotations
