@@ -14,9 +14,9 @@ from openai import AsyncOpenAI, OpenAI
 
 from analyzers.config_store import save_config
 from audits.models import AuditRun
+from tests.auditor_site.test_server_limits import rss_kb
 from tests.live_support import BASE_DIR, free_port, start_server, stop
 from tests.proxy_upstream import Completion, UpstreamServer, stream_frames
-from tests.auditor_site.test_server_limits import rss_kb
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
