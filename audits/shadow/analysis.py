@@ -49,9 +49,12 @@ class ReadOnlyCollisions:
 
 
 def audits_waiting() -> int:
-    """Audits stored and not yet analysed, counted up to one past the shadow limit."""
+    """Audits stored and not yet analysed or being analysed, counted up to one past the
+    shadow limit."""
     limit = settings.AUDITOR_SHADOW_MAX_WAITING
-    return AuditRun.objects.filter(status=AuditRun.Status.PENDING)[: limit + 1].count()
+    return AuditRun.objects.filter(status__in=(AuditRun.Status.PENDING, AuditRun.Status.RUNNING))[
+        : limit + 1
+    ].count()
 
 
 def should_yield() -> bool:
