@@ -52,13 +52,24 @@ def test_colour_follows_surfacing_and_severity_not_the_mean(staff_client):
     assert re.search(rf'id="audit-card-{quiet.pk}".{{0,300}}class="score score-low"', html, re.S)
 
 
-def test_forced_surfacing_is_shown_as_forced(staff_client):
+def test_forced_surfacing_shows_the_score_with_a_forced_label(staff_client):
     run = make_audit(results=[result("prompt_leak", 0.1, should_surface=True)])
     html = staff_client.get(reverse("audits:detail", args=[run.pk])).content.decode()
-    assert '<span class="big score-value">forced</span>' in html
-    assert "surfacing forced by prompt_leak" in html
+    assert '<span class="big score-value">0.10</span>' in html
+    assert ">forced by prompt_leak</span>" in html
     listing = staff_client.get(reverse("audits:list")).content.decode()
-    assert '<span class="score-value">forced</span>' in listing
+    assert '<span class="score-value">0.10</span>' in listing
+    assert ">forced by prompt_leak</span>" in listing
+
+
+def test_a_result_over_its_threshold_is_not_labelled_forced(staff_client):
+    """should_surface on a score that reaches the threshold: the score decided, no label."""
+    run = make_audit(results=[result("links", 1.0, should_surface=True),
+                              result("prompt_leak", 0.9, should_surface=True)])
+    for page in (reverse("audits:detail", args=[run.pk]), reverse("audits:list")):
+        html = staff_client.get(page).content.decode()
+        assert '<span class="' in html and "1.00</span>" in html
+        assert "forced" not in html, page
 
 
 def test_the_detail_page_headline_is_the_highest_score(staff_client):

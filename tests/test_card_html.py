@@ -27,12 +27,13 @@ pytestmark = pytest.mark.django_db
 REFERENCE_CARD = """{% load audit_ui %}{% for audit in audits %}<li id="audit-card-{{ audit.pk }}" class="card audit-card" data-status="{{ audit.status }}">
   {% with h=audit.headline %}
   <div class="score {{ h.tone }}" title="Highest analyzer score{% if h.analyzer %} ({{ h.analyzer }}){% endif %}; mean of all analyzers {{ audit.overall_score|score }}">
-    <span class="score-value">{% if h.forced %}forced{% else %}{{ h.score|score }}{% endif %}</span>
+    <span class="score-value">{{ h.score|score }}</span>
     {% if h.score is not None %}
       <meter min="0" max="1" low="{{ audit.threshold }}" high="{{ audit.threshold }}" optimum="0" value="{{ h.score }}" aria-label="Highest score">{{ h.score|score }}</meter>
     {% endif %}
     <span class="small muted score-analyzer">{{ h.analyzer|default:"highest" }}</span>
     <span class="small muted score-mean">mean {{ audit.overall_score|score }}</span>
+    {% if h.forced_by %}<span class="small forced-label">forced by {{ h.forced_by }}</span>{% endif %}
   </div>
   {% endwith %}
   <div class="card-body" hx-disable>
@@ -64,7 +65,7 @@ REFERENCE_ROWS = """{% load audit_ui %}{% with can_review=perms.audits.add_revie
   <tr id="audit-row-{{ audit.pk }}" class="audit-row" tabindex="-1" data-href="{{ detail_url }}">
     <td class="col-time"><time datetime="{{ audit.created_at|date:'c' }}" title="{{ audit.created_at|date:'Y-m-d H:i:s e' }}">{{ audit.created_at|date:"M j, H:i" }}</time></td>
     <td class="col-input"><a class="row-link" href="{{ detail_url }}" title="{{ audit.user_input|oneline:300 }}">{{ audit.user_input|oneline:90|default:"(no user input)" }}</a></td>
-    <td class="col-score {{ h.tone }}" title="mean of all analyzers {{ audit.overall_score|score }}"><span class="score-value">{% if h.forced %}forced{% else %}{{ h.score|score }}{% endif %}</span> <span class="muted small">{{ h.analyzer }}</span></td>
+    <td class="col-score {{ h.tone }}" title="mean of all analyzers {{ audit.overall_score|score }}"><span class="score-value">{{ h.score|score }}</span> <span class="muted small">{{ h.analyzer }}</span>{% if h.forced_by %} <span class="small forced-label" title="forced by {{ h.forced_by }}">forced</span>{% endif %}</td>
     <td class="col-types">
       {% for badge in audit.table_badges %}<span class="badge sev-{{ badge.severity }}" title="{{ badge.label }}"><i class="sev-icon" aria-hidden="true">{{ badge.severity|severity_icon }}</i><span class="visually-hidden">{{ badge.severity|severity_label }}:</span>{{ badge.type }}{% if badge.count > 1 %} ×{{ badge.count }}{% endif %}</span>{% endfor %}
       {% if audit.table_more %}<span class="badge" title="more kinds of surfaced findings">+{{ audit.table_more }}</span>{% endif %}

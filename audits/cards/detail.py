@@ -77,7 +77,8 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "can_rerun": can_rerun,
         "reviews": reviews,
         "audit_verdict": current.get(None),
-        "headline": scoring.headline(run, surfaced, _surfaced_severities(run)),
+        "headline": scoring.headline(
+            run, surfaced, _surfaced_severities(run), applied.for_analyzer),
         "trace_context": trace_context(run),
         "applied_thresholds": applied,
         "applied_own": sorted(applied.own.items()),

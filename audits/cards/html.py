@@ -204,7 +204,10 @@ def card(run: Any, rows: Rows) -> str:
     status = text(run.status)
     mean = score_text(run.overall_score)
     analyzer = f" ({text(h.analyzer)})" if h.analyzer else ""
-    shown_score = "forced" if h.forced else score_text(h.score)
+    forced = (
+        f'    <span class="small forced-label">forced by {text(h.forced_by)}</span>\n'
+        if h.forced_by else ""
+    )
     meter = ""
     if h.score is not None:
         threshold = rows.number(run.threshold)
@@ -238,10 +241,11 @@ def card(run: Any, rows: Rows) -> str:
         f'<li id="audit-card-{pk}" class="card audit-card" data-status="{status}">\n'
         f'  <div class="score {text(h.tone)}" title="Highest analyzer score{analyzer};'
         f' mean of all analyzers {mean}">\n'
-        f'    <span class="score-value">{shown_score}</span>\n'
+        f'    <span class="score-value">{score_text(h.score)}</span>\n'
         f"{meter}"
         f'    <span class="small muted score-analyzer">{text(h.analyzer or "highest")}</span>\n'
         f'    <span class="small muted score-mean">mean {mean}</span>\n'
+        f"{forced}"
         "  </div>\n"
         '  <div class="card-body" hx-disable>\n'
         f'    <a class="card-link card-title" href="{rows.detail(pk)}">'
@@ -353,7 +357,10 @@ def table_row(run: Any, rows: Rows) -> str:
     pk = text(run.pk)
     url = rows.detail(pk)
     iso, absolute, short = _row_dates(run.created_at, rows)
-    shown_score = "forced" if h.forced else score_text(h.score)
+    forced = (
+        f' <span class="small forced-label" title="forced by {text(h.forced_by)}">forced</span>'
+        if h.forced_by else ""
+    )
     user_input = run.user_input or ""
     chips = "".join(_badge(b, "span") for b in run.badges[:CHIPS])
     more = max(0, len(run.badges) - CHIPS) + run.more_badges
@@ -387,8 +394,8 @@ def table_row(run: Any, rows: Rows) -> str:
         f' title="{text(excerpt(user_input, 300))}">'
         f'{text(excerpt(user_input, 90) or "(no user input)")}</a></td>\n'
         f'    <td class="col-score {text(h.tone)}" title="mean of all analyzers'
-        f' {score_text(run.overall_score)}"><span class="score-value">{shown_score}</span>'
-        f' <span class="muted small">{text(h.analyzer)}</span></td>\n'
+        f' {score_text(run.overall_score)}"><span class="score-value">{score_text(h.score)}</span>'
+        f' <span class="muted small">{text(h.analyzer)}</span>{forced}</td>\n'
         '    <td class="col-types">\n'
         f"      {chips}\n"
         "    </td>\n"

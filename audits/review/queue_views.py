@@ -22,6 +22,7 @@ from audits.permissions import staff_required
 from audits.review import queue as review_queue  # `queue` is the page's view below
 from audits.store import scoring
 from audits.store.verdicts import ReviewError, record_review
+from audits.surfacing import policies
 
 SKIPPED_KEY = "review_queue_skipped"
 ORDER_KEY = "review_queue_order"
@@ -54,7 +55,8 @@ def _audit_context(run: AuditRun) -> dict[str, Any]:
     severities = {a.severity for _, a in annotations}
     return {
         "audit": run,
-        "headline": scoring.headline(run, results, severities),
+        "headline": scoring.headline(
+            run, results, severities, policies.applied_thresholds(run).for_analyzer),
         "surfaced_results": results,
         "highlights": highlight_segments(run.response, annotations),
     }

@@ -110,16 +110,6 @@
     if (out) out.textContent = Number(slider.value).toFixed(2);
   });
 
-  // --- The list's filters fold behind a button on narrow screens -------------------------
-  document.addEventListener("click", function (event) {
-    var toggle = event.target.closest("[data-filters-toggle]");
-    if (!toggle) return;
-    var panel = document.getElementById(toggle.getAttribute("aria-controls"));
-    if (!panel) return;
-    var open = panel.classList.toggle("is-open");
-    toggle.setAttribute("aria-expanded", open ? "true" : "false");
-  });
-
   // --- Relative times: <time data-relative> (the `when` tag) kept fresh ------------------
   // The same rule as audit_ui.relative on the server; the absolute time is the title.
   function relativeTime(iso, now) {

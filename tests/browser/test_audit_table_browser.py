@@ -83,6 +83,7 @@ def test_sorting_by_the_highest_score_keeps_keyset_pages(page, login, audits):
     ids = page.locator("#audit-table-rows tr.audit-row").evaluate_all("rs => rs.map(r => r.id)")
     assert len(set(ids)) == 55
     # The filter form keeps the sort: a filter change re-sorts nothing away.
+    page.click("#filters-more > summary")  # the folded filters
     page.fill("#filter-top", "0.5")
     page.locator("#filter-top").dispatch_event("change")
     page.wait_for_url(re.compile(r"top_score_min=0.5"))
@@ -119,6 +120,7 @@ def test_keyboard_moves_opens_and_records_verdicts(page, login, audits):
 
 def test_switching_views_keeps_filters_changed_in_place(page, login, audits):
     login(page)
+    page.click("#filters-more > summary")  # the folded filters
     page.check("#filter-surfaced")
     page.wait_for_url(re.compile(r"surfaced=1"))
     _switch_to_table(page)

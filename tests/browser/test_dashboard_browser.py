@@ -46,6 +46,7 @@ def test_log_in_filter_open_and_inspect(page, login, staff_user, audits, server_
 
     # Filtering goes through htmx: no reload, and the URL becomes bookmarkable.
     page.evaluate("window.__same_page = true")
+    page.click("#filters-more > summary")  # the folded filters
     page.select_option("#filter-severity", "critical")
     page.wait_for_url(re.compile(r"severity=critical"))
     page.locator(f"#audit-card-{mild.pk}").wait_for(state="detached")
