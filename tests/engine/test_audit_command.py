@@ -93,6 +93,13 @@ def test_table_format_is_readable(tmp_path):
     assert "score" in header and "EMPTY_OUTPUT" in row and "CARD" in row
 
 
+def test_table_format_leads_with_the_highest_score_not_the_mean(tmp_path):
+    out, _ = run_audit(write_lines(tmp_path, {"response": ""}), format="table")
+    header, row = out.splitlines()
+    assert "top score" in header
+    assert row.split()[1] == "1.00", row  # EMPTY_OUTPUT scores 1.00; the mean is lower
+
+
 def test_config_file_is_applied_and_errors_are_clear(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"analyzers": {"redflag": {"enabled": True, "max_chars": 3}}}))

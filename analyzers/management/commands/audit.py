@@ -10,13 +10,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analyzers.engine.auditor import Auditor
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.contract import AuditInput, AuditReport, Source
+from analyzers.engine.linkcheck import LinkChecker
 from analyzers.engine.registry import build_registry
+from analyzers.policy import audit_services
 
 PROGRESS_MIN_LINES = 200
 
@@ -79,11 +82,13 @@ def parse_line(raw: str) -> CaseLine:
 def table_row(number: int, doc: dict[str, Any]) -> str:
     codes = sorted({a["type"] for r in doc["surfaced_results"] for a in r["annotations"]})
     failed = [r["analyzer_id"] for r in doc["results"] if r["status"] != "ok"]
+    # The highest score leads, as on the dashboard (the mean hides one bad finding).
+    highest = max((r["score"] for r in doc["results"] if r["status"] == "ok"), default=0.0)
     excerpt = " ".join(doc["response"].split())[:48]
     flags = ",".join(codes) or "-"
     if failed:
         flags += f" (failed: {','.join(failed)})"
-    return f"{number:>5}  {doc['overall_score']:.2f}  {'CARD' if doc['surfaced_results'] else '    '}  {flags:<50}  {excerpt}"
+    return f"{number:>5}  {highest:>9.2f}  {'CARD' if doc['surfaced_results'] else '    '}  {flags:<50}  {excerpt}"
 
 
 class Progress:
@@ -114,16 +119,22 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         config = load_config_file(options["config"])
         lines = read_lines(options["file"])
-        errors = asyncio.run(self.audit_lines(lines, config, options["format"]))
+        errors, failed = asyncio.run(self.audit_lines(lines, config, options["format"]))
         if errors:
             raise CommandError(f"{errors} line(s) could not be audited (see above)", returncode=1)
+        if failed:
+            raise CommandError(
+                f"an analyzer failed on {failed} line(s) (see above)", returncode=1)
 
-    async def audit_lines(self, lines: list[str], config: AuditorConfig, fmt: str) -> int:
-        auditor = Auditor(config, registry=command_registry())
+    async def audit_lines(
+        self, lines: list[str], config: AuditorConfig, fmt: str
+    ) -> tuple[int, int]:
+        """(lines that could not be read, lines on which an analyzer failed)."""
+        auditor = Auditor(config, registry=command_registry(), services=command_services())
         progress = Progress(sys.stderr, len(lines))
-        errors = 0
+        errors = failed = 0
         if fmt == "table":
-            self.stdout.write(f"{'line':>5}  score  card  {'surfaced codes':<50}  response")
+            self.stdout.write(f"{'line':>5}  {'top score':>9}  card  {'surfaced codes':<50}  response")
         for number, raw in enumerate(lines, start=1):
             progress.update(number)
             if not raw.strip():
@@ -146,11 +157,16 @@ class Command(BaseCommand):
                 collision_key=case.collision_key,
             )
             doc = audit_document(case, report, started)
+            problems = [r for r in doc["results"] if r["status"] != "ok"]
+            for result in problems:
+                self.stderr.write(f"line {number}: {result['analyzer_id']} {result['status']}: "
+                                  f"{result.get('error') or 'no reason given'}")
+            failed += bool(problems)
             if fmt == "jsonl":
                 self.stdout.write(json.dumps(doc, ensure_ascii=False))
             else:
                 self.stdout.write(table_row(number, doc))
-        return errors
+        return errors, failed
 
 
 def load_config_file(path: str | None) -> AuditorConfig:
@@ -192,7 +208,16 @@ def split_jsonl(text: str) -> list[str]:
     return lines
 
 
-def command_registry():
-    from django.conf import settings
+def command_services() -> dict[str, Any]:
+    """The services the server's audits get (audits.execution.execute.build_auditor): the
+    operator's limits (AUDITOR_LLM_ALLOW_PRIVATE, AUDITOR_LLM_KEY_ENVS,
+    AUDITOR_VALIDATOR_MODULES) and the link checker's private-network setting."""
+    return {
+        "link_checker": LinkChecker(
+            allow_private_networks=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS),
+        **audit_services(),
+    }
 
+
+def command_registry():
     return build_registry(settings.AUDITOR_EXTRA_ANALYZERS)
