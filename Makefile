@@ -61,6 +61,12 @@ docs: venv
 test-postgres: native
 	bash .ci/postgres-tests
 
+# The fault drill (bench/drill.py): 2 servers and 2 db_workers on a throwaway PostgreSQL and
+# Redis, broken on purpose while audits arrive (needs the postgresql and redis-server packages).
+drill: native
+	$(PY) -m pip install -q -e '.[postgres,redis]'
+	$(PY) bench/drill.py $(DRILL_ARGS)
+
 # Benchmarks run the production profile (DEBUG off): a throwaway key, collected static files.
 bench: export SECRET_KEY ?= bench-only-secret-key-not-for-any-server-0123456789abcdef
 bench: native

@@ -60,6 +60,9 @@ class PgCluster:
                 "fsync = off\nsynchronous_commit = off\n"
             )
         cluster.start()
+        cluster._run(
+            "createdb", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "auditor", "auditor"
+        )
         return cluster
 
     @classmethod

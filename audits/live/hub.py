@@ -25,6 +25,7 @@ from audits.live import fragments
 from audits.store.db_threads import run_in_feed_thread
 
 logger = logging.getLogger(__name__)
+RECEIVE_RETRY_S = 1.0  # the pause after the channel layer failed a receive
 
 PENDING_CAP = 1000  # audits with news a page's next update looks at, at most (the latest)
 STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
@@ -127,6 +128,9 @@ class FeedHub:
         await asyncio.gather(self._receive(self.channel), self._owed_status())
 
     async def _receive(self, channel: str) -> None:
+        """Events until cancelled. When the layer fails (Redis restarted or unreachable),
+        again after a pause, and the channel joins the group again: a restarted Redis has
+        forgotten who was in it."""
         while True:
             try:
                 message = await self.layer.receive(channel)
@@ -135,6 +139,9 @@ class FeedHub:
                 raise
             except Exception:
                 logger.exception("live feed: could not receive an event")
+                await asyncio.sleep(RECEIVE_RETRY_S)
+                with contextlib.suppress(Exception):
+                    await self.layer.group_add(ALL_AUDITS_GROUP, channel)
 
     def note(self, event: dict[str, Any]) -> None:
         """Remember that `event`'s audit has news for every set of filters."""
