@@ -163,13 +163,13 @@ def when(value: datetime | None, empty: str = "—") -> str:
 
 
 def relative(value: datetime, now: datetime | None = None) -> str:
-    """"just now", "5 minutes ago", "3 hours ago", "12 days ago", else the date (the same
-    rule as `relativeTime` in static/js/app.js, which refreshes the text)."""
+    """"just now", "5 minutes ago", "3 hours ago", and past a day the date (the same rule
+    as `relativeTime` in static/js/app.js, which refreshes the text)."""
     seconds = ((now or timezone.now()) - value).total_seconds()
     if seconds < 60:
         return "just now"
-    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
-        if seconds >= size and (unit != "day" or seconds < 30 * 86400):
+    for size, unit in ((3600, "hour"), (60, "minute")):
+        if seconds >= size and seconds < 86400:
             n = int(seconds // size)
             return f"{n} {unit}{'' if n == 1 else 's'} ago"
     return value.astimezone(UTC).strftime("%Y-%m-%d")

@@ -117,10 +117,11 @@
     var seconds = (now - then) / 1000;
     if (isNaN(seconds)) return null;
     if (seconds < 60) return "just now";
-    var units = [[86400, "day"], [3600, "hour"], [60, "minute"]];
+    if (seconds >= 86400) return then.toISOString().slice(0, 10);  // past a day: the date
+    var units = [[3600, "hour"], [60, "minute"]];
     for (var i = 0; i < units.length; i++) {
       var size = units[i][0], unit = units[i][1];
-      if (seconds >= size && (unit !== "day" || seconds < 30 * 86400)) {
+      if (seconds >= size) {
         var n = Math.floor(seconds / size);
         return n + " " + unit + (n === 1 ? "" : "s") + " ago";
       }
