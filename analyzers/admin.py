@@ -8,7 +8,8 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from analyzers.engine.builtin.custom_judge import JudgeDefinition, judge_from_dict
-from analyzers.engine.config import AUDITOR_KEYS, LLMConfig, OtelConfig
+from analyzers.engine.config import AUDITOR_KEYS, LLMConfig, OtelConfig, PrivacyConfig
+from analyzers.engine.privacy.detect import DEFAULT_TYPES, TYPES
 
 from .config_store import (
     PROMPT_LEAK_ID,
@@ -66,6 +67,16 @@ class SingletonAdmin(RecordedAdmin):
         return False
 
 
+def _choice(label: str, choices: dict[str, str]) -> forms.ChoiceField:
+    """An optional choice of `choices` (value: meaning), the first one by default."""
+    return forms.ChoiceField(
+        label=label,
+        choices=[(value, f"{value}: {meaning}") for value, meaning in choices.items()],
+        initial=next(iter(choices)),
+        required=False,
+    )
+
+
 class GlobalSettingsForm(forms.ModelForm):
     """Global settings, with the `otel` section of `extra` as its own field."""
 
@@ -94,24 +105,40 @@ class GlobalSettingsForm(forms.ModelForm):
     )
     proxy_timeout_s = forms.FloatField(label="Upstream timeout, s (proxy)", initial=60.0,
                                        required=False)
-    proxy_mode = forms.ChoiceField(
-        label="Mode (proxy)",
-        choices=[("clean", "clean: clients receive the cleaned text"),
-                 ("observe", "observe: clients receive the original; the audit is recorded")],
-        initial="clean",
-        required=False,
-    )
-    proxy_extra_text = forms.ChoiceField(
-        label="Refusal and reasoning text (proxy)",
-        choices=[("audit", "audit: passed on audited, like the content"),
-                 ("drop", "drop: never passed on")],
-        initial="audit",
-        required=False,
-    )
+    proxy_mode = _choice("Mode (proxy)", {
+        "clean": "clients receive the cleaned text",
+        "observe": "clients receive the original; the audit is recorded",
+    })
+    proxy_extra_text = _choice("Refusal and reasoning text (proxy)", {
+        "audit": "passed on audited, like the content", "drop": "never passed on",
+    })
     proxy_max_held_bytes = forms.IntegerField(
         label="Frames held behind unaudited text, bytes (proxy)", initial=1_000_000,
         required=False,
         help_text="Past this the held paragraph is audited and sent (10,000 to 64,000,000).",
+    )
+
+    privacy_action = _choice("Personal data and secrets in the cleaned response (privacy)", {
+        "flag": "annotated, passed on as they are",
+        "redact": "replaced by a placeholder ([EMAIL], [CARD], …)",
+    })
+    privacy_store = _choice("What the database keeps (privacy)", {
+        "original": "the text as it arrived",
+        "redacted": "the original never reaches the database",
+    })
+    privacy_detect = forms.MultipleChoiceField(
+        label="Types redacted (privacy)",
+        choices=[(t, t) for t in TYPES],
+        initial=list(DEFAULT_TYPES),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+    )
+    retention_days = forms.IntegerField(
+        label="Retention, days",
+        required=False,
+        min_value=1,
+        max_value=36500,
+        help_text="Audits older than this are erased automatically. Empty: kept.",
     )
 
     class Meta:
@@ -120,6 +147,10 @@ class GlobalSettingsForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        privacy = PrivacyConfig.model_validate((self.instance.extra or {}).get("privacy") or {})
+        for name in ("action", "store", "detect"):
+            self.fields[f"privacy_{name}"].initial = getattr(privacy, name)
+        self.fields["retention_days"].initial = (self.instance.extra or {}).get("retention_days")
         otel = (self.instance.extra or {}).get("otel") or {}
         self.fields["otel_trace_url_template"].initial = otel.get("trace_url_template") or ""
         proxy = stored_proxy(self.instance.extra)
@@ -155,7 +186,14 @@ class GlobalSettingsForm(forms.ModelForm):
             self.add_error(field if field in self.fields else None, " ".join(msgs))
         if problems:
             return data
-        data["extra"] = {**extra, "otel": otel.model_dump(), "proxy": section}
+        privacy = PrivacyConfig(
+            action=data.get("privacy_action") or "flag",
+            store=data.get("privacy_store") or "original",
+            detect=list(data.get("privacy_detect") or []),
+        )
+        data["extra"] = {**extra, "otel": otel.model_dump(), "proxy": section,
+                         "privacy": privacy.model_dump(),
+                         "retention_days": data.get("retention_days")}
         return data
 
 

@@ -15,6 +15,7 @@ from .collisions import CollisionStore, InMemoryCollisionStore
 from .config import AuditorConfig
 from .contract import AnalyzerRun, AuditInput, AuditReport
 from .limits import cap_report_parts, cap_run
+from .privacy.redaction import redact_text
 from .registry import Registry, default_registry
 from .surfacing import decide_surfaced, is_surfaced
 from .trusted import analyzer_run
@@ -65,9 +66,11 @@ class Auditor:
         collision_key: str | None = None,
         collision_family: str | None = None,
         progress: ProgressCallback | None = None,
+        memo: dict[str, Any] | None = None,
     ) -> AuditReport:
         """`collision_family`: outputs recorded under the same family (an audit and its
-        re-runs) are not duplicates of each other (see CollisionStore)."""
+        re-runs) are not duplicates of each other (see CollisionStore). `memo`: what the
+        analyzers share, computed already (e.g. guardrails.analyzers.Seed)."""
         options = options or {}
         context = AuditContext(
             config=self.config,
@@ -77,6 +80,8 @@ class Auditor:
             services=self.services,
             progress=progress,
         )
+        if memo:
+            context.memo.update(memo)
         valid, option_errors = self._split_options(options)
         # Analyzers that read shared configuration see this audit's options too.
         context.config = self.config.with_options(valid)
@@ -111,7 +116,9 @@ class Auditor:
             overall_score=overall_score(runs),
             results=runs,
             cleaned_response=(
-                audit.response if context.cleaned_response is None else context.cleaned_response
+                _uncleaned(audit.response, self.config)
+                if context.cleaned_response is None
+                else context.cleaned_response
             ),
             links=links,
             trace=trace,
@@ -438,3 +445,11 @@ async def emit(progress: ProgressCallback | None, event: dict[str, Any]) -> None
             await outcome
     except Exception:
         logger.exception("progress callback failed for %s", event.get("type"))
+
+
+def _uncleaned(response: str, config: AuditorConfig) -> str:
+    """The text passed on when no analyzer cleaned it: the response, redacted when the
+    configuration's `privacy` says so."""
+    if not config.privacy.redacts_output:
+        return response
+    return redact_text(response, config.privacy.detect, config.privacy_region())

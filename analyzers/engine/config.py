@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -90,6 +90,47 @@ class LinksConfig(BaseModel):
     bare_urls: Literal["strip", "defang"] = "strip"
 
 
+# The types of analyzers/engine/privacy/detect.py (the engine's package imports this module).
+PrivacyType = Literal[
+    "SECRET_API_KEY",
+    "PII_CREDIT_CARD",
+    "PII_IBAN",
+    "PII_US_SSN",
+    "PII_EMAIL",
+    "PII_PHONE",
+    "PII_IP_ADDRESS",
+]
+
+
+class PrivacyConfig(BaseModel):
+    """What happens to the personal data and secrets found (docs/guides/privacy.md): `flag`
+    leaves the text as it is, `redact` puts a placeholder in the cleaned response;
+    `store: redacted` keeps the original out of the database (redacted before the first
+    write). `detect`: the types redacted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["flag", "redact"] = "flag"
+    store: Literal["original", "redacted"] = "original"
+    detect: list[PrivacyType] = Field(
+        default_factory=lambda: [t for t in get_args(PrivacyType) if t != "PII_IP_ADDRESS"]
+    )
+
+    @field_validator("detect")
+    @classmethod
+    def _once_each(cls, types: list[str]) -> list[str]:
+        return list(dict.fromkeys(types))
+
+    @property
+    def redacts_output(self) -> bool:
+        """True when the cleaned response holds placeholders (stored redacted implies it)."""
+        return bool(self.detect) and (self.action == "redact" or self.store == "redacted")
+
+    @property
+    def redacts_stored(self) -> bool:
+        return bool(self.detect) and self.store == "redacted"
+
+
 def is_valid_threshold(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 1
 
@@ -116,6 +157,9 @@ class AuditorConfig(BaseModel):
     # Optional, additive: bounded work per audit (see analyzers/engine/limits.py).
     limits: Limits = Field(default_factory=Limits)
     links: LinksConfig = Field(default_factory=LinksConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    # Audits older than this many days are erased (audits.store.erasure); None keeps them.
+    retention_days: int | None = Field(default=None, ge=1, le=36500)
 
     @field_validator("analyzers")
     @classmethod
@@ -144,6 +188,11 @@ class AuditorConfig(BaseModel):
         for analyzer_id, overrides in options.items():
             analyzers[analyzer_id] = {**analyzers.get(analyzer_id, {}), **overrides}
         return self.model_copy(update={"analyzers": analyzers})
+
+    def privacy_region(self) -> str:
+        """The region of phone numbers without +country (the privacy analyzer's setting)."""
+        region = self.analyzers.get("privacy", {}).get("default_region")
+        return region.upper() if isinstance(region, str) and len(region) == 2 else "US"
 
     def is_enabled(self, analyzer_id: str, default: bool = True) -> bool:
         return bool(self.analyzers.get(analyzer_id, {}).get("enabled", default))

@@ -13,23 +13,31 @@ warning reaches the default threshold.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
 from ..config import AuditorConfig
-from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord
-from ..limits import Omitted
+from ..contract import AnalyzerResult, Annotation, AuditInput, LinkRecord, Source
+from ..limits import Limits, Omitted
 from ..linkcheck import LinkChecker
+from ..privacy.redaction import redact_text
 from .caps import SEVERITY_WEIGHT
 from .context import LABELS
 from .grounding import CASE_STUDY_LINK_UNHEALTHY
-from .settings import DEFAULT_CASE_STUDY_URL, DEFAULT_PATTERNS, settings_from_config
+from .settings import (
+    DEFAULT_CASE_STUDY_URL,
+    DEFAULT_PATTERNS,
+    GuardrailSettings,
+    settings_from_config,
+)
 from .stream import GuardrailResult, audit_text
 from .text import one_line
 
 MEMO_KEY = "guardrails"
+SEED_KEY = "guardrails.seed"  # a pipeline result computed already (see Seed)
 # Records past the audit's limits are counted, not built (caps.RecordCaps); the report is
 # the same (tests compare with False).
 EARLY_CAPS = True
@@ -99,6 +107,27 @@ def health_checks_on(config: AuditorConfig) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Seed:
+    """The pipeline's result on a response, computed already (a stream's paragraphs, audited
+    as they arrived): the audit uses it when its response, settings, sources and limits are
+    the ones it was computed with, instead of running the pipeline again."""
+
+    response: str
+    settings: GuardrailSettings
+    sources: tuple[Source, ...]
+    limits: Limits
+    result: GuardrailResult
+
+    def memo(self) -> dict[str, Any]:
+        """What `Auditor.audit(memo=...)` takes."""
+        return {SEED_KEY: self}
+
+    def fits(self, audit: AuditInput, settings: GuardrailSettings, limits: Limits) -> bool:
+        return (audit.response == self.response and settings == self.settings
+                and limits == self.limits and tuple(audit.sources) == self.sources)
+
+
 class SharedRun:
     """One audit's pipeline result, health checks, and the context fields they set."""
 
@@ -106,16 +135,23 @@ class SharedRun:
         self.context = context
         config = context.config
         self.settings = settings_from_config(config)
+        seed = context.memo.pop(SEED_KEY, None)
         try:
-            self.result: GuardrailResult = audit_text(
-                audit.response,
-                self.settings,
-                audit.sources,
-                config.limits if EARLY_CAPS else None,
-            )
+            if isinstance(seed, Seed) and EARLY_CAPS and seed.fits(audit, self.settings, config.limits):
+                self.result: GuardrailResult = seed.result
+            else:
+                self.result = audit_text(
+                    audit.response,
+                    self.settings,
+                    audit.sources,
+                    config.limits if EARLY_CAPS else None,
+                )
         except Exception:
             # The analyzers report the failure; the text passed on must still be inert.
-            context.cleaned_response = inert_text(audit.response)
+            text = audit.response
+            if self.settings.redact:
+                text = redact_text(text, self.settings.redact, self.settings.redact_region)
+            context.cleaned_response = inert_text(text)
             raise
         self.check_health = health_checks_on(config)
         self.timeout_s = float(config.analyzers.get("links", {}).get("timeout_s", 4))

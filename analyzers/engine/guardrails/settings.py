@@ -48,6 +48,9 @@ class GuardrailSettings:
     links: bool = True
     grounding: bool = True
     bare_urls: str = "strip"  # or "defang"
+    # personal data and secrets replaced by placeholders in each cleaned paragraph
+    redact: tuple[str, ...] = ()
+    redact_region: str = "US"
     # derived
     case_study_prefix: str = field(default="", compare=False)
     case_study_suffix: str = field(default="", compare=False)
@@ -75,6 +78,8 @@ class GuardrailSettings:
         links: bool = True,
         grounding: bool = True,
         bare_urls: str = "strip",
+        redact: Iterable[str] = (),
+        redact_region: str = "US",
     ) -> GuardrailSettings:
         customers = tuple(
             Customer(
@@ -104,6 +109,8 @@ class GuardrailSettings:
             links=links,
             grounding=grounding,
             bare_urls="defang" if bare_urls == "defang" else "strip",
+            redact=tuple(redact),
+            redact_region=redact_region,
             case_study_prefix=prefix,
             case_study_suffix=suffix.rstrip("/"),
         )
@@ -155,6 +162,8 @@ def settings_from_config(
         config.is_enabled("links"),
         config.is_enabled("grounding"),
         links.get("bare_urls") or config.links.bare_urls,
+        tuple(config.privacy.detect) if config.privacy.redacts_output else (),
+        config.privacy_region(),
     )
     return _cached_key_settings(key)
 
@@ -166,7 +175,7 @@ def _with(section: dict, overrides: dict | None) -> dict:
 @lru_cache(maxsize=64)
 def _cached_key_settings(key: tuple) -> GuardrailSettings:
     (hosts, brand, suffix, customers, patterns, prefixes, allowed, case_url, pl, li, gr,
-     bare_urls) = key
+     bare_urls, redact, region) = key
     return GuardrailSettings.build(
         allowed_hosts=hosts,
         brand_name=brand,
@@ -183,6 +192,8 @@ def _cached_key_settings(key: tuple) -> GuardrailSettings:
         links=li,
         grounding=gr,
         bare_urls=bare_urls,
+        redact=redact,
+        redact_region=region,
     )
 
 

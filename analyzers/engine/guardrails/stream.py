@@ -14,6 +14,7 @@ from typing import Any
 from ..config import AuditorConfig
 from ..contract import Annotation, LinkRecord, Source
 from ..limits import Limits
+from ..privacy.redaction import redact_findings, shifted
 from .caps import RecordCaps
 from .context import PendingClaim
 from .pipeline import audit_paragraph
@@ -233,6 +234,8 @@ class InlineStreamAuditor:
             self._open_fence,
         )
         cleaned = result.text
+        if self.settings.redact and cleaned:
+            cleaned = self._redact(cleaned, result.pending)
         if self._open_fence is not None or "```" in cleaned or "~~~" in cleaned:
             self._open_fence = fence_state_after(cleaned, self._open_fence)
         if cleaned and not cleaned.isspace():
@@ -254,6 +257,17 @@ class InlineStreamAuditor:
         self._claims.extend(result.claims)
         if self._collect:
             out.append(AuditedParagraph(emitted, result.trace))
+
+    def _redact(self, cleaned: str, pending: list[PendingClaim]) -> str:
+        """The cleaned paragraph with its personal data and secrets replaced (the
+        configuration's `privacy`), its pending claims' offsets moved to match."""
+        redacted, findings = redact_findings(
+            cleaned, self.settings.redact, self.settings.redact_region
+        )
+        for claim in pending if findings else ():
+            claim.start = shifted(claim.start, cleaned, findings)
+            claim.end = shifted(claim.end, cleaned, findings)
+        return redacted
 
 
 class BoundedStream:

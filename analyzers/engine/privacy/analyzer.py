@@ -9,25 +9,15 @@ independent risks, 0.4 per warning and 0.1 per info (one card surfaces, e-mails 
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
 from ..builtin.redflag import score_annotations
+from ..config import PrivacyType
 from ..contract import AnalyzerResult, Annotation, AuditInput, Severity
 from . import detect as d
 from .keys import KIND_LABELS
 
-PrivacyType = Literal[
-    "SECRET_API_KEY",
-    "PII_CREDIT_CARD",
-    "PII_IBAN",
-    "PII_US_SSN",
-    "PII_EMAIL",
-    "PII_PHONE",
-    "PII_IP_ADDRESS",
-]
 LABELS = {
     d.SECRET_API_KEY: "Secret",
     d.PII_CREDIT_CARD: "Payment card number",
