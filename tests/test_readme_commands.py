@@ -14,6 +14,8 @@ import pytest
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 README = BASE_DIR / "README.md"
+# The README and the docs site's pages (docs/), where the guides' commands now live.
+DOCS = [README, *sorted((BASE_DIR / "docs").rglob("*.md"))]
 SHELL_BLOCKS = {"", "sh", "bash", "shell", "console"}
 FILE_SUFFIXES = (".json", ".jsonl", ".py", ".sh")
 OUTPUT_FLAGS = {"-o", "--output", ">", ">>"}
@@ -22,11 +24,12 @@ LONG_RUNNING = {"db_worker", "runserver"}
 
 
 def shell_lines() -> list[list[str]]:
-    """The lines of every shell code block of the README, block by block."""
+    """The lines of every shell code block of the README and docs/, block by block."""
     blocks: list[list[str]] = []
     fence = re.compile(r"^\s*```\s*([\w-]*)")
     language: str | None = None  # None: outside a block
-    for line in README.read_text(encoding="utf-8").splitlines():
+    lines = [line for doc in DOCS for line in doc.read_text(encoding="utf-8").splitlines()]
+    for line in lines:
         match = fence.match(line)
         if match:
             if language is None:
