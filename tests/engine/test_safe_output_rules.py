@@ -6,6 +6,7 @@ import pytest
 from rendering import problems, rendered_destinations
 
 from analyzers.engine.config import AuditorConfig
+from analyzers.engine.guardrails import autolinks
 from analyzers.engine.guardrails.settings import GuardrailSettings, settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 
@@ -175,3 +176,9 @@ def test_a_url_whose_rendered_href_goes_to_another_host_is_removed(text):
     assert problems(result.cleaned_response, HOSTS) == []
     assert [c for c, _ in codes(result)] == ["LINK_HOST_NOT_ALLOWED"]
     assert "evil.example" in result.annotations[0][1].description
+
+
+def test_a_bare_url_longer_than_linkify_reads_has_every_destination_in_it_judged():
+    long_query = "https://docs.acme.example/?q=" + "a" * autolinks.LINKIFY_MAX
+    assert audit(long_query).cleaned_response == long_query  # one allowed destination
+    assert audit(long_query + ",foo.com").cleaned_response == ""

@@ -305,6 +305,9 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
     return found
 
 
+# linkify-it reads at most this much of a run (its regexes cost more than the scan's); a
+# link that may be longer is not trusted as one: every marker in it is judged
+LINKIFY_MAX = 4096
 # markdown-it's linkify: the same defaults (its `MarkdownIt` makes one `LinkifyIt()`)
 _LINKIFY = LinkifyIt()
 _NOT_BEFORE_SCHEME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-")
@@ -319,9 +322,10 @@ def _linkified_end(core: str, scheme_at: int) -> int:
     apart (`https://ok.example,evil.com`)."""
     if scheme_at > 0 and core[scheme_at - 1] in _NOT_BEFORE_SCHEME:
         return scheme_at
-    match = _LINKIFY.match_at_start(core[scheme_at:])
-    if match is None:
-        return scheme_at
+    window = core[scheme_at:scheme_at + LINKIFY_MAX]
+    match = _LINKIFY.match_at_start(window)
+    if match is None or (match.last_index >= len(window) and len(window) == LINKIFY_MAX):
+        return scheme_at  # none, or it may go on past the window: every marker judged
     url: str = match.url
     return scheme_at + len(url.rstrip("*")) if url == core[scheme_at:scheme_at + len(url)] else scheme_at
 
