@@ -40,6 +40,7 @@ from analyzers.models import ApiKey
 from audits.events import apublish
 from audits.execution import execute
 from audits.intake import submit
+from audits.intake.redaction import StreamedText, redact_metadata, stored_redaction
 from audits.intake.schemas import AuditIn
 from audits.models import AuditRun, TraceLine
 from audits.store import reports
@@ -240,6 +241,8 @@ class StreamSession:
     saved_at: float = 0.0
     save_later: asyncio.Task | None = None
     save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # `privacy.store: redacted`: the response is stored in this form only
+    stored: StreamedText | None = None
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -256,6 +259,9 @@ class StreamSession:
         max_chars = config.analyzer_section("redflag").get("max_chars")
         if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
             session.max_chars = max_chars
+        redact = stored_redaction(config)
+        if redact is not None:
+            session.stored = StreamedText(redact)
         session.heartbeat = asyncio.create_task(_beat(run.pk))
         return session
 
@@ -307,6 +313,8 @@ class StreamSession:
     async def annotate(self, *, metadata: dict[str, Any], external_id: str | None = None) -> None:
         """Add to the run's metadata (and set its `external_id` when it has none and the
         key has not used it) before `close()`: what a transport learns as the stream ends."""
+        if self.stored is not None:
+            metadata = redact_metadata(metadata, self.stored.redact)
         await _annotate_run(self.run_id, metadata, external_id)
 
     async def close(self, *, complete: bool) -> list[Event]:
@@ -318,7 +326,7 @@ class StreamSession:
         await self._persist([], now=True)
         if self.stream.cuts:
             await self.annotate(metadata={"stream_paragraph_breaks": self.stream.cuts})
-        response = self.stream.text()
+        response = self._storable(self.stream.text())
         audit = await sync_to_async(_finish_run, thread_sensitive=False)(
             self.run_id, response, not complete
         )
@@ -332,11 +340,15 @@ class StreamSession:
             return []
         self._stop_timers()
         await self._persist([], now=True)
-        response = self.stream.text() + self.stream.partial
+        response = self._storable(self.stream.text() + self.stream.partial)
         audit = await sync_to_async(_refuse_run, thread_sensitive=False)(
             self.run_id, response, detail
         )
         return [("audit", audit)]
+
+    def _storable(self, response: str) -> str:
+        """The whole response as it is stored (redacted under `privacy.store: redacted`)."""
+        return response if self.stored is None else self.stored.whole(response)
 
     def _events(self, paragraphs: list[AuditedParagraph]) -> list[Event]:
         """One `chunk` of the paragraphs' audited text, then their trace lines."""
@@ -388,7 +400,9 @@ class StreamSession:
         async with self.save_lock:
             trace, self.unsaved_trace = self.unsaved_trace, []
             self.saved_at = loop.time()
-            response = self.stream.text()[: self.stream.audited_chars]
+            text, audited = self.stream.text(), self.stream.audited_chars
+            stored = self.stored
+            response = text[:audited] if stored is None else stored.through(text, audited)
             await _save_progress(self.run_id, response, "".join(self.cleaned), trace)
         await apublish(
             {"type": "stream_progress", "audit_id": self.audit_id,

@@ -26,6 +26,7 @@ from audits.events import (
     publish,
 )
 from audits.execution import queueing
+from audits.intake.redaction import redact_item, stored_redaction
 from audits.models import (
     AuditRun,
 )
@@ -119,6 +120,14 @@ def submit_audit(
             return existing
 
     config, snapshot = load_config_with_snapshot()
+    redact = stored_redaction(config)
+    if redact is not None:  # before the first write (the fingerprint is of the original)
+        redacted = redact_item({"user_input": user_input, "response": response,
+                                "sources": sources, "metadata": metadata}, redact)
+        user_input, response, sources, metadata = (
+            redacted["user_input"], redacted["response"], redacted["sources"],
+            redacted["metadata"],
+        )
     run = AuditRun(
         api_key=api_key,
         external_id=external_id,
@@ -236,6 +245,7 @@ def submit_audits(
     for all, each enqueued on commit. An `external_id` is stored as given, unchecked:
     `submit_audits_once` checks them first (and hands over the `fingerprints` it made)."""
     config, snapshot = load_config_with_snapshot()
+    redact = stored_redaction(config)
     rows = []
     for i, item in enumerate(items):
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
@@ -247,6 +257,9 @@ def submit_audits(
             options=options,
         )
         rerun_of = item.get("rerun_of")
+        if redact is not None:  # before the first write (the fingerprint is of the original)
+            item = redact_item({**item, "sources": sources, "metadata": metadata}, redact)
+            sources, metadata = item["sources"], item["metadata"]
         rows.append((
             item.get("external_id"), None if rerun_of is None else rerun_of.pk,
             None if api_key is None else api_key.pk, fingerprint, item["user_input"],

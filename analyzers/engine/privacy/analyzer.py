@@ -17,6 +17,7 @@ from ..config import PrivacyType
 from ..contract import AnalyzerResult, Annotation, AuditInput, Severity
 from . import detect as d
 from .keys import KIND_LABELS
+from .redaction import placeholder_findings
 
 LABELS = {
     d.SECRET_API_KEY: "Secret",
@@ -80,19 +81,20 @@ class PrivacyAnalyzer(Analyzer):
     async def analyze(
         self, audit: AuditInput, settings: PrivacySettings, context: AuditContext
     ) -> AnalyzerResult:
-        return self.scan(audit, settings)
+        return self.scan(audit, settings, redacted=context.config.privacy.redacts_stored)
 
-    def scan(self, audit: AuditInput, settings: PrivacySettings) -> AnalyzerResult:
-        """The result for `audit` (synchronous: no I/O)."""
+    def scan(
+        self, audit: AuditInput, settings: PrivacySettings, *, redacted: bool = False
+    ) -> AnalyzerResult:
+        """The result for `audit` (synchronous: no I/O). `redacted`: the texts were stored
+        redacted (`privacy.store`), so their placeholders are findings too."""
         region = settings.default_region.upper()
         limit = settings.max_findings
-        in_response, truncated = d.detect(
-            audit.response, settings.detect, region=region, limit=limit
-        )
+        in_response, truncated = _found(audit.response, settings, region, limit, redacted)
         in_input: list[d.Finding] = []
         if settings.scan_user_input and not truncated and audit.user_input:
-            in_input, truncated = d.detect(
-                audit.user_input, settings.detect, region=region, limit=limit - len(in_response)
+            in_input, truncated = _found(
+                audit.user_input, settings, region, limit - len(in_response), redacted
             )
         annotations = [_annotation(f, settings, "response") for f in in_response]
         annotations += [_annotation(f, settings, "user_input") for f in in_input]
@@ -117,9 +119,22 @@ class PrivacyAnalyzer(Analyzer):
         )
 
 
+def _found(
+    text: str, settings: PrivacySettings, region: str, limit: int, redacted: bool
+) -> tuple[list[d.Finding], bool]:
+    found, truncated = d.detect(text, settings.detect, region=region, limit=limit)
+    if redacted:
+        found = sorted(found + placeholder_findings(text, settings.detect), key=lambda f: f.start)
+        truncated = truncated or len(found) > limit
+        found = found[:limit]
+    return found, truncated
+
+
 def _annotation(finding: d.Finding, settings: PrivacySettings, where: str) -> Annotation:
     label = LABELS[finding.type]
-    if finding.type == d.SECRET_API_KEY:
+    if finding.kind == "redacted":
+        label = f"{label} (redacted before it was stored)"
+    elif finding.type == d.SECRET_API_KEY:
         label = KIND_LABELS.get(finding.kind, label)
     elif finding.kind and finding.type in (d.PII_CREDIT_CARD, d.PII_IBAN):
         label = f"{label} ({finding.kind})"

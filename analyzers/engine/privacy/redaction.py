@@ -9,9 +9,13 @@ forms a Markdown link, image or definition with the text after it (`[EMAIL](java
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from .detect import PLACEHOLDERS, Finding, detect
+
+_TYPE_OF = {mark[1:-1]: type_ for type_, mark in PLACEHOLDERS.items()}
+_PLACEHOLDER = re.compile(r"\[(" + "|".join(_TYPE_OF) + r")\\?\]")
 
 # What may follow `]` to make a link, a reference or a definition of the brackets before.
 _LINK_FOLLOWERS = frozenset("([:")
@@ -60,3 +64,14 @@ def shifted(position: int, text: str, findings: list[Finding]) -> int:
             return finding.start + delta + len(mark)
         delta += len(mark) - (finding.end - finding.start)
     return position + delta
+
+
+def placeholder_findings(text: str, types: Iterable[str]) -> list[Finding]:
+    """The placeholders of `types` in `text` as findings (kind "redacted"): what was
+    found in a text before it was stored redacted."""
+    wanted = set(types)
+    return [
+        Finding(type_, m.start(), m.end(), m.group(), "redacted")
+        for m in _PLACEHOLDER.finditer(text)
+        if (type_ := _TYPE_OF[m.group(1)]) in wanted
+    ]

@@ -8,15 +8,17 @@ commit. Retrieval documents are joined per trace, across requests too (`traces`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import transaction
 from pydantic import ValidationError
 
+from analyzers.config_store import load_config
 from analyzers.engine.contract import Source
 from audits.api.otlp import spans, traces
 from audits.intake import submit
+from audits.intake.redaction import redact_sources, stored_redaction
 from audits.intake.schemas import AuditIn
 
 MAX_MESSAGES = 5  # distinct rejection reasons quoted in partial_success.error_message
@@ -92,6 +94,9 @@ def ingest(request_message, api_key) -> Outcome:
     for _, error in errors:
         outcome.reject(error)
     retrieved = _readable(retrieved, outcome)
+    redact = stored_redaction(load_config())
+    if redact is not None:  # the documents are remembered (TraceDocuments) as stored
+        retrieved = [replace(r, sources=redact_sources(r.sources, redact)) for r in retrieved]
     outcome.ignored += len(retrieved)
     by_trace = traces.recall(api_key, {span.trace_id for span in llm})
     for item in retrieved:
