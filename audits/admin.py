@@ -17,10 +17,12 @@ from audits.models import (
     Annotation,
     AuditLinks,
     AuditRun,
+    DeletionLog,
     Review,
     TraceLine,
 )
 from audits.review import alert_rules, alert_tasks
+from audits.store import erasure
 from audits.store.link_rows import stored_links
 
 FLOAT_DIGITS = 3  # scores and durations as people read them (0.05, not 0.049999999999999996)
@@ -163,6 +165,33 @@ class AuditRunAdmin(ReadOnlyAdmin):
             submit.rerun_audit(run)
             count += 1
         self.message_user(request, f"Queued {count} new run(s), linked to the originals.")
+
+    # Deleting here (the change page's Delete, the "Delete selected" action after its
+    # confirmation page) is an erasure: every derived row, secure delete, logged.
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, AuditRun.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
+        erasure.erase(
+            erasure.filtered(ids=ids),
+            actor=f"admin:{request.user.get_username()}",
+            source="admin",
+            filter={"ids": ids[:100], "selected": len(ids)},
+        )
+
+
+@admin.register(DeletionLog)
+class DeletionLogAdmin(ReadOnlyAdmin):
+    """Every erasure: who, when, the filter, the count (never the audits' content)."""
+
+    list_display = ["created_at", "source", "actor", "count"]
+    list_filter = ["source"]
+    date_hierarchy = "created_at"
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # --- alerts -----------------------------------------------------------------------------

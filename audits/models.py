@@ -678,3 +678,20 @@ class ShadowResult(models.Model):
 
     def __str__(self) -> str:
         return f"candidate {self.candidate_id} on {self.audit_id}"
+
+
+class DeletionLog(models.Model):
+    """One erasure of audits (an id, a filter, the retention policy): who, when, which
+    filter and how many; never any of the audits' content."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=200)  # "admin:<username>", "api:<key prefix>", ...
+    source = models.CharField(max_length=20)  # api, admin, retention, command
+    filter = models.JSONField(default=dict, blank=True)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.source} {self.actor}: {self.count}"

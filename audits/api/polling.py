@@ -97,6 +97,13 @@ class AnswerCache:
                 _, evicted = self._items.popitem(last=False)
                 self._bytes -= len(evicted.body)
 
+    def discard(self, run_id: uuid.UUID) -> None:
+        """Forget an audit (it was erased)."""
+        with self._lock:
+            old = self._items.pop(run_id, None)
+            if old is not None:
+                self._bytes -= len(old.body)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
@@ -130,7 +137,8 @@ def current(run_id: uuid.UUID) -> Answer:
     The version is read before the audit: a change in between makes the stored version
     older than the bytes, so the next GET serialises again (never the other way round)."""
     version = _version(run_id)
-    if version is None:
+    if version is None:  # never stored, or erased (by any process): not kept either
+        cache.discard(run_id)
         raise HttpError(404, "audit not found")
     finished = version[0] in FINISHED
     if finished and (hit := cache.get(run_id, version)) is not None:

@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
@@ -17,9 +18,10 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from analyzers.auth import (
+    admin_auth,
     ingest_auth,
     ingest_auth_async,
     read_auth,
@@ -45,7 +47,7 @@ from audits.intake.schemas import (
     ReviewOut,
 )
 from audits.models import AuditRun
-from audits.store import queries
+from audits.store import erasure, queries
 from audits.store.db_threads import run_in_db_thread
 from audits.store.verdicts import ReviewError, record_review, review_to_dict
 
@@ -515,6 +517,56 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
     return Status(201, review_to_dict(review))
 
 
+class ErasureIn(Schema):
+    """Which audits to erase: all the criteria given at once, at least one."""
+
+    model_config = {"extra": "forbid"}
+
+    external_id: str | None = Field(None, min_length=1, max_length=200)
+    metadata: dict[str, str | int | bool] | None = Field(
+        None, description="top-level metadata values, e.g. {\"user_id\": \"u-1\"}"
+    )
+    before: datetime | None = Field(None, description="created before this time (ISO 8601)")
+
+    @field_validator("metadata")
+    @classmethod
+    def _plain_keys(cls, metadata: dict | None) -> dict | None:
+        for key in metadata or {}:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", key) or "__" in key:
+                raise ValueError(f"metadata key {key[:100]!r}: letters, digits, . - _ only")
+        return metadata
+
+    def criteria(self) -> dict:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ErasureOut(Schema):
+    deleted: int
+
+
+@router.post(
+    "/audits/delete",
+    auth=admin_auth,
+    response={200: ErasureOut, **ERRORS},
+    summary="Erase the audits a filter names",
+)
+def delete_audits(request: HttpRequest, body: ErasureIn):
+    """Erase the audits with this `external_id`, these metadata values or created `before`
+    a time, and every row derived from them (docs/operations/privacy.md); answers the
+    count. Needs a key with the `admin` scope; the erasure is logged without content."""
+    criteria = body.criteria()
+    if not criteria or body.metadata == {}:
+        raise HttpError(422, [{"loc": ["body"], "msg": "give external_id, metadata or before"}])
+    if body.before is not None and body.before.tzinfo is None:
+        raise HttpError(422, [{"loc": ["body", "before"], "msg": "give a time zone"}])
+    audits = erasure.filtered(external_id=body.external_id, metadata=body.metadata,
+                              before=body.before)
+    count = erasure.erase(audits, actor=f"api-key:{request.auth.name}", source="api",
+                          filter=criteria)
+    polling.cache.clear()  # the erased audits' answers leave this process's memory
+    return {"deleted": count}
+
+
 @router.get(
     "/audits/{audit_id}",
     auth=read_auth_async,
@@ -539,3 +591,21 @@ async def get_audit(
         raise HttpError(422, [{"loc": ["query", "wait"],
                                "msg": "wait: seconds (0 or more), true or false"}]) from None
     return await polling.respond(request, _audit_id(audit_id), seconds)
+
+
+@router.delete(
+    "/audits/{audit_id}",
+    auth=admin_auth,
+    response={200: ErasureOut, 404: ErrorOut, **ERRORS},
+    summary="Erase one audit",
+)
+def delete_audit(request: HttpRequest, audit_id: str):
+    """Erase the audit and every row derived from it; it answers 404 from then on. Needs
+    a key with the `admin` scope; the erasure is logged without content."""
+    run_id = _audit_id(audit_id)
+    count = erasure.erase(erasure.filtered(ids=[run_id]), actor=f"api-key:{request.auth.name}",
+                          source="api", filter={"id": str(run_id)})
+    polling.cache.discard(run_id)
+    if not count:
+        raise HttpError(404, "audit not found")
+    return {"deleted": count}
