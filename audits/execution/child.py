@@ -38,6 +38,9 @@ def _capture(event: dict[str, Any]) -> None:
 def setup(settings_module: str, databases: dict[str, str], parent: int,
                  making_way: tuple[Any, Any, int], requests_waiting: Any) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+    # A child analyses in its own threads: its task backend, made as Django starts, must
+    # not start children of its own.
+    os.environ["AUDITOR_ANALYSIS_PROCESSES"] = "0"
     from django.conf import settings
 
     for alias, name in databases.items():  # the parent's (a test run's database, say)

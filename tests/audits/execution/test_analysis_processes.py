@@ -358,6 +358,8 @@ def test_a_server_with_analysis_processes_completes_audits_and_they_end_with_it(
             time.sleep(0.1)
         assert AnalyzerRunRecord.objects.filter(audit__in=ids).count() >= len(ids)
         assert sorted(_spawned_children(server.pid)) == sorted(children)  # none died
+        time.sleep(3)  # a child's own task backend, had it started children, has by now
+        assert [grandchild for c in children for grandchild in _spawned_children(c)] == []
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         deadline = time.monotonic() + 10
