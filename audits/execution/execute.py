@@ -112,13 +112,22 @@ def build_auditor(config):
     )
 
 
-def execute_run(run_id: Any) -> str:
-    """The body of the `run_audit` task. Returns the final status (or why it did nothing)."""
+# Run id -> what the engine's analyzers share, computed already (execute_run's `memo`).
+_MEMOS: dict[str, dict[str, Any]] = {}
+
+
+def execute_run(run_id: Any, memo: dict[str, Any] | None = None) -> str:
+    """The body of the `run_audit` task. Returns the final status (or why it did nothing).
+    `memo`: given to the engine for this run (a stream's pipeline result, for one)."""
     if not _claim(run_id):
         return "skipped"
-
-    with running_run(run_id):  # its heartbeat tells recovery this process is alive
-        return _execute_claimed(run_id)
+    if memo:
+        _MEMOS[str(run_id)] = memo
+    try:
+        with running_run(run_id):  # its heartbeat tells recovery this process is alive
+            return _execute_claimed(run_id)
+    finally:
+        _MEMOS.pop(str(run_id), None)
 
 
 def _auditor_for(run: AuditRun):
@@ -176,6 +185,7 @@ def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
     )
 
     audit_id = str(run.pk)
+    memo = _MEMOS.pop(audit_id, None)
 
     def make():
         coro = auditor.audit(
@@ -185,6 +195,7 @@ def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
             collision_family=family,
             # (nobody to see the analyzers' progress: no events made for it)
             progress=_progress_callback(audit_id) if audit_watched(audit_id) else None,
+            memo=memo,
         )
         return coro if collisions is None else collisions.run(run.pk, coro)
 

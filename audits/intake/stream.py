@@ -35,7 +35,10 @@ from pydantic import ValidationError
 from analyzers.auth import RateLimited, hit_rate_limit
 from analyzers.config_store import option_errors
 from analyzers.engine.config import AuditorConfig
+from analyzers.engine.contract import Source
+from analyzers.engine.guardrails.analyzers import Seed
 from analyzers.engine.guardrails.stream import AuditedParagraph, BoundedStream, InlineStreamAuditor
+from analyzers.engine.limits import Limits
 from analyzers.models import ApiKey
 from audits.events import apublish
 from audits.execution import execute
@@ -195,15 +198,17 @@ async def _beat(run_id: Any) -> None:
             logger.warning("stream %s: heartbeat failed", run_id, exc_info=True)
 
 
-def _finish_run(run_id: Any, response: str, incomplete: bool) -> dict[str, Any]:
-    """Store the whole response, audit it like a batch audit and return the Audit (a thread)."""
+def _finish_run(run_id: Any, response: str, incomplete: bool,
+                memo: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Store the whole response, audit it like a batch audit and return the Audit (a thread).
+    `memo`: the stream's own pipeline result, which that audit uses when it fits."""
     close_old_connections()
     try:
         # Back to pending so execute_run claims it the usual way (one winner).
         AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
             response=response, incomplete=incomplete, status=AuditRun.Status.PENDING
         )
-        execute.execute_run(run_id)
+        execute.execute_run(run_id, memo)
         return audit_to_dict(audit_queryset().get(pk=run_id))
     finally:
         close_old_connections()
@@ -243,6 +248,11 @@ class StreamSession:
     save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # `privacy.store: redacted`: the response is stored in this form only
     stored: StreamedText | None = None
+    # What the stream's pipeline ran with: its result stands for the final audit's own run
+    # of the pipeline unless a source arrived mid-stream (the final audit has not got it).
+    limits: Limits | None = None
+    sources: tuple[Source, ...] = ()
+    sources_added: bool = False
 
     @classmethod
     async def open(cls, *, api_key: Any, head: AuditIn) -> StreamSession:
@@ -255,7 +265,8 @@ class StreamSession:
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
         session = cls(run_id=run.pk, auditor=auditor, stream=BoundedStream(auditor),
-                      max_trace_lines=config.limits.max_trace_lines)
+                      max_trace_lines=config.limits.max_trace_lines, limits=config.limits,
+                      sources=tuple(Source.model_validate(s.model_dump()) for s in head.sources))
         max_chars = config.analyzer_section("redflag").get("max_chars")
         if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
             session.max_chars = max_chars
@@ -279,6 +290,7 @@ class StreamSession:
 
     async def add_source(self, source: dict[str, Any]) -> None:
         """A tool result arrived mid-stream: it grounds the paragraphs that follow."""
+        self.sources_added = True
         try:
             self.auditor.add_source(source)
         except ValidationError as exc:
@@ -326,12 +338,19 @@ class StreamSession:
         await self._persist([], now=True)
         if self.stream.cuts:
             await self.annotate(metadata={"stream_paragraph_breaks": self.stream.cuts})
-        response = self._storable(self.stream.text())
+        text = self.stream.text()
+        # the seed is of the text as it arrived: it fits only when nothing was redacted
         audit = await sync_to_async(_finish_run, thread_sensitive=False)(
-            self.run_id, response, not complete
+            self.run_id, self._storable(text), not complete, self._seed(text)
         )
         events.append(("audit", audit))
         return events
+
+    def _seed(self, response: str) -> dict[str, Any] | None:
+        if self.sources_added or self.limits is None:
+            return None
+        return Seed(response=response, settings=self.auditor.settings, sources=self.sources,
+                    limits=self.limits, result=self.auditor.result()).memo()
 
     async def refuse(self, detail: str) -> list[Event]:
         """End a stream that went over a limit: no final audit, the run is `failed` with

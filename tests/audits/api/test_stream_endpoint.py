@@ -297,3 +297,25 @@ def test_the_example_client_against_a_real_daphne_server(transport, make_key, tm
     assert run.status == "complete" and not run.incomplete
     assert f"audit  {run.pk} complete" in lines[-1]
     assert "random-blog.example.org" not in run.cleaned_response
+
+
+async def test_the_final_audit_takes_the_streams_own_pipeline_result(make_key, monkeypatch):
+    from analyzers.engine.guardrails import analyzers as guardrail_analyzers
+
+    runs = []
+    real = guardrail_analyzers.audit_text
+    monkeypatch.setattr(guardrail_analyzers, "audit_text",
+                        lambda *a, **kw: runs.append(a[0]) or real(*a, **kw))
+    key = await sync_to_async(make_key)("ingest")
+    chunks = split_randomly(RESPONSE, random.Random(3))
+    status, events = await call_http(key, body_messages([HEAD, *({"text": c} for c in chunks)]))
+    assert status == 200 and events[-1][1]["status"] == "complete"
+    assert runs == []  # the paragraphs audited as they came stand for the final audit's run
+    config = await sync_to_async(load_config)()
+    assert events[-1][1]["cleaned_response"] == audit_text(
+        RESPONSE, settings_from_config(config)).cleaned_response
+    # a source that arrived mid-stream is not the final audit's: its pipeline runs again
+    source = {"source": {"title": "Case", "url": "https://www.acme.example/x", "text": "t"}}
+    status, events = await call_http(key, body_messages([HEAD, {"text": "One.\n\n"}, source,
+                                                         {"text": "Two."}]))
+    assert status == 200 and runs == ["One.\n\nTwo."]
