@@ -238,6 +238,9 @@ AUDITOR_TASK_BACKEND = os.environ.get("AUDITOR_TASK_BACKEND", "thread")
 AUDITOR_RECOVERY_INTERVAL = envint("AUDITOR_RECOVERY_INTERVAL", 10)
 AUDITOR_RECOVER_RUNNING_AFTER_S = envint("AUDITOR_RECOVER_RUNNING_AFTER_S", 30)
 AUDITOR_RECOVER_PENDING_AFTER_S = envint("AUDITOR_RECOVER_PENDING_AFTER_S", 30)
+# Retention (audits.store.erasure): audits older than the configuration's
+# retention_days are erased every AUDITOR_RETENTION_INTERVAL_S s by the same processes (0: off).
+AUDITOR_RETENTION_INTERVAL_S = envint("AUDITOR_RETENTION_INTERVAL_S", 3600)
 # Threads that run audits (thread backend, db_worker) keep their database connections
 # this many seconds (0: closed after every task); requests keep CONN_MAX_AGE=0.
 AUDITOR_TASK_CONN_MAX_AGE = envint("AUDITOR_TASK_CONN_MAX_AGE", 600)

@@ -262,6 +262,8 @@ def tuning(request: HttpRequest) -> HttpResponse:
         "can_save": can_save,
         "analyzers": sorted(set(current_registry().ids()) | set(config.analyzers)),
         "windows": queries.WINDOWS,
+        "retention_days": config.retention_days,
+        "privacy": config.privacy,
         "chart": {
             "labels": queries.bin_labels(),
             "counts": preview.histogram,

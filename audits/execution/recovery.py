@@ -36,6 +36,7 @@ from audits.execution.queueing import enqueue_audit
 from audits.execution.tasks import run_audit
 from audits.models import AuditRun
 from audits.signals import recovery_started
+from audits.store.erasure import start_retention
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +227,7 @@ def start(interval: float | None = None) -> bool:
             target=_forever, args=(float(interval),), name="audits-recovery", daemon=True
         )
         _loop.start()
+    start_retention()  # the other periodic upkeep: audits past `retention_days` erased
     return True
 
 

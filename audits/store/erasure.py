@@ -10,19 +10,30 @@ the erasing connection has `secure_delete` on (deleted content overwritten with 
 and the WAL is checkpointed (TRUNCATE) after, so no byte of it stays in the files. On
 PostgreSQL, `VACUUM` reclaims the dead rows (docs/operations/privacy.md).
 Each erasure is logged (`DeletionLog`: who, when, the filter, the count; no content).
+
+Retention: `purge_expired()` erases the audits older than the configuration's
+`retention_days`, pausing between batches so that submissions get the write lock in
+between; `manage.py purge_audits` runs it, and so does a thread of its own every
+`AUDITOR_RETENTION_INTERVAL_S` (`start_retention()`, started with the recovery loop in
+every process that runs tasks; a long purge never holds up the loop's heartbeats, and
+several processes may purge at once: the deletes are idempotent).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, router, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
+from analyzers.config_store import load_config
 from audits.models import AuditRun, CollisionDigest, DeletionLog
 
 logger = logging.getLogger(__name__)
@@ -60,10 +71,14 @@ def erase(
     source: str,
     filter: dict[str, Any],
     batch: int = BATCH,
+    pause: float = 0.0,
+    log_empty: bool = True,
     on_batch: Callable[[float], None] | None = None,
 ) -> int:
     """Delete `audits` and what derives from them (see the module docstring), log it and
-    return the count. `on_batch(seconds)`: each batch's transaction time (the bench)."""
+    return the count. `pause`: seconds between two batches (other writers go first);
+    `log_empty`: log an erasure that found nothing too; `on_batch(seconds)`: each batch's
+    transaction time (the bench)."""
     db = router.db_for_write(AuditRun)
     connection = connections[db]
     if connection.vendor == "sqlite":
@@ -80,13 +95,16 @@ def erase(
                 count += _erase_ids(db, ids)
             if on_batch is not None:
                 on_batch(time.perf_counter() - started)
+            if pause:
+                time.sleep(pause)
     finally:
         if connection.vendor == "sqlite":
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA secure_delete = OFF")
-    DeletionLog.objects.using(db).create(
-        actor=actor[:200], source=source[:20], filter=filter, count=count
-    )
+    if count or log_empty:
+        DeletionLog.objects.using(db).create(
+            actor=actor[:200], source=source[:20], filter=filter, count=count
+        )
     if count:
         checkpoint(db)
     return count
@@ -129,6 +147,9 @@ def checkpoint(db: str, attempts: int = 20) -> bool:
     connection = connections[db]
     if connection.vendor != "sqlite":
         return True
+    if connection.in_atomic_block:  # inside the caller's transaction: its commit comes first
+        logger.warning("erasure: no WAL checkpoint inside a transaction; it will run later")
+        return False
     with connection.cursor() as cursor:
         for _ in range(attempts):
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -137,3 +158,66 @@ def checkpoint(db: str, attempts: int = 20) -> bool:
             time.sleep(0.05)
     logger.warning("erasure: the WAL checkpoint was held up by readers; it will run later")
     return False
+
+
+def expired(days: int, now: datetime | None = None) -> QuerySet[AuditRun]:
+    """The audits created more than `days` days before `now`."""
+    return filtered(before=(now or timezone.now()) - timedelta(days=days))
+
+
+def purge_expired(
+    *,
+    days: int | None = None,
+    actor: str = "retention",
+    source: str = "retention",
+    pause: float = 0.05,
+    on_batch: Callable[[float], None] | None = None,
+) -> int:
+    """Erase the audits older than `days` (default: the configuration's `retention_days`;
+    nothing when that is null); the count. Logged only when it erased something."""
+    days = load_config().retention_days if days is None else days
+    if days is None:
+        return 0
+    now = timezone.now()
+    return erase(
+        expired(days, now),
+        actor=actor,
+        source=source,
+        pause=pause,
+        log_empty=False,
+        on_batch=on_batch,
+        filter={"older_than_days": days, "before": now.isoformat()},
+    )
+
+
+_retention_lock = threading.Lock()
+_retention_loop: threading.Thread | None = None
+_retention_stop = threading.Event()
+
+
+def start_retention() -> bool:
+    """Start this process's retention thread (once; a no-op when the interval is <= 0)."""
+    global _retention_loop
+    interval = float(settings.AUDITOR_RETENTION_INTERVAL_S)
+    if interval <= 0:
+        return False
+    with _retention_lock:
+        if _retention_loop is not None:
+            return False
+        _retention_loop = threading.Thread(
+            target=_purge_forever, args=(interval,), name="audits-retention", daemon=True
+        )
+        _retention_loop.start()
+    return True
+
+
+def _purge_forever(interval: float) -> None:
+    """Purge, then wait `interval` s, until stopped (the purges log themselves)."""
+    stopped = False
+    while not stopped:
+        try:
+            purge_expired()
+        except Exception:
+            logger.warning("retention purge failed; retrying", exc_info=True)
+        connections.close_all()  # this thread's connections only
+        stopped = _retention_stop.wait(interval)
