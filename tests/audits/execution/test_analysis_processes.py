@@ -284,7 +284,7 @@ def test_a_child_orphaned_by_its_parent_exits():
         "import os, django\n"
         "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'auditor_site.settings')\n"
         "django.setup()\n"
-        "from audits import analysis_processes as ap\n"
+        "from audits.execution import processes as ap\n"
         "ap.configure(1)\n"
         "print(ap._submit(os.getpid), flush=True)\n"
         "os._exit(0)\n"
