@@ -102,6 +102,23 @@
     mark.click();
   });
 
+  // --- A recorded verdict keeps keyboard focus in its form ------------------------------
+  // The clicked button is disabled while the verdict is on its way, so focus falls to the
+  // page body, and htmx then replaces the whole form: give focus to the new form's pressed
+  // button (else its first control). Only for the form this page submitted (a Live update
+  // swapped in by WebSocket has no request), and only when focus is lost.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var form = event.target;
+    var request = event.detail && event.detail.requestConfig;
+    if (!form.matches || !form.matches("form.verdict") || !request || !request.elt) return;
+    if (request.elt.id !== form.id) return;
+    var active = document.activeElement;
+    if (active && active !== document.body && active.isConnected) return;
+    var control = form.querySelector('button[aria-pressed="true"]') ||
+      form.querySelector("button, summary, textarea");
+    if (control) control.focus({ preventScroll: true });
+  });
+
   // --- Threshold slider: mirror its value in the <output> next to it -------------------
   document.addEventListener("input", function (event) {
     var slider = event.target.closest("input[type=range][data-output]");
