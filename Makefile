@@ -9,7 +9,7 @@ PORT ?= 8000
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 python; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test docs test-postgres test-unit test-browser bench drill lint venv native clean
+.PHONY: run test check docs test-postgres test-unit test-browser bench drill lint venv native clean
 
 $(VENV)/.installed: pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 is required (Django 6); install it or pass PYTHON=/path/to/python3.12" >&2; exit 1; fi
@@ -45,6 +45,7 @@ run: native
 # (Playwright's sync API and pytest-asyncio do not share one process well).
 test: native
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy analyzers/engine audits
 	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
 	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
@@ -72,6 +73,15 @@ bench: export SECRET_KEY ?= bench-only-secret-key-not-for-any-server-0123456789a
 bench: native
 	@$(PY) manage.py collectstatic --noinput -v0
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# What a change passes before review: formatting, lint, import contracts, types, the docs
+# (the pre-commit hooks of .pre-commit-config.yaml run the same tools on each commit).
+check: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy analyzers/engine audits
+	$(MAKE) --no-print-directory docs
 
 lint: venv
 	$(PY) -m ruff check .

@@ -10,6 +10,7 @@ from ninja import Body, Field, Router, Schema, Status
 from ninja.errors import HttpError
 
 from . import candidates
+from .api_errors import DetailError
 from .auth import admin_auth
 from .config_store import ConfigError, export_config, parse_config, save_config
 from .models import CandidateConfig, ConfigChange
@@ -34,7 +35,7 @@ class RestoreIn(Schema):
 
 def config_errors(exc: ConfigError, *prefix: str) -> HttpError:
     """422 naming each field of an invalid configuration, as PUT /api/config does."""
-    return HttpError(
+    return DetailError(
         422,
         [{"loc": ["body", *prefix, *path.split(".")], "msg": " ".join(msgs)}
          for path, msgs in exc.errors.items()],

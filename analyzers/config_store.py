@@ -503,12 +503,13 @@ def option_errors(options: dict[str, dict]) -> list[dict[str, Any]]:
     config = load_config()
     errors = []
     for analyzer_id, overrides in options.items():
-        if registry.get(analyzer_id) is None:
+        analyzer = registry.get(analyzer_id)
+        if analyzer is None:
             errors.append(
                 {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
             )
             continue
-        locked = sorted(registry.get(analyzer_id).config_only_settings.intersection(overrides))
+        locked = sorted(analyzer.config_only_settings.intersection(overrides))
         if locked:
             errors.append({"loc": ["body", "options", analyzer_id],
                            "msg": f"{', '.join(locked)} can only be set in the configuration"})

@@ -13,7 +13,7 @@ from typing import Any
 from .base import Analyzer, AuditContext, ProgressCallback
 from .collisions import CollisionStore, InMemoryCollisionStore
 from .config import AuditorConfig
-from .contract import AnalyzerRun, AuditInput, AuditReport
+from .contract import AnalyzerRun, AuditInput, AuditReport, RunStatus
 from .limits import cap_report_parts, cap_run
 from .privacy.redaction import redact_text
 from .registry import Registry, default_registry
@@ -213,7 +213,9 @@ class Auditor:
         all, the coroutine finishing its run under the deadline (taken before its first
         step, as `_within` does) is returned instead."""
         started = time.perf_counter()
-        status, error, result = "ok", None, None
+        status: RunStatus = "ok"
+        error: str | None = None
+        result: Any = None
         deadline, budget_spent = self._deadline(context)
         try:
             pending = analyzer.analyze(audit, settings, context)
@@ -246,7 +248,9 @@ class Auditor:
         started: float,
     ) -> AnalyzerRun:
         """The rest of an inline run whose analyzer waited: awaited under its deadline."""
-        status, error, result = "ok", None, None
+        status: RunStatus = "ok"
+        error: str | None = None
+        result: Any = None
         try:
             async with asyncio.timeout_at(deadline):
                 if type(pending) is CoroutineType:
@@ -267,7 +271,7 @@ class Auditor:
             return context.deadline, True
         return deadline, False
 
-    def _timeout_error(self, budget_spent: bool) -> tuple[str, str]:
+    def _timeout_error(self, budget_spent: bool) -> tuple[RunStatus, str]:
         if budget_spent:
             limit_s = self.config.limits.audit_timeout_s
             return "timeout", f"timed out: the audit's time budget of {limit_s:g} s was spent"
@@ -277,7 +281,7 @@ class Auditor:
         self,
         analyzer: Analyzer,
         context: AuditContext,
-        status: str,
+        status: RunStatus,
         error: str | None,
         result: Any,
         started: float,
@@ -295,7 +299,7 @@ class Auditor:
         self,
         analyzer: Analyzer,
         context: AuditContext,
-        status: str,
+        status: RunStatus,
         error: str | None,
         result: Any,
         started: float,
@@ -363,7 +367,9 @@ class Auditor:
         if context.progress is not None:
             await emit(context.progress, {"type": "analyzer_started", "analyzer_id": analyzer.id})
         started = time.perf_counter()
-        status, error, result = "ok", None, None
+        status: RunStatus = "ok"
+        error: str | None = None
+        result: Any = None
         budget_spent = False
         try:
             if option_error:

@@ -163,7 +163,9 @@ class AuditorConfig(BaseModel):
 
     @field_validator("analyzers")
     @classmethod
-    def _valid_analyzer_thresholds(cls, analyzers: dict[str, dict[str, Any]]):
+    def _valid_analyzer_thresholds(
+        cls, analyzers: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
         for analyzer_id, section in analyzers.items():
             value = section.get("threshold")
             if value is not None and not is_valid_threshold(value):

@@ -277,7 +277,7 @@ class LinkChecker:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             raise BlockedURL(f"cannot resolve {host}: {exc}") from exc
-        return list(dict.fromkeys(info[4][0] for info in infos))
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
     async def pin(self, url: str) -> tuple[httpx.URL, str, str]:
         """The guard alone, for other outbound requests (alert webhooks): raises BlockedURL."""

@@ -6,7 +6,7 @@ Built-ins register through the same dotted-path mechanism as third-party analyze
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 
 from .base import Analyzer
@@ -62,7 +62,7 @@ class Registry:
     def ids(self) -> list[str]:
         return list(self._by_id)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Analyzer]:
         return iter(self._by_id.values())
 
     def __len__(self) -> int:

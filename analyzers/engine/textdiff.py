@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 EQUAL, REMOVED, ADDED = "equal", "removed", "added"
@@ -35,6 +35,8 @@ _TOKEN = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 _SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?]+(?![\s.!?]))*(?:[.!?]+[^\S\n]*\n?|\n|$)")
 
 Piece = tuple[str, str]  # (kind, text)
+_Splitter = Callable[[str], list[str]]  # text into finer units
+_Memo = dict[tuple[str, str], list[Piece]]  # a changed block's diff, by its two sides
 
 
 def word_diff(original: str, cleaned: str) -> list[Piece]:
@@ -66,7 +68,7 @@ def bounded_word_diff(original: str, cleaned: str, max_changes: int | None) -> B
         if original:
             pieces.append((EQUAL, original))
         return BoundedDiff(pieces)
-    memo: dict[tuple[str, str], list[Piece]] = {}
+    memo: _Memo = {}
     lines_a, lines_b = original.splitlines(keepends=True), cleaned.splitlines(keepends=True)
     changes = pos_a = pos_b = 0
     for kind, text in _diff_units(lines_a, lines_b, _split_sentences, memo):
@@ -91,7 +93,9 @@ def _split_sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE.findall(text) if s]
 
 
-def _diff_units(a: Sequence[str], b: Sequence[str], finer, memo) -> Iterator[Piece]:
+def _diff_units(
+    a: Sequence[str], b: Sequence[str], finer: _Splitter | None, memo: _Memo
+) -> Iterator[Piece]:
     """Align two sequences of text units (lines or sentences); diff changed blocks finer."""
     for tag, i1, i2, j1, j2 in _align(a, b):
         if tag == EQUAL:
@@ -105,7 +109,7 @@ def _diff_units(a: Sequence[str], b: Sequence[str], finer, memo) -> Iterator[Pie
         yield from block
 
 
-def _diff_block(left: str, right: str, finer, memo) -> Iterator[Piece]:
+def _diff_block(left: str, right: str, finer: _Splitter | None, memo: _Memo) -> Iterator[Piece]:
     if not left or not right:
         yield REMOVED, left
         yield ADDED, right
@@ -177,7 +181,7 @@ def _resync(a: Sequence[str], b: Sequence[str], i: int, j: int) -> tuple[int, in
     for di in range(min(WINDOW, len(a) - i)):
         if best is not None and di >= sum(best):
             break
-        dj = ahead.get(a[i + di])
-        if dj is not None and di + dj > 0 and (best is None or di + dj < sum(best)):
-            best = (di, dj)
+        at = ahead.get(a[i + di])
+        if at is not None and di + at > 0 and (best is None or di + at < sum(best)):
+            best = (di, at)
     return best or (1, 1)

@@ -47,7 +47,7 @@ except (KeyError, AttributeError):  # pragma: no cover - another pydantic: by na
 def trusted_instance(cls: type, values: dict[str, Any], fields_set: frozenset[str]) -> Any:
     """The instance `cls.model_construct(**values)` makes, `values` in declaration order
     and already of their declared types, without pydantic's per-field loop."""
-    obj = _new(cls)
+    obj: Any = _new(cls)
     _set(obj, "__dict__", values)
     _set_fields_set(obj, set(fields_set))
     _set_extra(obj, None)
@@ -179,5 +179,5 @@ def _check() -> bool:
 
 
 if not _check():  # pragma: no cover - only with another pydantic or contract
-    analyzer_result = _validated_result  # type: ignore[assignment]
-    analyzer_run = _constructed_run  # type: ignore[assignment]
+    analyzer_result = _validated_result
+    analyzer_run = _constructed_run

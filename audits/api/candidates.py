@@ -13,6 +13,7 @@ from ninja.errors import HttpError
 
 from analyzers import candidates
 from analyzers.api import ONE_ERRORS, get_candidate
+from analyzers.api_errors import DetailError
 from analyzers.auth import admin_auth
 from audits.shadow import control
 from audits.shadow.compare import compare
@@ -27,7 +28,7 @@ class ReplayIn(Schema):
 
 class PromoteIn(Schema):
     force: bool = False
-    reason: str = Field("", max_length=2000)
+    reason: str = Field(default="", max_length=2000)
 
 
 @router.post(
@@ -39,7 +40,7 @@ def replay_candidate(request: HttpRequest, candidate_id: int, body: ReplayIn):
     """Analyse the latest `limit` stored audits with the candidate, in the background
     (progress: `replay` of GET /api/config/candidates/{id})."""
     if body.limit > settings.AUDITOR_REPLAY_MAX:
-        raise HttpError(
+        raise DetailError(
             422,
             [
                 {
@@ -85,7 +86,7 @@ def promote_candidate(request: HttpRequest, candidate_id: int, body: PromoteIn |
             reason=body.reason,
         )
     except control.WouldLoseConfirmed as exc:
-        raise HttpError(
+        raise DetailError(
             409,
             {
                 "message": str(exc),
@@ -96,7 +97,7 @@ def promote_candidate(request: HttpRequest, candidate_id: int, body: PromoteIn |
     except candidates.CandidateClosed as exc:
         raise HttpError(409, str(exc)) from None
     except control.ReasonRequired as exc:
-        raise HttpError(422, [{"loc": ["body", "reason"], "msg": str(exc)}]) from None
+        raise DetailError(422, [{"loc": ["body", "reason"], "msg": str(exc)}]) from None
     return {
         "status": "promoted",
         "version": change.pk if change else None,

@@ -191,7 +191,9 @@ def export_page(
             f'"reviews":[{",".join(reviews.get(r[0], ()))}]}}\n'
         )
     last = rows[-1]
-    next_cursor = (
-        encode_cursor_raw(_dt(last[2]), _uuid(last[0]), sort, last[21]) if more else None
-    )
+    next_cursor = None
+    if more:
+        created_at, audit_id = _dt(last[2]), _uuid(last[0])
+        assert created_at is not None and audit_id is not None  # both NOT NULL columns
+        next_cursor = encode_cursor_raw(created_at, audit_id, sort, last[21])
     return "".join(lines), next_cursor

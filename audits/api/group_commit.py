@@ -25,8 +25,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, transaction
-from ninja.errors import HttpError
 
+from analyzers.api_errors import DetailError
 from analyzers.config_store import option_errors
 from audits.intake import submit as intake
 from audits.store.db_threads import run_in_db_thread
@@ -61,7 +61,7 @@ def store_submissions(items: list[Submission]) -> list[Outcome]:
     for i, item in enumerate(items):
         errors = option_errors(item.options)
         if errors:
-            out[i] = HttpError(422, errors)
+            out[i] = DetailError(422, errors)
         else:
             valid.append(i)
     if not valid:
@@ -106,9 +106,9 @@ def _store_together(items: list[Submission]) -> list[Outcome]:
             for i, run in zip(keyed, runs, strict=True):
                 out[i] = run
         if plain:
-            runs = intake.submit_audits([items[i].fields for i in plain], api_key=api_key)
-            for i, run in zip(plain, runs, strict=True):
-                out[i] = run
+            fresh = intake.submit_audits([items[i].fields for i in plain], api_key=api_key)
+            for i, made in zip(plain, fresh, strict=True):
+                out[i] = made
     return out
 
 

@@ -20,6 +20,7 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field, field_validator
 
+from analyzers.api_errors import DetailError
 from analyzers.auth import (
     admin_auth,
     ingest_auth,
@@ -90,9 +91,9 @@ class ListFilters(Schema):
             try:
                 queries.parse_meta_filter(pair)
             except queries.InvalidMetaFilter as exc:
-                raise HttpError(422, [{"loc": ["query", "meta"], "msg": str(exc)}]) from None
+                raise DetailError(422, [{"loc": ["query", "meta"], "msg": str(exc)}]) from None
             if "\x00" in pair or len(pair) > 500:
-                raise HttpError(422, [{"loc": ["query", "meta"], "msg": "invalid meta filter"}])
+                raise DetailError(422, [{"loc": ["query", "meta"], "msg": "invalid meta filter"}])
         return queries.AuditFilters(**self.model_dump(exclude={"sort"}))
 
 
@@ -107,7 +108,7 @@ class ListQuery(ListFilters):
 def _validate_options(options: dict[str, dict]) -> None:
     errors = option_errors(options)
     if errors:
-        raise HttpError(422, errors)
+        raise DetailError(422, errors)
 
 
 def _full(run_id) -> dict:
@@ -244,8 +245,8 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     Audits without `external_id` are stored together, in one transaction; those with one
     through `intake.submit_audits_once` (one lookup, the new ones stored together)."""
     items: list[dict | None] = [None] * len(body.audits)
-    plain = []  # (index, item) of audits without external_id: stored together
-    keyed = []  # (index, item) of audits with one: checked and stored together
+    plain: list[tuple[int, AuditIn]] = []  # (index, item) of audits without external_id: stored together
+    keyed: list[tuple[int, AuditIn]] = []  # (index, item) of audits with one: checked and stored together
     for i, item in enumerate(body.audits):
         try:
             _validate_options(item.options)
@@ -352,7 +353,7 @@ def list_audits(
     try:
         items, next_cursor = queries.page(qs, cursor, limit, filters.sort)
     except queries.InvalidCursor:
-        raise HttpError(422, [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]) from None
+        raise DetailError(422, [{"loc": ["query", "cursor"], "msg": "invalid cursor"}]) from None
     return {"items": items, "next": next_cursor}
 
 
@@ -475,6 +476,7 @@ def export(
     session with the `audits.view_auditrun` permission (the dashboard's Export menu)."""
     qs = queries.filter_audits(filters.to_filters())
     sort = filters.sort
+    stream: AsyncIterator[bytes] | Iterator[bytes]
     if isinstance(request, ASGIRequest):
         stream = _async_export(qs, format, sort)
     else:
@@ -513,7 +515,7 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
     except AuditRun.DoesNotExist:
         raise HttpError(404, "audit not found") from None
     except ReviewError as exc:
-        raise HttpError(422, [{"loc": ["body"], "msg": str(exc)}]) from None
+        raise DetailError(422, [{"loc": ["body"], "msg": str(exc)}]) from None
     return Status(201, review_to_dict(review))
 
 
@@ -556,9 +558,9 @@ def delete_audits(request: HttpRequest, body: ErasureIn):
     count. Needs a key with the `admin` scope; the erasure is logged without content."""
     criteria = body.criteria()
     if not criteria or body.metadata == {}:
-        raise HttpError(422, [{"loc": ["body"], "msg": "give external_id, metadata or before"}])
+        raise DetailError(422, [{"loc": ["body"], "msg": "give external_id, metadata or before"}])
     if body.before is not None and body.before.tzinfo is None:
-        raise HttpError(422, [{"loc": ["body", "before"], "msg": "give a time zone"}])
+        raise DetailError(422, [{"loc": ["body", "before"], "msg": "give a time zone"}])
     audits = erasure.filtered(external_id=body.external_id, metadata=body.metadata,
                               before=body.before)
     count = erasure.erase(audits, actor=f"api-key:{request.auth.name}", source="api",
@@ -588,7 +590,7 @@ async def get_audit(
     try:
         seconds = polling.wait_seconds(wait)
     except ValueError:
-        raise HttpError(422, [{"loc": ["query", "wait"],
+        raise DetailError(422, [{"loc": ["query", "wait"],
                                "msg": "wait: seconds (0 or more), true or false"}]) from None
     return await polling.respond(request, _audit_id(audit_id), seconds)
 

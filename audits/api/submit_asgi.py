@@ -39,6 +39,7 @@ from django.http import HttpResponse
 from django.utils.log import log_response
 from django.utils.module_loading import import_string
 from ninja import NinjaAPI, Status
+from pydantic import BaseModel
 
 from analyzers.auth import count_request, ingest_auth_async
 from audits.api import router
@@ -56,7 +57,7 @@ RESPONSE_MIDDLEWARE = (
     "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 )
-ANSWERS = {200: AuditOut, 202: AuditAccepted}  # the view's success schemas
+ANSWERS: dict[int, type[BaseModel]] = {200: AuditOut, 202: AuditAccepted}  # the view's success schemas
 
 Scope = dict[str, Any]
 
@@ -75,7 +76,7 @@ class SubmitEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = _plain_request(scope)
         key = ingest_auth_async.cached(request) if request is not None else None
-        if key is None:
+        if request is None or key is None:
             await self.django(scope, receive, send)
             return
         try:  # its size bounded before (auditor_site.body_limit): no 413 here

@@ -41,8 +41,12 @@ def locate(text: str, span: Span) -> tuple[int, int] | None:
     """Where the span's evidence sits in `text`: its offsets when they agree with the
     evidence (or when there is no evidence), else the first occurrence of the evidence."""
     start, end, evidence = span.start, span.end, span.evidence
-    offsets_ok = start is not None and end is not None and 0 <= start < end <= len(text)
-    if offsets_ok and (not evidence or text[start:end] == evidence):
+    if (
+        start is not None
+        and end is not None
+        and 0 <= start < end <= len(text)
+        and (not evidence or text[start:end] == evidence)
+    ):
         return start, end
     if evidence:
         found = text.find(evidence)

@@ -34,9 +34,9 @@ from django.utils import timezone
 from analyzers.config_store import load_config
 from audits.models import Annotation, Review
 
-CONFIRMED = Review.Verdict.CONFIRMED.value
-FALSE_POSITIVE = Review.Verdict.FALSE_POSITIVE.value
-UNSURE = Review.Verdict.UNSURE.value
+CONFIRMED = str(Review.Verdict.CONFIRMED)  # a choice's str() is its value
+FALSE_POSITIVE = str(Review.Verdict.FALSE_POSITIVE)
+UNSURE = str(Review.Verdict.UNSURE)
 # Windows up to this many days are bucketed per day, longer ones per week.
 DAILY_UP_TO_DAYS = 14
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -85,7 +86,7 @@ Segment = tuple[Any, datetime | None, datetime | None]  # (key, from, until): [f
 CHUNK = 100
 
 
-def _span(field: str, segments: list[Segment]) -> Q:
+def _span(field: str, segments: Sequence[Segment]) -> Q:
     """Rows of any of the (sorted, disjoint) segments: one range per contiguous run."""
     ranges: list[list[datetime | None]] = []
     for _, lo, hi in segments:
@@ -102,7 +103,7 @@ def _span(field: str, segments: list[Segment]) -> Q:
     return functools.reduce(operator.or_, where)
 
 
-def _segment_index(field: str, starts: list[datetime], lo: int, hi: int):
+def _segment_index(field: str, starts: Sequence[datetime | None], lo: int, hi: int):
     """Which of the segments starting at starts[lo:hi] a row lies in (a binary search)."""
     if hi - lo == 1:
         return Value(lo)

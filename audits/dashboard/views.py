@@ -39,7 +39,7 @@ DEFAULT_TREND_DAYS = 60
 def _is_partial(request: HttpRequest) -> bool:
     """An htmx request for a fragment (not a history restore, which needs the page)."""
     htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
+    return htmx is not None and bool(htmx) and not htmx.history_restore_request
 
 
 # --- audits list --------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def trends(request: HttpRequest) -> HttpResponse:
         "chart_data": {
             "threshold": data["threshold"],
             "own_thresholds": data["own_thresholds"],
-            "per_day": data["per_day"],
+            "per_day": queries.activity_series(data),
             "histogram": data["histogram"],
             "top_types": data["top_types"],
             "analyzers": data["analyzers"],

@@ -164,7 +164,8 @@ def child_pids() -> list[int]:
     executor = _executor
     if executor is None:
         return []
-    return [p.pid for p in list((executor._processes or {}).values()) if p.is_alive()]
+    processes = list((executor._processes or {}).values())
+    return [p.pid for p in processes if p.pid is not None and p.is_alive()]
 
 
 def shutdown() -> None:

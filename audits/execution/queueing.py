@@ -63,7 +63,7 @@ def insert_queue_rows(queued: list[tuple[Any, bool]]) -> None:
     (audits.store.bulk: the ORM's `bulk_create` was a sixth of a single submission's CPU)."""
     from django_tasks_db.models import DBTaskResult, get_date_max
 
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     enqueued_at = timezone.now()
     for large in (False, True):
         ids = [str(run_id) for run_id, is_big in queued if is_big == large]

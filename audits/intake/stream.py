@@ -259,14 +259,15 @@ class StreamSession:
         run, snapshot = await _create_run(api_key, head)
         snapshot.pop("custom_judges", None)
         config = AuditorConfig.model_validate(snapshot)
-        auditor = InlineStreamAuditor.from_config(config, head.sources)
+        sources = tuple(Source.model_validate(s.model_dump()) for s in head.sources)
+        auditor = InlineStreamAuditor.from_config(config, sources)
         audit_id = str(run.pk)
         await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
         await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
                         "streaming": True})
         session = cls(run_id=run.pk, auditor=auditor, stream=BoundedStream(auditor),
                       max_trace_lines=config.limits.max_trace_lines, limits=config.limits,
-                      sources=tuple(Source.model_validate(s.model_dump()) for s in head.sources))
+                      sources=sources)
         max_chars = config.analyzer_section("redflag").get("max_chars")
         if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
             session.max_chars = max_chars

@@ -121,7 +121,7 @@ class NewsQuery:
     def _matching_ids(self, vendor: str, ids: list[uuid.UUID]) -> list[Any]:
         if self._compiled is None and not self._nothing:
             self._compile(vendor)
-        if self._nothing or not ids:
+        if self._nothing or not ids or self._compiled is None:
             return []
         sql, params, at = self._compiled
         params = list(params)

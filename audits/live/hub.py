@@ -115,7 +115,8 @@ class FeedHub:
                 group.watchers.remove(watcher)
                 if not group.watchers:
                     del self.groups[watcher.filter_key]
-                    group.task.cancel()
+                    if group.task is not None:
+                        group.task.cancel()
             if self.watchers or self.task is None:
                 return
             self.task.cancel()

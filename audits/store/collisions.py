@@ -179,7 +179,9 @@ class CollisionBatch:
                 rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
                 params: list[Any] = []
                 for key in chunk:
-                    first_family, shared = self.state[key]
+                    row = self.state[key]
+                    assert row is not None  # `answer` set the row of every key it inserted
+                    first_family, shared = row
                     params += [key[0], key[1], created, first_family, shared]
                 with conn.cursor() as cursor:
                     cursor.execute(

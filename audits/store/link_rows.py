@@ -88,7 +88,7 @@ def link_dicts(text: str | None) -> list[dict[str, Any]]:
 
 
 def stored_links(text: str | None) -> list[StoredLink]:
-    return [StoredLink(*(link.get(name) for name in StoredLink._fields))
+    return [StoredLink._make(link.get(name) for name in StoredLink._fields)
             for link in link_dicts(text)]
 
 

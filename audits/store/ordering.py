@@ -15,6 +15,7 @@ import base64
 import binascii
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,7 +64,9 @@ def encode(sort: str, created_at_iso: str, run_id: Any, score: float | None = No
 
 def encode_row(sort: str, run: Any) -> str:
     """The cursor after `run` (a model instance or a `.values()` dict)."""
-    get = run.get if isinstance(run, dict) else lambda name: getattr(run, name)
+    get: Callable[[str], Any] = (
+        run.get if isinstance(run, dict) else lambda name: getattr(run, name)
+    )
     score = get("top_score") if "top_score" in sort else None
     return encode(sort, get("created_at").isoformat(), get("id"), score)
 

@@ -136,7 +136,11 @@ def _report_rows(
     keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
              db_value(AuditRun, "created_at", run.created_at, using=using))
             for run, report in pairs]
-    results, annotations, kinds, trace, links = [], [], [], [], []
+    results: list[tuple[Any, ...]] = []
+    annotations: list[tuple[Any, ...]] = []
+    kinds: list[tuple[Any, ...]] = []
+    trace: list[tuple[Any, ...]] = []
+    links: list[tuple[Any, ...]] = []
     for run, report, audit_id, created_at in keys:
         # one row: audits.store.link_rows (the links result's copy of it is not stored again)
         table = link_rows.contract_dicts(report.links)

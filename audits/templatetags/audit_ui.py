@@ -86,10 +86,10 @@ def _bounded(value: Any, depth: int = 0) -> Any:
             shown["…"] = f"{len(value) - JSON_ITEMS} more"
         return shown
     if isinstance(value, list | tuple):
-        shown = [_bounded(v, depth + 1) for v in value[:JSON_ITEMS]]
+        listed = [_bounded(v, depth + 1) for v in value[:JSON_ITEMS]]
         if len(value) > JSON_ITEMS:
-            shown.append(f"… {len(value) - JSON_ITEMS} more")
-        return shown
+            listed.append(f"… {len(value) - JSON_ITEMS} more")
+        return listed
     if isinstance(value, str) and len(value) > JSON_TEXT:
         return value[:JSON_TEXT] + f"… ({len(value) - JSON_TEXT} more characters)"
     return value

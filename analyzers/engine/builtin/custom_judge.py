@@ -149,7 +149,7 @@ class JudgeDefinition(BaseModel):
         when the score or the annotations are not where the definition says."""
         raw_score = get_path(data, self.score_field)
         try:
-            score = float(raw_score)  # type: ignore[arg-type]
+            score = float(raw_score)
         except (TypeError, ValueError):
             raise ValueError(f"the reply needs a number at {self.score_field!r}") from None
         if score != score:

@@ -19,10 +19,11 @@ import re
 from collections.abc import Sequence
 
 try:  # the parser behind `re.compile`; its shape has been stable since Python 3.0
-    from re import _constants as _c
-    from re import _parser
+    # typeshed has no stubs for these private modules of `re` (they exist at runtime)
+    from re import _constants as _c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - a future Python without it: no gates, same results
-    _parser = None  # type: ignore[assignment]
+    _parser = None
 
 # Non-ASCII characters that `re.IGNORECASE` matches to an ASCII letter (checked against
 # every code point in tests/engine/test_heuristics_gate.py).
@@ -168,7 +169,8 @@ def any_clause(clause_lists: Sequence[Sequence[Clause]]) -> Clause | None:
             return None
         # the clause cheapest to test with the token set built (fewest substrings, each a
         # scan of the text; tokens are one set test), then the most selective
-        united |= min(clauses, key=lambda c: (sum(not t for t, _ in c), -_quality(c)[0]))
+        cheapest = min(clauses, key=lambda c: (sum(not t for t, _ in c), -_quality(c)[0]))
+        united |= cheapest
     return frozenset(united) if united else None
 
 
@@ -323,7 +325,8 @@ def _branch_clause(alternatives: list[list[Clause]]) -> list[Clause]:
             new = clause - united  # words already in the union cost nothing
             return (-min(map(_strength, new)), len(new)) if new else (float("-inf"), 0)
 
-        united |= min(clauses, key=cost)
+        chosen = min(clauses, key=cost)
+        united |= chosen
     return [frozenset(united)]
 
 
@@ -381,7 +384,7 @@ def required_literals(pattern: re.Pattern[str]) -> tuple[Clause, ...]:
 def _minimal(clause: Clause) -> Clause:
     """The clause without words implied by others: if "fuck" is there, so is "motherfuck"'s
     requirement met, and a token holding a searched substring implies that substring."""
-    substrings = [w for is_token, w in clause if not is_token]
+    substrings = [w for is_token, w in clause if not is_token and isinstance(w, str)]
     kept: set[Word] = set()
     for is_token, word in clause:
         text = word.decode() if isinstance(word, bytes) else word

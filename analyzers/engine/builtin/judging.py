@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -57,12 +58,13 @@ class JudgedItem(BaseModel):
 
 
 def verify_items(
-    response: str, items: list[JudgedItem]
+    response: str, items: Sequence[JudgedItem]
 ) -> tuple[list[Annotation], list[float], int]:
     """Annotations for the items whose quote is really in the response, their score weights,
     and how many items were dropped for an invented or missing quote."""
     annotations: list[Annotation] = []
     weights: list[float] = []
+    found: list[tuple[str, int, int]] = []  # (type, start, end) of each annotation
     dropped = 0
     for item in items:
         span = locate_quote(response, item.evidence)
@@ -70,8 +72,9 @@ def verify_items(
             dropped += 1
             continue
         start, end = span
-        if any(a.type == item.type and a.start < end and start < a.end for a in annotations):
+        if any(kind == item.type and s < end and start < e for kind, s, e in found):
             continue  # the same finding twice
+        found.append((item.type, start, end))
         annotations.append(
             Annotation(
                 type=item.type,

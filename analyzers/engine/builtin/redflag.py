@@ -92,9 +92,9 @@ def count_tokens(text: str) -> int:
 
 def normalise_for_hash(text: str) -> str:
     normal, words = _words(text)
-    if words is None:
+    if normal is not None:
         return normal.decode()  # (in lower case already)
-    return " ".join(words).casefold()
+    return " ".join(words or ()).casefold()
 
 
 def content_digest(text: str, words: list[str] | None = None) -> str:
@@ -116,7 +116,7 @@ def _count(normal: bytes | None, words: list[str] | None) -> int:
 
 
 def _digest(normal: bytes | None, words: list[str] | None) -> str:
-    joined = normal if words is None else " ".join(words).casefold().encode()
+    joined = normal if normal is not None else " ".join(words or ()).casefold().encode()
     return hashlib.blake2b(joined, digest_size=16).hexdigest()
 
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from linkify_it import LinkifyIt  # type: ignore[import-untyped]
+from linkify_it import LinkifyIt
 
 from .urls import USERINFO, host_allowed, parse_http_url
 

@@ -88,5 +88,5 @@ def _check() -> bool:
 
 
 if not _check():  # pragma: no cover - only with another pydantic or contract
-    annotation = _validated_annotation  # type: ignore[assignment]
-    link_record = _validated_link_record  # type: ignore[assignment]
+    annotation = _validated_annotation
+    link_record = _validated_link_record

@@ -312,20 +312,23 @@ class LLMClient:
 
         `validate` must raise ValueError (pydantic's ValidationError is one) on bad input.
         """
-        if validate is None:
-            if schema is None:
-                raise TypeError("complete_json needs a schema or a validate function")
-            validate = schema.model_validate
+        check: Callable[[dict[str, Any]], Any]
+        if validate is not None:
+            check = validate
+        elif schema is not None:
+            check = schema.model_validate
+        else:
+            raise TypeError("complete_json needs a schema or a validate function")
         completion = await self.chat(messages, usage=usage)
         try:
-            return validate(parse_json_object(completion.content))
+            return check(parse_json_object(completion.content))
         except ValueError as exc:
             first_error = exc
         repair = load_prompt("json_repair.v1").user_message(error=_short(str(first_error), 1000))
         retry = [*messages, {"role": "assistant", "content": completion.content}, repair]
         completion = await self.chat(retry, usage=usage)
         try:
-            return validate(parse_json_object(completion.content))
+            return check(parse_json_object(completion.content))
         except ValueError as exc:
             raise LLMInvalidOutput(
                 f"model reply was not valid JSON for this analyzer, even after one repair "

@@ -9,6 +9,8 @@ independent risks, 0.4 per warning and 0.1 per info (one card surfaces, e-mails 
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pydantic import Field
 
 from ..base import Analyzer, AnalyzerSettings, AuditContext
@@ -32,7 +34,7 @@ LABELS = {
 
 class PrivacySettings(AnalyzerSettings):
     detect: list[PrivacyType] = Field(
-        default_factory=lambda: list(d.DEFAULT_TYPES),
+        default_factory=lambda: [t for t in get_args(PrivacyType) if t in d.DEFAULT_TYPES],
         description="The types looked for (PII_IP_ADDRESS is off unless listed)",
     )
     default_region: str = Field(

@@ -39,7 +39,7 @@ def find_emails(scan: Scan) -> Found:
         local = _LOCAL.search(text, max(0, at - 64), at)
         domain = _DOMAIN.match(text, at + 1)
         found = _email(local.group(), domain.group()) if local and domain else None
-        if found is not None:
+        if local is not None and found is not None:
             lead, local_len, domain_len = found
             start = local.start() + lead
             yield start, start + local_len + 1 + domain_len, "email"

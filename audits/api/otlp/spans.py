@@ -374,7 +374,9 @@ def documents(span: Span, limits: Limits) -> list[dict[str, Any]]:
             raise MalformedSpan("gen_ai.retrieval.documents is not a list")
         for doc in data:
             if isinstance(doc, dict):
-                meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+                meta = doc.get("metadata")
+                if not isinstance(meta, dict):
+                    meta = {}
                 docs.append({"id": doc.get("id"), "metadata": {**doc, **meta},
                              "content": doc.get("content", doc.get("text"))})
     sources = []
@@ -479,7 +481,7 @@ def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall 
     total_tokens = _count(_first(attrs, "llm.token_count.total", "llm.usage.total_tokens"))
     if total_tokens is None and input_tokens is not None and output_tokens is not None:
         total_tokens = _count(input_tokens + output_tokens)
-    metadata = {
+    metadata: dict[str, Any] = {
         "source": "otlp",
         "convention": convention,
         "trace_id": span.trace_id,

@@ -131,7 +131,7 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
             pk=target.pk, status=AuditRun.Status.PENDING
         ).update(sources=sources, metadata=metadata):
             late.joined += 1  # claimed after this: the analysis reads the new sources
-        elif rerun is None:
+        elif rerun is None and first is not None:
             reruns.append({
                 "user_input": first.user_input, "response": first.response,
                 "sources": sources, "metadata": {**metadata, "late_sources": True},

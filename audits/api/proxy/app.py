@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -59,7 +60,7 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),
+async def _answer(send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = (),
                   content_type: bytes = b"application/json") -> None:
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers,
@@ -68,7 +69,7 @@ async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[byte
 
 
 async def _failure(send: Send, exc: ProxyFailure | StreamError,
-                   headers: list[tuple[bytes, bytes]] = ()) -> None:
+                   headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     if isinstance(exc, StreamError):
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         kind = "invalid_request_error" if exc.status in (400, 409, 413, 422) else "auditor_error"

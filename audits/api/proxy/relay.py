@@ -157,9 +157,9 @@ class CleanRelay:
 
     async def event(self, data: bytes) -> list[bytes]:
         if data.strip() == b"[DONE]":
-            out = await self.end()
+            tail = await self.end()
             self.done = True
-            return [*out, b"data: [DONE]\n\n"]
+            return [*tail, b"data: [DONE]\n\n"]
         try:
             chunk = json.loads(data)
         except ValueError:

@@ -192,13 +192,14 @@ def load_demo_reviews(seed: int) -> int:
 
     def verdict_for(found: list[tuple[int, str, float]]) -> str:
         if rng.random() < 0.06:
-            return Review.Verdict.UNSURE
+            return str(Review.Verdict.UNSURE)
         # Findings of low-scoring results are rejected more often: tuning has a story.
         rate = min(
             DEMO_FALSE_POSITIVE_RATES.get(t, 0.1) * min(1.6, max(0.3, 1.8 - 1.6 * score))
             for _, t, score in found
         )
-        return Review.Verdict.FALSE_POSITIVE if rng.random() < rate else Review.Verdict.CONFIRMED
+        verdict = Review.Verdict.FALSE_POSITIVE if rng.random() < rate else Review.Verdict.CONFIRMED
+        return str(verdict)
 
     reviews: list[Review] = []
     stamps: dict[Any, Any] = {}
