@@ -6,14 +6,16 @@ Every function here issues a fixed number of queries, whatever the number of row
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from django.db.models import Count, Q
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from analyzers.config_store import load_config
 from analyzers.engine.surfacing import Thresholds
-from audits.dashboard.trend_stats import mean, window_stats
+from audits.dashboard.trend_stats import day_start, mean, window_stats
 from audits.models import AnalyzerRunRecord, AuditRun
 
 # --- trends -------------------------------------------------------------------------------
@@ -103,6 +105,47 @@ def trends(days: int, *, now: datetime | None = None, cache: bool = True) -> dic
         "top_types": top_types,
         "analyzers": analyzers,
     }
+
+
+HOURLY_SPAN_DAYS = 2  # audits on at most this many days: the activity chart counts hours
+
+
+def activity_series(data: dict[str, Any], *, now: datetime | None = None) -> dict[str, Any]:
+    """The activity chart's series for `trends(...)`'s figures: per day, or per hour when
+    the days with audits span at most HOURLY_SPAN_DAYS (a day's single bar says nothing).
+
+    Hourly: one query over those days' audits, from the first hour with an audit to the
+    last (at most HOURLY_SPAN_DAYS * 24 + 1 buckets).
+    """
+    per_day = data["per_day"]
+    days = zip(per_day["labels"], per_day["total"], strict=True)
+    busy = [date.fromisoformat(day) for day, n in days if n]
+    if not busy or (busy[-1] - busy[0]).days >= HOURLY_SPAN_DAYS:
+        return {"bucket": "day", **per_day}
+    since = (now or timezone.now()) - timedelta(days=data["days"])
+    rows = (
+        AuditRun.objects.filter(
+            created_at__gte=max(since, day_start(busy[0])),
+            created_at__lt=day_start(busy[-1] + timedelta(days=1)),
+        )
+        .annotate(hour=TruncHour("created_at"))
+        .order_by()
+        .values("hour")
+        .annotate(total=Count("*"), cards=Count("created_at", filter=Q(has_card=True)))
+    )
+    # Stepped in UTC: an hour's start is an instant, whatever the zone's DST does.
+    counts = {row["hour"].astimezone(UTC): row for row in rows}
+    if not counts:  # deleted meanwhile
+        return {"bucket": "day", **per_day}
+    series: dict[str, Any] = {"bucket": "hour", "labels": [], "total": [], "cards": []}
+    hour, last = min(counts), max(counts)
+    while hour <= last:
+        row = counts.get(hour, {})
+        series["labels"].append(timezone.localtime(hour).strftime("%Y-%m-%dT%H:%M"))
+        series["total"].append(row.get("total", 0))
+        series["cards"].append(row.get("cards", 0))
+        hour += timedelta(hours=1)
+    return series
 
 
 # --- threshold tuning ---------------------------------------------------------------------

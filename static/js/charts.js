@@ -102,7 +102,10 @@
         draw(canvas, {
           type: "bar",
           data: {
-            labels: data.per_day.labels.map(shortDay),
+            // Hourly labels (YYYY-MM-DDTHH:MM) when the audits span a day or two.
+            labels: data.per_day.labels.map(function (label) {
+              return data.per_day.bucket === "hour" ? label.slice(5).replace("T", " ") : shortDay(label);
+            }),
             datasets: [
               { label: "with a card", data: data.per_day.cards, backgroundColor: critical, stack: "s" },
               {
