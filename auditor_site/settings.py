@@ -262,6 +262,9 @@ if AUDITOR_TASK_BACKEND == "thread":
                 # Analysis in this many child processes, off the server's GIL (0: in
                 # the task threads); see audits.execution.processes.
                 "PROCESSES": envint("AUDITOR_ANALYSIS_PROCESSES", 0),
+                # Background tasks (shadow analysis) waiting for the audits to be done;
+                # past it the oldest is dropped (audits.execution.background).
+                "MAX_BACKGROUND": envint("AUDITOR_BACKGROUND_MAX_QUEUED", 10000),
             },
         }
     }
@@ -364,8 +367,8 @@ AUDITOR_ALERT_MAX_DELAY_MS = envint("AUDITOR_ALERT_MAX_DELAY_MS", 10_000)
 AUDITOR_ALERT_TIMEOUT_S = envint("AUDITOR_ALERT_TIMEOUT_S", 5)
 AUDITOR_ALERT_DEADLINE_S = envint("AUDITOR_ALERT_DEADLINE_S", 15)
 # Candidate configurations (docs/guides/candidates.md): how many in shadow at once, the
-# audits waiting past which shadow analysis of a new audit is skipped (it yields to them),
-# and the most stored audits one replay analyses.
+# audits waiting past which shadow analysis of a new audit is skipped (the database
+# backend; the thread backend defers it until no audit runs), and the most stored audits one replay analyses.
 AUDITOR_MAX_SHADOW_CANDIDATES = max(1, envint("AUDITOR_MAX_SHADOW_CANDIDATES", 3))
 AUDITOR_SHADOW_MAX_WAITING = max(0, envint("AUDITOR_SHADOW_MAX_WAITING", 0))
 AUDITOR_REPLAY_MAX = max(1, envint("AUDITOR_REPLAY_MAX", 5000))

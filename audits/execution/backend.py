@@ -14,6 +14,13 @@ Tasks enqueued on the `large` queue (`task.using(queue_name="large")`: audits of
 responses) run on their own `LARGE_WORKERS` threads (default 1), so a few of them never
 hold every thread while small audits wait.
 
+Background tasks (priority below 0: shadow analysis, replays; audits.execution.background)
+run on one thread of their own, one at a time and only while no other task is queued or
+running here; the others go first whatever their order of arrival. At most
+`MAX_BACKGROUND` (default 10000) wait: past it the oldest is dropped, and its task's
+`dropped` attribute, when it has one, is called with the args of the calls dropped (shadow
+analysis counts them as skipped).
+
 `PROCESSES` (default 0): when above 0, `run_audit` calls and batches are analysed in that
 many long-lived child processes, off this process's interpreter lock; the task threads
 hand them over and wait (audits.analysis_processes).
@@ -47,7 +54,7 @@ from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
 from audits import events
-from audits.execution import heap, people_first, processes
+from audits.execution import background, heap, people_first, processes
 from audits.execution.workers import keep_connections
 from audits.queues import LARGE_QUEUE
 
@@ -70,6 +77,12 @@ class _Pool:
             max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large",
             initializer=processes.stay_in_thread,  # huge audits stay here
         )
+        # Background tasks: one thread, which waits until no other task is queued or running.
+        self.background_lane = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"tasks-{alias}-background"
+        )
+        self.background: deque[TaskResult] = deque()
+        self.background_job = False  # a `_run_background` job is submitted
         self.results: OrderedDict[str, TaskResult] = OrderedDict()
         self.pending: deque[TaskResult] = deque()  # queued, in order
         # `_run_next` jobs submitted and not finished (at most one per thread): each takes
@@ -96,6 +109,7 @@ def _pool_for(alias: str, max_workers: int, large_workers: int = 1) -> _Pool:
 class ThreadPoolBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
+    counts_audits = True  # audits.execution.background: background tasks wait for audits
 
     def __init__(self, alias, params):
         super().__init__(alias, params)
@@ -104,6 +118,7 @@ class ThreadPoolBackend(BaseTaskBackend):
         self.max_results = int(self.options.get("MAX_RESULTS", 1000))
         self.batch_size = int(self.options.get("BATCH_SIZE", 32))
         self.deep_batch_size = max(self.batch_size, int(self.options.get("DEEP_BATCH_SIZE", 64)))
+        self.max_background = max(1, int(self.options.get("MAX_BACKGROUND", 10000)))
         self.worker_id = get_random_string(32)
         children = int(self.options.get("PROCESSES", 0))
         if children:
@@ -173,6 +188,57 @@ class ThreadPoolBackend(BaseTaskBackend):
                 return
             pool.jobs += 1
         pool.executor.submit(self._run_next)
+
+    def _wake_background(self) -> None:
+        pool = self._pool
+        with pool.lock:
+            if not pool.background or pool.background_job:
+                return
+            pool.background_job = True
+        pool.background_lane.submit(self._run_background)
+
+    def _run_background(self) -> None:
+        """The background lane's job: its tasks one at a time, each only once no other
+        task is queued or running in this process, until none is left."""
+        pool = self._pool
+        try:
+            while True:
+                background.wait_until_idle()
+                with pool.lock:
+                    if not pool.background:
+                        pool.background_job = False
+                        return
+                    task_result = pool.background.popleft()
+                self._run(task_result)
+        except BaseException:
+            with pool.lock:
+                pool.background_job = False
+            raise
+
+    def _queue_background(self, results: list[TaskResult]) -> None:
+        """Queue background tasks, dropping the oldest past `max_background`."""
+        pool = self._pool
+        with pool.lock:
+            pool.background.extend(results)
+            dropped = [pool.background.popleft()
+                       for _ in range(len(pool.background) - self.max_background)]
+        for task_result in dropped:
+            self._forget_queued(task_result)
+            object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(task_result, "finished_at", timezone.now())
+        if dropped:
+            logger.warning("background queue full: %d task(s) dropped", len(dropped))
+        by_task: dict[str, list[TaskResult]] = {}
+        for task_result in dropped:
+            by_task.setdefault(task_result.task.module_path, []).append(task_result)
+        for same in by_task.values():
+            on_drop = getattr(same[0].task.func, "dropped", None)
+            try:
+                if on_drop is not None:
+                    on_drop([list(r.args) for r in same])
+            except Exception:
+                logger.exception("counting dropped background tasks failed")
+        self._wake_background()
 
     def _run_batch(self, batch: list[TaskResult], batch_call) -> None:
         """Like `_run` for several calls of one task, through the task's `batch` callable."""
@@ -252,6 +318,9 @@ class ThreadPoolBackend(BaseTaskBackend):
         return task_result.task.module_path, json.dumps(task_result.args, default=str)
 
     def _forget_queued(self, task_result: TaskResult) -> None:
+        """No longer queued nor running here (an audit task: one fewer counted)."""
+        if not background.is_background(task_result.task.priority):
+            background.finished()
         key = self._queued_key(task_result)
         with self._pool.lock:
             self._pool.queued[key] -= 1
@@ -279,6 +348,12 @@ class ThreadPoolBackend(BaseTaskBackend):
                 pool.queued[self._queued_key(task_result)] += 1
             while len(pool.results) > self.max_results:
                 pool.results.popitem(last=False)
+        if background.is_background(task.priority):
+            for task_result in results:
+                task_enqueued.send(type(self), task_result=task_result)
+            self._queue_background(results)
+            return results
+        background.started(len(results))
         for task_result in results:  # the first starts the recovery sweeper (audits.execution.recovery)
             task_enqueued.send(type(self), task_result=task_result)
         if task.queue_name == LARGE_QUEUE:
@@ -317,8 +392,10 @@ class ThreadPoolBackend(BaseTaskBackend):
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Block until every task queued so far has finished (tests, benchmarks)."""
         pool = self._pool
-        return _drain(pool.executor, self.max_workers, timeout) and _drain(
-            pool.large, pool.large_workers, timeout
+        return (
+            _drain(pool.executor, self.max_workers, timeout)
+            and _drain(pool.large, pool.large_workers, timeout)
+            and _drain(pool.background_lane, 1, timeout)
         )
 
     def close_connections(self, timeout: float = 30.0) -> None:
@@ -326,7 +403,8 @@ class ThreadPoolBackend(BaseTaskBackend):
         tests call this before the test database is dropped."""
         pool = self._pool
         for executor, workers in ((pool.executor, self.max_workers),
-                                  (pool.large, pool.large_workers)):
+                                  (pool.large, pool.large_workers),
+                                  (pool.background_lane, 1)):
             barrier = threading.Barrier(workers)
 
             def close(barrier: threading.Barrier = barrier) -> None:

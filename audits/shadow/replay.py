@@ -11,7 +11,7 @@ import logging
 
 from analyzers.models import CandidateConfig
 from audits.models import AuditRun, ShadowResult
-from audits.shadow.analysis import CandidateEngine
+from audits.shadow.analysis import engine_for
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def audits_until(until):
     )
 
 
-def run_chunk(candidate_id: int) -> int:
+def run_chunk(candidate_id: int) -> bool:
     """Replay the next `CHUNK` audits of the candidate's replay; True while more remain."""
     candidate = CandidateConfig.objects.filter(pk=candidate_id).first()
     if candidate is None or candidate.replay_status != RUNNING:
@@ -41,7 +41,7 @@ def run_chunk(candidate_id: int) -> int:
     end_at = min(candidate.replay_total, start_at + CHUNK)
     runs = list(audits_until(candidate.replay_until)[start_at:end_at])
     try:
-        engine = CandidateEngine(candidate, judged=candidate.replay_judged)
+        engine = engine_for(candidate, judged=candidate.replay_judged)
         for run in runs:
             engine.analyse(run, source=ShadowResult.Source.REPLAY)
     except Exception as exc:
@@ -55,6 +55,13 @@ def run_chunk(candidate_id: int) -> int:
         replay_status=RUNNING if more else DONE,
     )
     return more
+
+
+def give_up(candidate_id: int, error: str) -> None:
+    """A running replay that cannot go on: failed, with why."""
+    CandidateConfig.objects.filter(pk=candidate_id, replay_status=RUNNING).update(
+        replay_status=FAILED, replay_error=error[:2000]
+    )
 
 
 def _set(candidate_id: int, **fields) -> None:

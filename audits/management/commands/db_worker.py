@@ -75,11 +75,20 @@ class BatchingWorker(stock.Worker):
         return tasks
 
     def _claim(self) -> list[DBTaskResult] | None:
-        """Up to `claim_size` ready rows, claimed; None when the database was locked."""
+        """Up to `claim_size` ready audit rows (priority 0 and up, the highest first),
+        claimed; when none is ready, one background row (shadow analysis, a replay step:
+        audits.execution.background), so a claim never holds audits behind one. None when
+        the database was locked."""
         tasks = self._ready()
         try:
             with exclusive_transaction(tasks.db):
-                rows = list(tasks.select_for_update(skip_locked=True)[: self.claim_size])
+                rows = list(
+                    tasks.filter(priority__gte=0).select_for_update(skip_locked=True)[
+                        : self.claim_size
+                    ]
+                )
+                if not rows:
+                    rows = list(tasks.filter(priority__lt=0).select_for_update(skip_locked=True)[:1])
                 self._mark_claimed(rows)
         except OperationalError as exc:
             if is_locked_database_exception(exc):
