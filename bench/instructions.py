@@ -11,7 +11,7 @@ the `2kb` and `bare` shapes read its `tests/samples/config.json` and fall back t
 configuration without it).
 Shapes: the 2 KB response of bench_guardrails, the same with bare URLs and HTML tags, and
 the end-to-end shape of throughput.audit_body (a source, bare URLs, distinct texts); and
-`worker`: what an analysis process does with that shape (`services.execute_runs` on
+`worker`: what an analysis process does with that shape (`execute.execute_runs` on
 batches of 32 stored runs: claim, analyse, store) on a fresh SQLite file, and `submit`:
 what the server does with a batch request of 100 of them (validate the items, store the
 runs; not the HTTP layer), both counted in user space (the kernel's part of SQLite's
@@ -47,7 +47,8 @@ import django
 django.setup()
 from django.core.management import call_command
 from throughput import audit_body
-from audits import services
+from audits.execution import execute, queueing
+from audits.intake import submit
 call_command("migrate", verbosity=0)
 """
 
@@ -67,21 +68,21 @@ for start in range(0, len(ids), BATCH):
         open(flag + ".ready", "w").close()
         while not os.path.exists(flag + ".go"):
             time.sleep(0.05)
-    outcome = services.execute_runs(ids[start:start + BATCH])
+    outcome = execute.execute_runs(ids[start:start + BATCH])
     assert set(outcome.values()) == {"complete"}, outcome
 os._exit(0)
 """
 
 _SUBMIT = _DJANGO + r"""
 from audits.api.router import AuditIn, _item_fields
-services.enqueue_audits = lambda queued: None  # stored, not queued: the worker's part
+queueing.enqueue_audits = lambda queued: None  # stored, not queued: the worker's part
 BATCH = 100
 for start in range(0, 2 * BATCH + n, BATCH):
     if start == 2 * BATCH:
         open(flag + ".ready", "w").close()
         while not os.path.exists(flag + ".go"):
             time.sleep(0.05)
-    services.submit_audits([_item_fields(AuditIn.model_validate(audit_body(i)))
+    submit.submit_audits([_item_fields(AuditIn.model_validate(audit_body(i)))
                             for i in range(start, start + BATCH)])
 os._exit(0)
 """

@@ -150,7 +150,7 @@ def make_audit(
                 for j, a in enumerate(r["annotations"])
             ]
         )
-    AnnotationKind.objects.bulk_create(  # as audits.services stores them
+    AnnotationKind.objects.bulk_create(  # as audits.store.reports stores them
         AnnotationKind(audit=run, type=type_, severity=severity, count=n)
         for (type_, severity), n in AnnotationKind.counted(annotations).items()
     )

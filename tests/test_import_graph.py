@@ -19,8 +19,9 @@ PACKAGES = ("analyzers", "audits", "auditor_site")
 MAX_MODULES = 12  # per package, beside its __init__.py
 MAX_DEFERRED = 15  # project imports inside functions, each with its reason
 # Packages still over the bound, at most this many modules until they are split: the
-# guardrails (a compiled unit, analyzers/engine/native.py) and the site's wiring.
-CROWDED = {"analyzers/engine/guardrails": 16, "auditor_site": 17}
+# guardrails (a compiled unit, analyzers/engine/native.py), the site's wiring and the
+# configuration app.
+CROWDED = {"analyzers/engine/guardrails": 16, "auditor_site": 17, "analyzers": 13}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_settle_collects_then_freezes_once_per_stage():
     script = textwrap.dedent("""
         import gc, weakref
-        from audits import heap
+        from audits.execution import heap
 
         before = heap.state()[0]  # (the interpreter may have frozen a few at its start)
         heap.after_analysis()  # not a settled process: nothing

@@ -173,7 +173,7 @@ def test_a_worker_killed_mid_run_leaves_a_run_completed_on_restart():
     }
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "shell", "-c",
-         f"from audits.services import execute_run; execute_run('{run.pk}')"],
+         f"from audits.execution.execute import execute_run; execute_run('{run.pk}')"],
         cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
