@@ -29,7 +29,7 @@ def codes(result):
 def test_a_bare_url_to_a_host_not_allowed_is_removed_and_annotated_with_offsets():
     text = "Details: https://evil.example/x?d=SECRET and more."
     result = audit(text)
-    assert result.cleaned_response == "Details:  and more."
+    assert result.cleaned_response == "Details: and more."  # one space left, not two
     assert codes(result) == [("LINK_HOST_NOT_ALLOWED", "warning")]
     a = result.annotations[0][1]
     assert (a.start, a.end) == (9, 40)
@@ -152,7 +152,7 @@ def test_a_domain_in_the_query_of_an_allowed_bare_url_is_part_of_that_one_link()
 
 def test_a_bare_url_whose_host_is_not_allowed_is_still_removed():
     result = audit("Filter: https://foo.com/?labels=alpha,docs.acme.example now.")
-    assert result.cleaned_response == "Filter:  now."
+    assert result.cleaned_response == "Filter: now."
     assert codes(result) == [("LINK_HOST_NOT_ALLOWED", "warning")]
 
 

@@ -586,6 +586,8 @@ def _bare_edit(ctx: Ctx, text: str, s: int, e: int, verdict: Verdict) -> tuple[i
         replacement = defang(evidence)
         if url_like(replacement):
             replacement = inert(replacement)
+    elif s > 0 and text[s - 1] == " " and e < len(text) and text[e] == " ":
+        return (s - 1, e, "")  # removed from between two spaces: one of them goes too
     else:
         replacement = ""
     return (s, e, replacement)
@@ -651,7 +653,8 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
     if _no_structure(text) and not any(
         replacement and not _no_structure(replacement) for _, _, replacement in edits
     ):
-        # a whole run removed from between two blanks joins nothing: no run to re-check
+        # a whole run removed from between two blanks (with the blank before it, see
+        # `_bare_edit`) joins nothing: no run to re-check
         n = len(text)
         ctx.bare_edits = (
             new,
@@ -659,7 +662,7 @@ def _apply_bare_edits(ctx: Ctx, text: str, edits: list[tuple[int, int, str]]) ->
                 (p, p + len(replacement))
                 for p, (start, end, replacement) in zip(positions, edits, strict=True)
                 if replacement
-                or not (start == 0 or text[start - 1].isspace())
+                or not (start == 0 or text[start - 1].isspace() or text[start].isspace())
                 or not (end == n or text[end].isspace())
             ],
         )
