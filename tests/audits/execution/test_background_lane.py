@@ -113,6 +113,8 @@ def test_a_shadow_task_defers_the_candidates_left_when_an_audit_arrives(
     holding = hold.enqueue()  # arrives during the first candidate's half second
     wait_status(thread_tasks, result.id, "SUCCESSFUL")
     assert thread_tasks.get_result(result.id).return_value == 1
+    # The second candidate queued again, behind the audit.
+    assert [str(run.pk), [second.pk]] in thread_tasks.queued_args(shadow_audit.module_path)
     assert list(ShadowResult.objects.values_list("candidate_id", flat=True)) == [slow_candidate.pk]
     gate.set()
     assert thread_tasks.wait_idle(30)
