@@ -52,6 +52,7 @@ def _redacting(upstream, settings, transactional_db):
         },
         actor="test",
     )
+    time.sleep(VERSION_CHECK_INTERVAL_S + 0.1)  # the server notices the change
 
 
 @pytest.fixture
