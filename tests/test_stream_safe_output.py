@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.test_proxy are named as arguments)
+# ruff: noqa: F811  (pytest fixtures imported from tests.audits.api.test_proxy are named as arguments)
 """Every stream way in: the text a client joins from its chunks is the stored cleaned text,
 the batch audit of the stored response, and renders no link, image or handler that is not
 allowed; random hostile responses, random chunkings (and, through the proxy, paragraphs
@@ -21,7 +21,7 @@ from analyzers.engine.guardrails.stream import audit_text
 from audits.models import AuditRun
 from tests.engine.rendering import problems
 from tests.proxy_upstream import Completion
-from tests.test_proxy import (  # noqa: F401
+from tests.audits.api.test_proxy import (  # noqa: F401
     MESSAGES,
     SAMPLE_CONFIG,
     client,
@@ -31,7 +31,7 @@ from tests.test_proxy import (  # noqa: F401
     server,
     upstream,
 )
-from tests.test_stream_endpoint import HEAD, body_messages, call_http, ingest
+from tests.audits.api.test_stream_endpoint import HEAD, body_messages, call_http, ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

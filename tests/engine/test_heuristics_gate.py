@@ -244,7 +244,7 @@ def test_inner_tokens_never_skip_a_substring_that_is_there(text, subs):
 
 _GATES = """
 import sys
-from analyzers.engine import heuristics_bias, redflag
+from analyzers.engine.builtin import heuristics_bias, redflag
 from analyzers.engine.builtin.heuristics_gate import required_literals
 patterns = [redflag._NOT_CERTAIN, redflag._THE_ANSWER_IS, redflag._CERTAIN, redflag._HEDGE]
 patterns += [pattern for pattern, _ in heuristics_bias.CORRECTIONS]
