@@ -26,6 +26,12 @@ from tests.conftest import IMMEDIATE, _reset_task_backends
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
+@pytest.fixture(autouse=True)
+def _in_memory_layer(settings):
+    """These tests read the in-memory layer's groups (the PostgreSQL run sets REDIS_URL)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
 INPUT = {"user_input": "Which retailers use Acme?",
          "response": "Acme is easy to set up. Decathlon grew conversion by 50%. "
                      "See https://www.acme.example/docs."}

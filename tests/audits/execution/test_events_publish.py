@@ -13,6 +13,12 @@ from audits import events
 from audits.execution import execute
 from audits.intake.submit import submit_audit
 
+
+@pytest.fixture(autouse=True)
+def _in_memory_layer(settings):
+    """These tests read the in-memory layer's groups (the PostgreSQL run sets REDIS_URL)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
 INPUT = {"user_input": "Which retailers use Acme?",
          "response": "Acme is easy to set up. See https://www.acme.example/docs."}
 
