@@ -41,12 +41,11 @@ run: native
 	trap '[ -n "$$demo" ] && kill $$demo 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m auditor_site.serve --host $(HOST) --port $(PORT)
 
-# Unit, API and WebSocket tests first; real-browser tests in their own pytest run
+# The checks (`make check`: format, lint, import contracts, types, docs), then unit, API and
+# WebSocket tests; real-browser tests in their own pytest run
 # (Playwright's sync API and pytest-asyncio do not share one process well).
 test: native
-	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy analyzers/engine audits
-	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory check
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
 	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc

@@ -103,29 +103,44 @@ class GlobalSettingsForm(forms.ModelForm):
         help_text="Name of the environment variable holding the upstream key (never the key); "
         "the operator allows names with AUDITOR_PROXY_KEY_ENVS.",
     )
-    proxy_timeout_s = forms.FloatField(label="Upstream timeout, s (proxy)", initial=60.0,
-                                       required=False)
-    proxy_mode = _choice("Mode (proxy)", {
-        "clean": "clients receive the cleaned text",
-        "observe": "clients receive the original; the audit is recorded",
-    })
-    proxy_extra_text = _choice("Refusal and reasoning text (proxy)", {
-        "audit": "passed on audited, like the content", "drop": "never passed on",
-    })
+    proxy_timeout_s = forms.FloatField(
+        label="Upstream timeout, s (proxy)", initial=60.0, required=False
+    )
+    proxy_mode = _choice(
+        "Mode (proxy)",
+        {
+            "clean": "clients receive the cleaned text",
+            "observe": "clients receive the original; the audit is recorded",
+        },
+    )
+    proxy_extra_text = _choice(
+        "Refusal and reasoning text (proxy)",
+        {
+            "audit": "passed on audited, like the content",
+            "drop": "never passed on",
+        },
+    )
     proxy_max_held_bytes = forms.IntegerField(
-        label="Frames held behind unaudited text, bytes (proxy)", initial=1_000_000,
+        label="Frames held behind unaudited text, bytes (proxy)",
+        initial=1_000_000,
         required=False,
         help_text="Past this the held paragraph is audited and sent (10,000 to 64,000,000).",
     )
 
-    privacy_action = _choice("Personal data and secrets in the cleaned response (privacy)", {
-        "flag": "annotated, passed on as they are",
-        "redact": "replaced by a placeholder ([EMAIL], [CARD], …)",
-    })
-    privacy_store = _choice("What the database keeps (privacy)", {
-        "original": "the text as it arrived",
-        "redacted": "the original never reaches the database",
-    })
+    privacy_action = _choice(
+        "Personal data and secrets in the cleaned response (privacy)",
+        {
+            "flag": "annotated, passed on as they are",
+            "redact": "replaced by a placeholder ([EMAIL], [CARD], …)",
+        },
+    )
+    privacy_store = _choice(
+        "What the database keeps (privacy)",
+        {
+            "original": "the text as it arrived",
+            "redacted": "the original never reaches the database",
+        },
+    )
     privacy_detect = forms.MultipleChoiceField(
         label="Types redacted (privacy)",
         choices=[(t, t) for t in TYPES],
@@ -154,8 +169,14 @@ class GlobalSettingsForm(forms.ModelForm):
         otel = (self.instance.extra or {}).get("otel") or {}
         self.fields["otel_trace_url_template"].initial = otel.get("trace_url_template") or ""
         proxy = stored_proxy(self.instance.extra)
-        for name in ("base_url", "api_key_env", "timeout_s", "mode", "extra_text",
-                     "max_held_bytes"):
+        for name in (
+            "base_url",
+            "api_key_env",
+            "timeout_s",
+            "mode",
+            "extra_text",
+            "max_held_bytes",
+        ):
             self.fields[f"proxy_{name}"].initial = getattr(proxy, name) or ""
 
     def clean(self):
@@ -191,9 +212,13 @@ class GlobalSettingsForm(forms.ModelForm):
             store=data.get("privacy_store") or "original",
             detect=list(data.get("privacy_detect") or []),
         )
-        data["extra"] = {**extra, "otel": otel.model_dump(), "proxy": section,
-                         "privacy": privacy.model_dump(),
-                         "retention_days": data.get("retention_days")}
+        data["extra"] = {
+            **extra,
+            "otel": otel.model_dump(),
+            "proxy": section,
+            "privacy": privacy.model_dump(),
+            "retention_days": data.get("retention_days"),
+        }
         return data
 
 
@@ -219,15 +244,28 @@ class LLMProviderForm(forms.ModelForm):
         if not isinstance(extra, dict):
             self.add_error("extra", "must be a JSON object")
             return data
-        values = {k: data.get(k) for k in ("base_url", "model", "api_key_env", "timeout_s",
-                                           "max_concurrency", "max_retries")}
+        values = {
+            k: data.get(k)
+            for k in (
+                "base_url",
+                "model",
+                "api_key_env",
+                "timeout_s",
+                "max_concurrency",
+                "max_retries",
+            )
+        }
         try:
-            LLMConfig.model_validate({**extra, **{k: v for k, v in values.items() if v is not None}})
+            LLMConfig.model_validate(
+                {**extra, **{k: v for k, v in values.items() if v is not None}}
+            )
         except ValidationError as exc:
             for err in exc.errors():
                 field = str(err["loc"][0]) if err["loc"] else None
-                self.add_error(field if field in self.fields else "extra",
-                               f"{'.'.join(map(str, err['loc']))}: {err['msg']}")
+                self.add_error(
+                    field if field in self.fields else "extra",
+                    f"{'.'.join(map(str, err['loc']))}: {err['msg']}",
+                )
             return data
         for field, problems in llm_problems(values).items():
             for problem in problems:
@@ -250,7 +288,9 @@ class AnalyzerConfigForm(forms.ModelForm):
         help_text="A registered analyzer (built-in, plug-in or custom judge)."
     )
     threshold = forms.FloatField(
-        required=False, min_value=0.0, max_value=1.0,
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
         widget=forms.NumberInput(attrs={"step": "0.01"}),
         label="Threshold (this analyzer)",
         help_text="Its results surface at or above this score. Empty: the global threshold.",
@@ -358,19 +398,36 @@ class AnalyzerConfigAdmin(RecordedAdmin):
         fieldsets = [(None, {"fields": ["analyzer_id", "enabled", "threshold", "position"]})]
         if generated:
             analyzer = get_registry().get(obj.analyzer_id)
-            fieldsets.append((f"Settings of {obj.analyzer_id}", {
-                "fields": generated,
-                "description": getattr(analyzer, "description", ""),
-            }))
-            fieldsets.append(("Advanced: other settings as JSON", {
-                "fields": ["settings"], "classes": ["collapse"],
-            }))
+            fieldsets.append(
+                (
+                    f"Settings of {obj.analyzer_id}",
+                    {
+                        "fields": generated,
+                        "description": getattr(analyzer, "description", ""),
+                    },
+                )
+            )
+            fieldsets.append(
+                (
+                    "Advanced: other settings as JSON",
+                    {
+                        "fields": ["settings"],
+                        "classes": ["collapse"],
+                    },
+                )
+            )
         else:
-            fieldsets.append(("Settings", {
-                "fields": ["settings"],
-                "description": "Save, then this analyzer's settings show as one field each."
-                if obj is None else "",
-            }))
+            fieldsets.append(
+                (
+                    "Settings",
+                    {
+                        "fields": ["settings"],
+                        "description": "Save, then this analyzer's settings show as one field each."
+                        if obj is None
+                        else "",
+                    },
+                )
+            )
         return fieldsets
 
 
@@ -435,7 +492,9 @@ class CustomJudgeForm(forms.ModelForm):
         covered = {spec.key for spec in self.setting_specs}
         self.initial["mapping"] = {k: v for k, v in stored.items() if k not in covered}
         for spec in self.setting_specs:
-            self.initial.setdefault(spec.form_name, spec.to_form(stored.get(spec.key, spec.default)))
+            self.initial.setdefault(
+                spec.form_name, spec.to_form(stored.get(spec.key, spec.default))
+            )
 
     def clean(self):
         data = super().clean()
@@ -447,9 +506,18 @@ class CustomJudgeForm(forms.ModelForm):
             return data
         stored = dict(self.instance.mapping or {}) if self.instance.pk else {}
         data["mapping"] = merge_settings(self.setting_specs, data, stored, extra)
-        payload = {k: data.get(k) for k in ("analyzer_id", "name", "category",
-                                             "prompt_template", "mapping", "enabled",
-                                             "settings")}
+        payload = {
+            k: data.get(k)
+            for k in (
+                "analyzer_id",
+                "name",
+                "category",
+                "prompt_template",
+                "mapping",
+                "enabled",
+                "settings",
+            )
+        }
         try:
             judge_from_dict(payload)
         except ValidationError as exc:
@@ -485,8 +553,16 @@ class ConfigChangeAdmin(admin.ModelAdmin):
     list_display = ["created_at", "actor", "source", "summary"]
     list_filter = ["source"]
     search_fields = ["actor", "summary"]
-    readonly_fields = ["created_at", "actor", "user", "source", "summary", "diff", "before",
-                       "after"]
+    readonly_fields = [
+        "created_at",
+        "actor",
+        "user",
+        "source",
+        "summary",
+        "diff",
+        "before",
+        "after",
+    ]
 
     def has_add_permission(self, request):
         return False

@@ -17,7 +17,15 @@ from .models import CandidateConfig, ConfigChange
 from .schemas import ErrorOut
 
 router = Router(tags=["config"])
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+    429: ErrorOut,
+    503: ErrorOut,
+}
 ONE_ERRORS = {**ERRORS, 404: ErrorOut, 409: ErrorOut}
 
 
@@ -37,8 +45,10 @@ def config_errors(exc: ConfigError, *prefix: str) -> HttpError:
     """422 naming each field of an invalid configuration, as PUT /api/config does."""
     return DetailError(
         422,
-        [{"loc": ["body", *prefix, *path.split(".")], "msg": " ".join(msgs)}
-         for path, msgs in exc.errors.items()],
+        [
+            {"loc": ["body", *prefix, *path.split(".")], "msg": " ".join(msgs)}
+            for path, msgs in exc.errors.items()
+        ],
     )
 
 
@@ -92,9 +102,7 @@ def restore_config(request: HttpRequest, body: RestoreIn):
     return {"version": change.pk if change else None, "config": export_config()}
 
 
-@router.post(
-    "/config/candidates", auth=admin_auth, response={201: dict[str, Any], **ONE_ERRORS}
-)
+@router.post("/config/candidates", auth=admin_auth, response={201: dict[str, Any], **ONE_ERRORS})
 def create_candidate(request: HttpRequest, body: CandidateIn):
     """A candidate configuration (the schema of PUT /api/config), analysed in shadow."""
     try:
@@ -122,7 +130,8 @@ def list_candidates(request: HttpRequest, status: str | None = None):
 
 
 @router.get(
-    "/config/candidates/{candidate_id}", auth=admin_auth,
+    "/config/candidates/{candidate_id}",
+    auth=admin_auth,
     response={200: dict[str, Any], **ONE_ERRORS},
 )
 def read_candidate(request: HttpRequest, candidate_id: int):
@@ -130,7 +139,8 @@ def read_candidate(request: HttpRequest, candidate_id: int):
 
 
 @router.delete(
-    "/config/candidates/{candidate_id}", auth=admin_auth,
+    "/config/candidates/{candidate_id}",
+    auth=admin_auth,
     response={200: dict[str, Any], **ONE_ERRORS},
 )
 def discard_candidate(request: HttpRequest, candidate_id: int):

@@ -315,8 +315,9 @@ class ApiKeyAuth(HttpBearer):
 
     def _check_scope(self, key: ApiKey) -> None:
         if not key.allows(self.scope):
-            raise HttpError(403, f"this API key has the {key.scope!r} scope; "
-                                 f"this call needs {self.scope!r}")
+            raise HttpError(
+                403, f"this API key has the {key.scope!r} scope; this call needs {self.scope!r}"
+            )
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         key = authenticate_token(token)

@@ -58,8 +58,14 @@ CONFIG_MODELS = (
 
 # Configuration keys with their own columns; any other key goes to the `extra` JSON.
 TOP_LEVEL_COLUMNS = (
-    "threshold", "max_concurrency", "analyzer_timeout_s", "analyzers",
-    "allowed_hosts", "brand", "known_customers", "llm",
+    "threshold",
+    "max_concurrency",
+    "analyzer_timeout_s",
+    "analyzers",
+    "allowed_hosts",
+    "brand",
+    "known_customers",
+    "llm",
 )
 LLM_COLUMNS = ("base_url", "model", "api_key_env", "timeout_s", "max_concurrency", "max_retries")
 
@@ -320,8 +326,11 @@ def parse_config(data: dict[str, Any]) -> tuple[AuditorConfig, list[dict] | None
 def _judge_ids(judges: Any) -> set[str]:
     """Custom judge ids: those of the file when it has `custom_judges`, else the stored ones."""
     if isinstance(judges, list):
-        return {j["analyzer_id"] for j in judges if isinstance(j, dict)
-                and isinstance(j.get("analyzer_id"), str)}
+        return {
+            j["analyzer_id"]
+            for j in judges
+            if isinstance(j, dict) and isinstance(j.get("analyzer_id"), str)
+        }
     return set(CustomJudge.objects.values_list("analyzer_id", flat=True))
 
 
@@ -451,8 +460,13 @@ def save_config(
                 fields = {
                     k: judge[k]
                     for k in (
-                        "analyzer_id", "name", "category", "prompt_template",
-                        "mapping", "enabled", "settings",
+                        "analyzer_id",
+                        "name",
+                        "category",
+                        "prompt_template",
+                        "mapping",
+                        "enabled",
+                        "settings",
                     )
                     if k in judge
                 }
@@ -489,9 +503,7 @@ def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
 
 for _model in CONFIG_MODELS:
     post_save.connect(_log_unrecorded, sender=_model, dispatch_uid=f"cfg-save-{_model.__name__}")
-    post_delete.connect(
-        _log_unrecorded, sender=_model, dispatch_uid=f"cfg-del-{_model.__name__}"
-    )
+    post_delete.connect(_log_unrecorded, sender=_model, dispatch_uid=f"cfg-del-{_model.__name__}")
 
 
 def option_errors(options: dict[str, dict]) -> list[dict[str, Any]]:
@@ -506,13 +518,20 @@ def option_errors(options: dict[str, dict]) -> list[dict[str, Any]]:
         analyzer = registry.get(analyzer_id)
         if analyzer is None:
             errors.append(
-                {"loc": ["body", "options", analyzer_id], "msg": f"unknown analyzer {analyzer_id!r}"}
+                {
+                    "loc": ["body", "options", analyzer_id],
+                    "msg": f"unknown analyzer {analyzer_id!r}",
+                }
             )
             continue
         locked = sorted(analyzer.config_only_settings.intersection(overrides))
         if locked:
-            errors.append({"loc": ["body", "options", analyzer_id],
-                           "msg": f"{', '.join(locked)} can only be set in the configuration"})
+            errors.append(
+                {
+                    "loc": ["body", "options", analyzer_id],
+                    "msg": f"{', '.join(locked)} can only be set in the configuration",
+                }
+            )
             continue
         merged = {**config.analyzer_section(analyzer_id), **overrides}
         for message in validate_analyzer_settings(analyzer_id, merged, registry):

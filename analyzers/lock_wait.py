@@ -70,14 +70,23 @@ def _busy_timeout(execute, sql, params, many, context):
         if _deferring:
             defer_until = time.monotonic() + MAX_DEFER_S
             _let_requests_first(defer_until)
-        return _begin(execute, sql, params, many, context, ms, request=wanted is not None,
-                      defer_until=defer_until)
+        return _begin(
+            execute,
+            sql,
+            params,
+            many,
+            context,
+            ms,
+            request=wanted is not None,
+            defer_until=defer_until,
+        )
     _set_busy_timeout(connection, ms)
     return execute(sql, params, many, context)
 
 
-def _begin(execute, sql, params, many, context, ms: int, request: bool = False,
-           defer_until: float = 0.0):
+def _begin(
+    execute, sql, params, many, context, ms: int, request: bool = False, defer_until: float = 0.0
+):
     """A transaction's BEGIN (IMMEDIATE: it takes the write lock) tried every `POLL_S`
     for up to `ms`. SQLite's own wait sleeps in growing steps (1, 2, 5, 10 … 100 ms) and
     overslept the lock's release by tens of ms under load (a lone audit's POST waited

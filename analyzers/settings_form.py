@@ -59,14 +59,20 @@ class SettingSpec:
         if self.kind == "bool":
             # Three states, so that "not set" (the default) is a value a form can post.
             empty = "— none —" if self.optional else f"— default ({_shown(self.default)}) —"
-            return forms.ChoiceField(choices=[("", empty), ("true", "on"), ("false", "off")],
-                                     **common)
+            return forms.ChoiceField(
+                choices=[("", empty), ("true", "on"), ("false", "off")], **common
+            )
         if self.kind == "int":
-            return forms.IntegerField(min_value=_int_or_none(self.minimum),
-                                      max_value=_int_or_none(self.maximum), **common)
+            return forms.IntegerField(
+                min_value=_int_or_none(self.minimum), max_value=_int_or_none(self.maximum), **common
+            )
         if self.kind == "float":
-            return forms.FloatField(min_value=self.minimum, max_value=self.maximum,
-                                    widget=forms.NumberInput(attrs={"step": "any"}), **common)
+            return forms.FloatField(
+                min_value=self.minimum,
+                max_value=self.maximum,
+                widget=forms.NumberInput(attrs={"step": "any"}),
+                **common,
+            )
         if self.kind == "choice":
             empty = "— none —" if self.optional else f"— default ({_shown(self.default)}) —"
             options = [("", empty), *((str(c), str(c)) for c in self.choices)]
@@ -77,8 +83,10 @@ class SettingSpec:
                 **{**common, "help_text": "One per line. " + common["help_text"]},
             )
         if self.kind == "json":
-            return forms.JSONField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-                                   **{**common, "help_text": "JSON. " + common["help_text"]})
+            return forms.JSONField(
+                widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+                **{**common, "help_text": "JSON. " + common["help_text"]},
+            )
         return forms.CharField(widget=forms.TextInput(attrs={"size": 60}), **common)
 
     def to_form(self, value: Any) -> Any:
@@ -156,8 +164,9 @@ def _bounds(info: FieldInfo) -> tuple[float | None, float | None]:
     return low, high
 
 
-def setting_specs(model: type[BaseModel], *, exclude: frozenset[str] | set[str] = frozenset()
-                  ) -> list[SettingSpec]:
+def setting_specs(
+    model: type[BaseModel], *, exclude: frozenset[str] | set[str] = frozenset()
+) -> list[SettingSpec]:
     """The settings of `model`, in declaration order, without `exclude`."""
     specs = []
     for key, info in model.model_fields.items():
@@ -168,15 +177,25 @@ def setting_specs(model: type[BaseModel], *, exclude: frozenset[str] | set[str] 
         required = info.is_required()
         default = None if required else info.get_default(call_default_factory=True)
         low, high = _bounds(info)
-        specs.append(SettingSpec(
-            key=key, kind=kind, optional=optional, default=default, required=required,
-            description=info.description or "", choices=choices, minimum=low, maximum=high,
-        ))
+        specs.append(
+            SettingSpec(
+                key=key,
+                kind=kind,
+                optional=optional,
+                default=default,
+                required=required,
+                description=info.description or "",
+                choices=choices,
+                minimum=low,
+                maximum=high,
+            )
+        )
     return specs
 
 
-def merge_settings(specs: list[SettingSpec], cleaned: dict[str, Any], stored: dict[str, Any],
-                   extra: dict[str, Any]) -> dict[str, Any]:
+def merge_settings(
+    specs: list[SettingSpec], cleaned: dict[str, Any], stored: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
     """The settings to store: `extra` (the JSON box) plus every generated field whose key
     was stored already or whose value differs from the default (defaults stay implicit,
     so a later change of a default reaches analyzers nobody tuned). A key typed in the JSON

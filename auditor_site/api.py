@@ -72,15 +72,14 @@ def _tidy_loc(error: dict) -> dict:
 
 @api.exception_handler(ValidationError)
 def validation_error(request: HttpRequest, exc: ValidationError):
-    return api.create_response(
-        request, {"detail": [_tidy_loc(e) for e in exc.errors]}, status=422
-    )
+    return api.create_response(request, {"detail": [_tidy_loc(e) for e in exc.errors]}, status=422)
 
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request: HttpRequest, exc: AuthenticationError):
     response = api.create_response(
-        request, {"detail": "a valid API key is required (Authorization: Bearer <key>)"},
+        request,
+        {"detail": "a valid API key is required (Authorization: Bearer <key>)"},
         status=401,
     )
     response["WWW-Authenticate"] = "Bearer"

@@ -155,9 +155,7 @@ class ReusableThreadASGIHandler(ASGIHandler):
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            raise ValueError(
-                f"Django can only handle ASGI/HTTP connections, not {scope['type']}."
-            )
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         thread = RequestThread(self.executors)
         try:
             async with ThreadSensitiveContext(executor=thread):

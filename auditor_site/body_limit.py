@@ -41,21 +41,24 @@ def declared_length(scope: Scope) -> int | None:
 
 async def send_413(send: Send, limit: int) -> None:
     body = json.dumps({"detail": f"request body too large: the limit is {limit} bytes"}).encode()
-    await send({
-        "type": "http.response.start",
-        "status": 413,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit: int | Callable[[str], int],
-                 counted_by_app: Iterable[str] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int | Callable[[str], int], counted_by_app: Iterable[str] = ()
+    ) -> None:
         self.app = app
         self._limit = limit
         self.counted_by_app = frozenset(counted_by_app)

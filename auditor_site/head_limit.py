@@ -61,8 +61,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     refusing_since = 0.0  # time.monotonic() of the last warning about the cap, per process
 
-    def __init__(self, *args: Any, stream_paths: frozenset[str] = frozenset(),
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, stream_paths: frozenset[str] = frozenset(), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_head_bytes = settings.AUDITOR_MAX_HEAD_BYTES
         self.head_timeout_s = settings.AUDITOR_HEAD_TIMEOUT_S
@@ -120,8 +121,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         # Until the message completes (at once without a body): timed from data_received.
         self.reading_body, self.body_read_at = True, self.loop.time()
         streaming = self.scope["path"] in self.stream_paths
-        self.body_timeout_s = (settings.AUDITOR_STREAM_IDLE_TIMEOUT_S if streaming
-                               else settings.AUDITOR_BODY_IDLE_TIMEOUT_S)
+        self.body_timeout_s = (
+            settings.AUDITOR_STREAM_IDLE_TIMEOUT_S
+            if streaming
+            else settings.AUDITOR_BODY_IDLE_TIMEOUT_S
+        )
 
     def on_body(self, body: bytes) -> None:
         self.body_read_at = self.loop.time()
@@ -157,8 +161,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             self.body_read_at = now  # the server is not reading: not the client's delay
         idle = now - self.body_read_at
         if idle < self.body_timeout_s:
-            self.body_timer = self.loop.call_later(self.body_timeout_s - idle,
-                                                   self._body_timed_out)
+            self.body_timer = self.loop.call_later(self.body_timeout_s - idle, self._body_timed_out)
             return
         self.logger.warning("Request body idle for %g s: connection closed.", self.body_timeout_s)
         cycle = self.cycle
@@ -174,21 +177,25 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         now = time.monotonic()
         if now - HeadLimitedProtocol.refusing_since >= CAP_LOG_EVERY_S:
             HeadLimitedProtocol.refusing_since = now
-            self.logger.warning("%d connections open (AUDITOR_MAX_CONNECTIONS): new ones "
-                                "answered 503.", self.max_connections)
+            self.logger.warning(
+                "%d connections open (AUDITOR_MAX_CONNECTIONS): new ones answered 503.",
+                self.max_connections,
+            )
 
     def _refuse(self, status: int, text: bytes, extra: bytes = b"") -> None:
         """An answer with the server's default headers, then close (as uvicorn's own 400)."""
         content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
-        content.extend([
-            extra,
-            b"content-type: text/plain; charset=utf-8\r\n",
-            b"content-length: %d\r\n" % len(text),
-            b"connection: close\r\n",
-            b"\r\n",
-            text,
-        ])
+        content.extend(
+            [
+                extra,
+                b"content-type: text/plain; charset=utf-8\r\n",
+                b"content-length: %d\r\n" % len(text),
+                b"connection: close\r\n",
+                b"\r\n",
+                text,
+            ]
+        )
         self.transport.write(b"".join(content))
         self.transport.close()

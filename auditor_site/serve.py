@@ -45,8 +45,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    parser.add_argument("--graceful-timeout", type=float, default=5.0,
-                        help="seconds open requests get after SIGTERM (default 5)")
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=5.0,
+        help="seconds open requests get after SIGTERM (default 5)",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
     args = parser.parse_args(argv)
@@ -76,8 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         lifespan="off",  # Channels' router speaks http and websocket only
         # httptools, with bounds on a request's head and body and on the connections
-        http=functools.partial(HeadLimitedProtocol,
-                               stream_paths=auditor_site.asgi.STREAMING_PATHS),
+        http=functools.partial(HeadLimitedProtocol, stream_paths=auditor_site.asgi.STREAMING_PATHS),
         # X-Forwarded-For/-Proto only from the proxies named (uvicorn's default: loopback)
         proxy_headers=bool(settings.AUDITOR_TRUSTED_PROXIES),
         forwarded_allow_ips=settings.AUDITOR_TRUSTED_PROXIES,

@@ -223,7 +223,9 @@ for _network in AUDITOR_METRICS_ALLOW:
     try:
         ipaddress.ip_network(_network, strict=False)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"AUDITOR_METRICS_ALLOW: {_network!r} is not an address or network") from exc
+        raise ImproperlyConfigured(
+            f"AUDITOR_METRICS_ALLOW: {_network!r} is not an address or network"
+        ) from exc
 AUDITOR_METRICS_WINDOW_S = max(1, envint("AUDITOR_METRICS_WINDOW_S", 300))
 
 # Background tasks: "thread" (default) runs audits on a small thread pool inside the server
@@ -298,7 +300,9 @@ AUDITOR_MAX_CONNECTIONS = max(1, envint("AUDITOR_MAX_CONNECTIONS", default_max_c
 # Addresses (IPs or CIDRs, comma-separated) whose X-Forwarded-For / X-Forwarded-Proto the
 # server believes (the reverse proxy in front); none by default: the peer is the client.
 AUDITOR_TRUSTED_PROXIES = [
-    part.strip() for part in os.environ.get("AUDITOR_TRUSTED_PROXIES", "").split(",") if part.strip()
+    part.strip()
+    for part in os.environ.get("AUDITOR_TRUSTED_PROXIES", "").split(",")
+    if part.strip()
 ]
 # Streams (POST /api/audits/stream, /ws/ingest/, the proxy): the seconds a stream may go
 # without a byte from its client, and the seconds it may last in all.

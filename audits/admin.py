@@ -45,8 +45,9 @@ class RoundedFloats:
         super().__init__(*args, **kwargs)
         for f in self.model._meta.fields:
             if isinstance(f, FloatField) and not hasattr(self, f"{f.name}_rounded"):
-                setattr(self, f"{f.name}_rounded",
-                        MethodType(_rounded(f.name, f.verbose_name), self))
+                setattr(
+                    self, f"{f.name}_rounded", MethodType(_rounded(f.name, f.verbose_name), self)
+                )
 
     def _with_rounded(self, names):
         floats = {f.name for f in self.model._meta.fields if isinstance(f, FloatField)}
@@ -115,9 +116,12 @@ class LinkTableInline(ReadOnlyInline):
     @admin.display(description="URL · label · decision · reason · HTTP status · healthy")
     def table(self, obj: AuditLinks) -> str:
         rows = format_html_join(
-            "", "<tr>{}</tr>",
-            ((format_html_join("", "<td>{}</td>", ((value,) for value in link)),)
-             for link in stored_links(obj.rows)),
+            "",
+            "<tr>{}</tr>",
+            (
+                (format_html_join("", "<td>{}</td>", ((value,) for value in link)),)
+                for link in stored_links(obj.rows)
+            ),
         )
         return format_html("<table>{}</table>", rows)
 
@@ -142,8 +146,15 @@ class ReviewAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditRun)
 class AuditRunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "status", "overall_score", "has_card", "external_id",
-                    "api_key"]
+    list_display = [
+        "id",
+        "created_at",
+        "status",
+        "overall_score",
+        "has_card",
+        "external_id",
+        "api_key",
+    ]
     list_filter = ["status", "has_card", "incomplete", ("reviewed_at", admin.EmptyFieldListFilter)]
     search_fields = ["id", "external_id", "user_input"]
     date_hierarchy = "created_at"
@@ -197,19 +208,25 @@ class DeletionLogAdmin(ReadOnlyAdmin):
 # --- alerts -----------------------------------------------------------------------------
 
 
-
-
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ["name", "enabled", "conditions", "webhook_host", "last_fired_at",
-                    "last_delivery"]
+    list_display = [
+        "name",
+        "enabled",
+        "conditions",
+        "webhook_host",
+        "last_fired_at",
+        "last_delivery",
+    ]
     list_filter = ["enabled"]
     search_fields = ["name", "webhook_url"]
     readonly_fields = ["last_fired_at", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": ["name", "enabled", "webhook_url"]}),
-        ("Conditions (all that are set must hold)",
-         {"fields": ["min_overall_score", "annotation_type", "min_severity", "analyzer_id"]}),
+        (
+            "Conditions (all that are set must hold)",
+            {"fields": ["min_overall_score", "annotation_type", "min_severity", "analyzer_id"]},
+        ),
         ("Rate", {"fields": ["min_count", "window_minutes"]}),
         ("History", {"fields": ["last_fired_at", "created_at", "updated_at"]}),
     ]
@@ -217,9 +234,13 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         latest = AlertDelivery.objects.filter(rule=OuterRef("pk")).order_by("-created_at", "-id")
-        return super().get_queryset(request).annotate(
-            last_status=Subquery(latest.values("status")[:1]),
-            last_attempts=Subquery(latest.values("attempts")[:1]),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_status=Subquery(latest.values("status")[:1]),
+                last_attempts=Subquery(latest.values("attempts")[:1]),
+            )
         )
 
     @admin.display(description="conditions")
@@ -264,8 +285,17 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 @admin.register(AlertDelivery)
 class AlertDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "rule", "status", "attempts", "last_http_status",
-                    "short_error", "audit", "is_test", "delivered_at"]
+    list_display = [
+        "created_at",
+        "rule",
+        "status",
+        "attempts",
+        "last_http_status",
+        "short_error",
+        "audit",
+        "is_test",
+        "delivered_at",
+    ]
     list_filter = ["status", "is_test", "rule"]
     list_select_related = ["rule"]
     date_hierarchy = "created_at"

@@ -110,8 +110,7 @@ class _Outbox:
                 try:
                     await _send(event, groups)
                 except Exception:
-                    logger.warning("could not publish %s event", event.get("type"),
-                                   exc_info=True)
+                    logger.warning("could not publish %s event", event.get("type"), exc_info=True)
                 sent += 1
                 if sent % DRAIN_YIELD_EVERY == 0:
                     # Let receivers empty their channels (the in-memory layer's are
@@ -142,8 +141,7 @@ def publisher_loop() -> asyncio.AbstractEventLoop:
     with _publisher_lock:
         if _publisher_loop is None or _publisher_loop.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="events-publisher",
-                             daemon=True).start()
+            threading.Thread(target=loop.run_forever, name="events-publisher", daemon=True).start()
             _publisher_loop = loop
         return _publisher_loop
 
@@ -167,8 +165,9 @@ def _other_server_loop() -> asyncio.AbstractEventLoop | None:
     return loop
 
 
-def capture(sink: Callable[[dict[str, Any]], None] | None,
-            watched: Callable[[str], bool] | None = None) -> None:
+def capture(
+    sink: Callable[[dict[str, Any]], None] | None, watched: Callable[[str], bool] | None = None
+) -> None:
     """Hand every event of this process to `sink` instead of sending it (None: send);
     `watched(audit_id)`: whether the sink keeps that audit's own progress (`audit_watched`)."""
     global _capture, _captured_watched
@@ -240,7 +239,6 @@ def publish(event: dict[str, Any]) -> None:
         try:
             future.result(timeout=PUBLISH_WAIT)
         except FutureTimeout:
-            logger.warning("the publisher loop is slow: %s event still queued",
-                           event.get("type"))
+            logger.warning("the publisher loop is slow: %s event still queued", event.get("type"))
     except Exception:
         logger.warning("could not publish %s event", event.get("type"), exc_info=True)

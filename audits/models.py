@@ -63,7 +63,11 @@ class AuditRun(models.Model):
     # The thresholds its surfacing follows (audits.surfacing); null: set before they were
     # recorded. `threshold` above is this policy's global threshold.
     surfacing_policy = models.ForeignKey(
-        "SurfacingPolicy", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        "SurfacingPolicy",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
         db_index=False,  # audit_surfacing_idx leads with status instead
     )
 
@@ -79,7 +83,10 @@ class AuditRun(models.Model):
     # review-queue claim that keeps two reviewers off the same audit.
     reviewed_at = models.DateTimeField(null=True, blank=True)
     claimed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     claimed_until = models.DateTimeField(null=True, blank=True)
@@ -236,7 +243,9 @@ class AnalyzerRunRecord(models.Model):
         TIMEOUT = "timeout"
 
     audit = models.ForeignKey(
-        AuditRun, on_delete=models.CASCADE, related_name="results",
+        AuditRun,
+        on_delete=models.CASCADE,
+        related_name="results",
         db_index=False,  # result_audit_idx leads with it
     )
     position = models.PositiveIntegerField(default=0)
@@ -322,7 +331,9 @@ class AnnotationKind(models.Model):
     for one pair). Written with the annotations (audits.services, the tests' factories)."""
 
     audit = models.ForeignKey(
-        AuditRun, on_delete=models.CASCADE, related_name="annotation_kinds",
+        AuditRun,
+        on_delete=models.CASCADE,
+        related_name="annotation_kinds",
         db_index=False,  # the unique constraint's index leads with it
     )
     type = models.CharField(max_length=100)
@@ -359,11 +370,13 @@ class AnnotationKind(models.Model):
 
 
 class TraceLine(models.Model):
-    """"[AUDIT] ..." lines, in order: one or more consecutive lines joined by "\n", from
+    """ "[AUDIT] ..." lines, in order: one or more consecutive lines joined by "\n", from
     the line at `position` on (see audits.store.trace_rows; read them through it)."""
 
     audit = models.ForeignKey(
-        AuditRun, on_delete=models.CASCADE, related_name="trace_lines",
+        AuditRun,
+        on_delete=models.CASCADE,
+        related_name="trace_lines",
         db_index=False,  # trace_line_unique_position leads with it
     )
     position = models.PositiveIntegerField()
@@ -434,11 +447,17 @@ class Review(models.Model):
     verdict = models.CharField(max_length=20, choices=Verdict.choices)
     comment = models.TextField(blank=True, default="")
     reviewer = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="audit_reviews",
     )
     api_key = models.ForeignKey(
-        "analyzers.ApiKey", null=True, blank=True, on_delete=models.SET_NULL,
+        "analyzers.ApiKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="reviews",
     )
     # Who, as shown: kept when the user or the key is deleted later.
@@ -516,18 +535,25 @@ class AlertRule(models.Model):
         max_length=100, blank=True, default="", help_text="An annotation of this type (blank: any)."
     )
     min_severity = models.CharField(
-        max_length=10, blank=True, default="", choices=Severity.choices,
+        max_length=10,
+        blank=True,
+        default="",
+        choices=Severity.choices,
         help_text="An annotation of at least this severity.",
     )
     analyzer_id = models.CharField(
-        max_length=100, blank=True, default="",
+        max_length=100,
+        blank=True,
+        default="",
         help_text="Only this analyzer's annotations count; alone: its result surfaced.",
     )
     min_count = models.PositiveIntegerField(
-        default=1, help_text="Fire when at least this many matching audits arrive within the window."
+        default=1,
+        help_text="Fire when at least this many matching audits arrive within the window.",
     )
     window_minutes = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Blank: every matching audit alerts. Otherwise at most one alert per window.",
     )
     # Set atomically when the rule fires with a window: the cooldown claim.
@@ -551,7 +577,9 @@ class AlertRule(models.Model):
             or self.min_severity
             or self.analyzer_id
         ):
-            errors["__all__"] = "Set at least one condition (score, annotation type, severity or analyzer)."
+            errors["__all__"] = (
+                "Set at least one condition (score, annotation type, severity or analyzer)."
+            )
         if self.min_overall_score is not None and not 0.0 <= self.min_overall_score <= 1.0:
             errors["min_overall_score"] = "The score is between 0 and 1."
         # The SSRF guard's check without DNS (every delivery is guarded again).
@@ -622,7 +650,6 @@ class AlertDelivery(models.Model):
         return f"{self.rule_id} → {self.status} ({self.attempts} attempt(s))"
 
 
-
 class TraceDocuments(models.Model):
     """The documents of one OTLP retrieval span, kept for a bounded time so that the LLM
     spans of the same trace get them as sources when they arrive in a later request
@@ -656,7 +683,9 @@ class ShadowResult(models.Model):
         REPLAY = "replay"  # a stored audit, replayed on request
 
     candidate = models.ForeignKey(
-        "analyzers.CandidateConfig", on_delete=models.CASCADE, related_name="shadow_results",
+        "analyzers.CandidateConfig",
+        on_delete=models.CASCADE,
+        related_name="shadow_results",
         db_index=False,  # shadow_unique_per_audit leads with it
     )
     audit = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="shadow_results")

@@ -21,10 +21,12 @@ def connect() -> None:
     # A saved threshold re-surfaces the stored audits; the settings app never imports
     # audits, so audits listens to its models' saves.
     for model in (GlobalSettings, AnalyzerConfig):
-        post_save.connect(jobs.thresholds_saved, sender=model,
-                          dispatch_uid=f"resurface-save-{model.__name__}")
-        post_delete.connect(jobs.thresholds_saved, sender=model,
-                            dispatch_uid=f"resurface-del-{model.__name__}")
+        post_save.connect(
+            jobs.thresholds_saved, sender=model, dispatch_uid=f"resurface-save-{model.__name__}"
+        )
+        post_delete.connect(
+            jobs.thresholds_saved, sender=model, dispatch_uid=f"resurface-del-{model.__name__}"
+        )
     recovery_started.connect(jobs.requeue_abandoned, dispatch_uid="resurface-recovery")
     audit_finished.connect(alert_tasks.on_audit_finished, dispatch_uid="alerts-finished")
     recovery_started.connect(alert_tasks.on_recovery_started, dispatch_uid="alerts-recovery")
@@ -33,4 +35,6 @@ def connect() -> None:
     # Candidates in shadow analyse each finished audit too, in a task of their own.
     audit_finished.connect(shadow_hooks.on_audit_finished, dispatch_uid="shadow-finished")
     post_save.connect(shadow_hooks.invalidate, sender=CandidateConfig, dispatch_uid="shadow-save")
-    post_delete.connect(shadow_hooks.invalidate, sender=CandidateConfig, dispatch_uid="shadow-delete")
+    post_delete.connect(
+        shadow_hooks.invalidate, sender=CandidateConfig, dispatch_uid="shadow-delete"
+    )

@@ -23,8 +23,11 @@ urlpatterns = [
     path("candidates/", candidates.candidate_list, name="candidates"),
     path("candidates/draft/", candidates.candidate_draft, name="candidate_draft"),
     path("candidates/<int:pk>/", candidates.candidate_detail, name="candidate"),
-    path("candidates/<int:pk>/audits/<uuid:audit_id>/", candidates.candidate_audit,
-         name="candidate_audit"),
+    path(
+        "candidates/<int:pk>/audits/<uuid:audit_id>/",
+        candidates.candidate_audit,
+        name="candidate_audit",
+    ),
     path("candidates/<int:pk>/replay/", candidates.candidate_replay, name="candidate_replay"),
     path("candidates/<int:pk>/promote/", candidates.candidate_promote, name="candidate_promote"),
     path("candidates/<int:pk>/discard/", candidates.candidate_discard, name="candidate_discard"),

@@ -98,12 +98,30 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
 def start_server(env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     # A production-like server: DEBUG off (no SQL recording), a throwaway secret key.
-    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2, **env_extra,
-           "PYTHONPATH": str(BASE_DIR)}
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "SECRET_KEY": uuid.uuid4().hex * 2,
+        **env_extra,
+        "PYTHONPATH": str(BASE_DIR),
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1", "--port", str(port),
-         "--no-access-log", "--log-level", "warning"],
-        cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "auditor_site.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -134,9 +152,14 @@ INGEST_RUNS = 3
 def bench_ingest(n: int, key: str) -> dict:
     # Baseline: the same rows by a raw ORM bulk insert.
     rows = [
-        AuditRun(user_input=BODY["user_input"], response=BODY["response"],
-                 sources=BODY["sources"], metadata=BODY["metadata"], request_hash="x" * 64,
-                 config_snapshot={"threshold": 0.3})
+        AuditRun(
+            user_input=BODY["user_input"],
+            response=BODY["response"],
+            sources=BODY["sources"],
+            metadata=BODY["metadata"],
+            request_hash="x" * 64,
+            config_snapshot={"threshold": 0.3},
+        )
         for _ in range(n)
     ]
     t0 = time.perf_counter()
@@ -220,21 +243,73 @@ def populate(n: int) -> None:
         run_id = uuid.uuid4().hex
         score = rng.random()
         created = (now - timedelta(seconds=n - i)).strftime(fmt)
-        runs.append((run_id, "complete", False, None, None, "", f"Question {i} about Acme search",
-                     BODY["response"], BODY["response"], sources, json.dumps({"i": i}), None,
-                     "{}", 0.3, "{}", score, score >= 0.3, created, created, finished, "", 1,
-                     None))
+        runs.append(
+            (
+                run_id,
+                "complete",
+                False,
+                None,
+                None,
+                "",
+                f"Question {i} about Acme search",
+                BODY["response"],
+                BODY["response"],
+                sources,
+                json.dumps({"i": i}),
+                None,
+                "{}",
+                0.3,
+                "{}",
+                score,
+                score >= 0.3,
+                created,
+                created,
+                finished,
+                "",
+                1,
+                None,
+            )
+        )
         for pos, analyzer in enumerate(("redflag", "grounding")):
             result_id += 1
-            results.append((result_id, run_id, pos, analyzer, "structure", "ok", None, 1.0,
-                            score, False, score >= 0.3, "{}", created))
+            results.append(
+                (
+                    result_id,
+                    run_id,
+                    pos,
+                    analyzer,
+                    "structure",
+                    "ok",
+                    None,
+                    1.0,
+                    score,
+                    False,
+                    score >= 0.3,
+                    "{}",
+                    created,
+                )
+            )
             if analyzer == "grounding" and score >= 0.3:
                 annotation_id += 1
-                annotations.append((annotation_id, run_id, result_id, 0, analyzer,
-                                    rng.choice(types), "finding",
-                                    rng.choice(["info", "warning", "critical"]), "",
-                                    "Decathlon", 0, 9, created))
+                annotations.append(
+                    (
+                        annotation_id,
+                        run_id,
+                        result_id,
+                        0,
+                        analyzer,
+                        rng.choice(types),
+                        "finding",
+                        rng.choice(["info", "warning", "critical"]),
+                        "",
+                        "Decathlon",
+                        0,
+                        9,
+                        created,
+                    )
+                )
         trace.append((run_id, 0, f"[AUDIT] audit {i}"))
+
     def insert(model, rows: list[tuple]) -> None:
         # The tuples above give the first fields in model order; later fields are nullable.
         columns = [f.column for f in model._meta.concrete_fields][: len(rows[0])]
@@ -248,8 +323,9 @@ def populate(n: int) -> None:
         insert(AuditRun, runs)
         insert(AnalyzerRunRecord, results)
         insert(Annotation, annotations)
-        cur.executemany("INSERT INTO audits_traceline (audit_id, position, text) "
-                        "VALUES (%s, %s, %s)", trace)
+        cur.executemany(
+            "INSERT INTO audits_traceline (audit_id, position, text) VALUES (%s, %s, %s)", trace
+        )
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
 
@@ -271,9 +347,13 @@ def bench_export(url: str, pid: int, key: str, n: int) -> dict:
         sampler.start()
         lines = 0
         t0 = time.perf_counter()
-        with httpx.stream("GET", url + "/api/audits/export",
-                          params={"format": "jsonl", **params}, headers=headers,
-                          timeout=120) as r:
+        with httpx.stream(
+            "GET",
+            url + "/api/audits/export",
+            params={"format": "jsonl", **params},
+            headers=headers,
+            timeout=120,
+        ) as r:
             assert r.status_code == 200
             for chunk in r.iter_bytes():
                 lines += chunk.count(b"\n")
@@ -326,8 +406,11 @@ def queries_per_request(key: str) -> dict:
     client.get("/api/audits", {"limit": 1}, headers={"Authorization": f"Bearer {key}"})
     for limit in (10, 100):
         with CaptureQueriesContext(connection) as ctx:
-            r = client.get("/api/audits", {"limit": limit, "surfaced": "true"},
-                           headers={"Authorization": f"Bearer {key}"})
+            r = client.get(
+                "/api/audits",
+                {"limit": limit, "surfaced": "true"},
+                headers={"Authorization": f"Bearer {key}"},
+            )
         assert r.status_code == 200
         out[limit] = len(ctx.captured_queries)
     return out
@@ -338,8 +421,14 @@ E2E_PER_WORKER_TARGET = 150
 CPU_RATIO_TARGET = 4
 
 
-ROUND_FIGURES = ("accepted_per_s", "analysed_per_s", "cpu_ms_per_audit",
-                 "server_process_cpu_ms_per_audit", "engine_cpu_ms_around", "ratio")
+ROUND_FIGURES = (
+    "accepted_per_s",
+    "analysed_per_s",
+    "cpu_ms_per_audit",
+    "server_process_cpu_ms_per_audit",
+    "engine_cpu_ms_around",
+    "ratio",
+)
 
 
 def median_round(rounds: list[dict]) -> dict:
@@ -359,26 +448,39 @@ def print_scenario(tree: str, label: str, backend: str, workers: int, r: dict) -
     target = E2E_TARGETS.get(label.split(",")[0])
     if backend == "database":
         target = E2E_PER_WORKER_TARGET * workers
-    verdict = "" if tree == "before" else (
-        f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
+    verdict = (
+        ""
+        if tree == "before"
+        else (f"  (target >= {target}/s: {'ok' if rate >= target else 'MISSED'})")
+    )
     workers_rss = "".join(f" + {w:.0f}" for w in r["peak_rss_mb"]["workers"])
-    print(f"  [{tree}] {label:38s} accepted {r['accepted_per_s']:6.0f}/s  "
-          f"analysed+stored {rate:6.0f}/s{verdict}"
-          + (f"  ({r['retried_503']} requests retried after a 503)"
-             if r.get("retried_503") else ""))
-    cpu_verdict = "" if tree == "before" else (
-        f" (target <= {CPU_RATIO_TARGET}x: {'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})")
+    print(
+        f"  [{tree}] {label:38s} accepted {r['accepted_per_s']:6.0f}/s  "
+        f"analysed+stored {rate:6.0f}/s{verdict}"
+        + (f"  ({r['retried_503']} requests retried after a 503)" if r.get("retried_503") else "")
+    )
+    cpu_verdict = (
+        ""
+        if tree == "before"
+        else (
+            f" (target <= {CPU_RATIO_TARGET}x: {'ok' if ratio <= CPU_RATIO_TARGET else 'MISSED'})"
+        )
+    )
     pad = " " * (len(tree) + 3 + 38)
     own = r["server_process_cpu_ms_per_audit"]
-    print(f"  {pad} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
-          f"(server process {own:.2f}, analysis processes and workers "
-          f"{r['cpu_ms_per_audit'] - own:.2f}) "
-          f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
-          f"{cpu_verdict}  peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
-          f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)")
+    print(
+        f"  {pad} server CPU {r['cpu_ms_per_audit']:.2f} ms/audit "
+        f"(server process {own:.2f}, analysis processes and workers "
+        f"{r['cpu_ms_per_audit'] - own:.2f}) "
+        f"= {ratio:.1f}x engine ({r['engine_cpu_ms_around']:.2f} ms around it)"
+        f"{cpu_verdict}  peak RSS {r['peak_rss_mb']['server']:.0f}{workers_rss} MB  "
+        f"(its start, before the clock: {r['warm_up_cpu_s']:.1f} s CPU)"
+    )
     if "rounds" in r:
-        each = ", ".join(f"{x['analysed_per_s']:.0f}/s {x['cpu_ms_per_audit']:.2f} ms "
-                         f"{x['ratio']:.1f}x" for x in r["rounds"])
+        each = ", ".join(
+            f"{x['analysed_per_s']:.0f}/s {x['cpu_ms_per_audit']:.2f} ms {x['ratio']:.1f}x"
+            for x in r["rounds"]
+        )
         print(f"  {pad} medians of {len(r['rounds'])} rounds: {each}")
 
 
@@ -400,8 +502,14 @@ def end_to_end(key: str, args) -> dict:
         (f"thread 16 clients, {cores} analysis procs", "thread", 1, 16, 0, procs_cores),
         # The same through Django's handler (audits.api.submit_asgi off): the baseline of
         # the endpoint that answers POST /api/audits in front of Django.
-        (f"thread 16 clients, {cores} analysis procs, via Django", "thread", 1, 16, 0,
-         {**procs_cores, "AUDITOR_API_FAST_SUBMIT": "0"}),
+        (
+            f"thread 16 clients, {cores} analysis procs, via Django",
+            "thread",
+            1,
+            16,
+            0,
+            {**procs_cores, "AUDITOR_API_FAST_SUBMIT": "0"},
+        ),
         ("database batches, 1 db_worker", "database", 100, 1, 1, {}),
         (f"database batches, {cores} db_workers", "database", 100, 1, cores, {}),
         (f"database 16 clients, {cores} db_workers", "database", 1, 16, cores, {}),
@@ -411,12 +519,18 @@ def end_to_end(key: str, args) -> dict:
     trees = [("after", BASE_DIR, args.e2e)]
     if args.before:
         trees.insert(0, ("before", args.before.resolve(), args.before_e2e))
-    results: dict = {"engine_cpu_ms_per_audit": engine_ms,
-                     "engine_audits_per_cpu_s": 1000 / engine_ms}
-    print(f"== end to end ({args.e2e} audits: 300-char input, 2 KB response with links; "
-          f"{cores} cores, SQLite)")
-    print(f"  engine alone, same shape: {engine_ms:.2f} ms CPU per audit "
-          f"({1000 / engine_ms:,.0f} audits per CPU-second; baseline)")
+    results: dict = {
+        "engine_cpu_ms_per_audit": engine_ms,
+        "engine_audits_per_cpu_s": 1000 / engine_ms,
+    }
+    print(
+        f"== end to end ({args.e2e} audits: 300-char input, 2 KB response with links; "
+        f"{cores} cores, SQLite)"
+    )
+    print(
+        f"  engine alone, same shape: {engine_ms:.2f} ms CPU per audit "
+        f"({1000 / engine_ms:,.0f} audits per CPU-second; baseline)"
+    )
     failures = []
     for tree, root, n in trees:
         for label, backend, batch, clients, workers, env in scenarios:
@@ -428,14 +542,25 @@ def end_to_end(key: str, args) -> dict:
                 # the machine's speed drifts by a third from minute to minute here, and a
                 # baseline taken minutes earlier moved the ratio as much.
                 around = engine_cpu_ms()
-                r = run_scenario(root=root, db=DB_PATH, key=key, backend=backend, n=n,
-                                 batch=batch, clients=clients, workers=workers, env_extra=env)
+                r = run_scenario(
+                    root=root,
+                    db=DB_PATH,
+                    key=key,
+                    backend=backend,
+                    n=n,
+                    batch=batch,
+                    clients=clients,
+                    workers=workers,
+                    env_extra=env,
+                )
                 r["engine_cpu_ms_around"] = (around + engine_cpu_ms()) / 2
                 r["ratio"] = r["cpu_ms_per_audit"] / r["engine_cpu_ms_around"]
                 rounds.append(r)
                 if r["complete"] != r["stored"] or r["stored"] != n:
-                    failures.append(f"{tree} {label}: {r['stored']} stored, "
-                                    f"{r['complete']} complete of {n} accepted")
+                    failures.append(
+                        f"{tree} {label}: {r['stored']} stored, "
+                        f"{r['complete']} complete of {n} accepted"
+                    )
             r = median_round(rounds)
             results[f"{tree}: {label}"] = r
             print_scenario(tree, label, backend, workers, r)
@@ -446,10 +571,12 @@ def end_to_end(key: str, args) -> dict:
         def ratio(name: str) -> float:
             return fast[name] / django[name]
 
-        print(f"  POST /api/audits in front of Django / via Django: server process CPU per "
-              f"audit x{ratio('server_process_cpu_ms_per_audit'):.2f}, all of it "
-              f"x{ratio('cpu_ms_per_audit'):.2f}, analysed and stored/s "
-              f"x{ratio('analysed_per_s'):.2f}")
+        print(
+            f"  POST /api/audits in front of Django / via Django: server process CPU per "
+            f"audit x{ratio('server_process_cpu_ms_per_audit'):.2f}, all of it "
+            f"x{ratio('cpu_ms_per_audit'):.2f}, analysed and stored/s "
+            f"x{ratio('analysed_per_s'):.2f}"
+        )
     if args.live_probe:
         results["live probe"] = live_probe(key, args, engine_ms)
     if args.phoenix:
@@ -476,19 +603,24 @@ def phoenix_side_by_side(n: int, ours: dict | None, label: str) -> dict:
         return {}
     project = f"bench-{uuid.uuid4().hex[:8]}"
     try:
-        theirs = bench_phoenix(python, [(project, make_bodies(n, 100, project, seed=7))], n,
-                               start_timeout=900)
+        theirs = bench_phoenix(
+            python, [(project, make_bodies(n, 100, project, seed=7))], n, start_timeout=900
+        )
     except SystemExit as exc:  # optional: say why, keep the figures above
         print(f"  Phoenix side by side: skipped ({exc})")
         return {}
     accepted, queryable = theirs["accepted"][0], theirs["queryable"][0]
-    print(f"  Phoenix {version}, {n} spans in batches of 100: accepted {accepted:6.0f}/s  "
-          f"queryable {queryable:6.0f}/s (no analysis)  peak RSS {theirs['rss_mb']:.0f} MB")
+    print(
+        f"  Phoenix {version}, {n} spans in batches of 100: accepted {accepted:6.0f}/s  "
+        f"queryable {queryable:6.0f}/s (no analysis)  peak RSS {theirs['rss_mb']:.0f} MB"
+    )
     if ours:
-        print(f"  side by side, {label.split(': ', 1)[1]}: accepted "
-              f"x{ours['accepted_per_s'] / accepted:.2f}, analysed and stored "
-              f"{ours['analysed_per_s']:.0f}/s against Phoenix's queryable {queryable:.0f}/s "
-              f"= x{ours['analysed_per_s'] / queryable:.2f}")
+        print(
+            f"  side by side, {label.split(': ', 1)[1]}: accepted "
+            f"x{ours['accepted_per_s'] / accepted:.2f}, analysed and stored "
+            f"{ours['analysed_per_s']:.0f}/s against Phoenix's queryable {queryable:.0f}/s "
+            f"= x{ours['analysed_per_s'] / queryable:.2f}"
+        )
     return {"version": version, **theirs}
 
 
@@ -514,50 +646,84 @@ def live_probe(key: str, args, engine_ms: float) -> dict:
         print("  [live probe] database backend: skipped (no redis-server for the events)")
         return out
     port = free_port()
-    server = subprocess.Popen([redis, "--port", str(port), "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [redis, "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.5)
-        out["database"] = _probe_scenario(key, args, engine_ms, cookie, "database", 1,
-                                          {"REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+        out["database"] = _probe_scenario(
+            key,
+            args,
+            engine_ms,
+            cookie,
+            "database",
+            1,
+            {"REDIS_URL": f"redis://127.0.0.1:{port}/0"},
+        )
     finally:
         server.terminate()
         server.wait(10)
     return out
 
 
-def _probe_scenario(key: str, args, engine_ms: float, cookie: str, backend: str,
-                    workers: int, env: dict) -> dict:
+def _probe_scenario(
+    key: str, args, engine_ms: float, cookie: str, backend: str, workers: int, env: dict
+) -> dict:
     from django.conf import settings
     from throughput import run_scenario
 
-    r = run_scenario(root=BASE_DIR, db=DB_PATH, key=key, backend=backend, n=args.e2e,
-                     batch=100, clients=1, probe_cookie=cookie, workers=workers,
-                     env_extra={"SECRET_KEY": settings.SECRET_KEY, **env})  # the session's key
+    r = run_scenario(
+        root=BASE_DIR,
+        db=DB_PATH,
+        key=key,
+        backend=backend,
+        n=args.e2e,
+        batch=100,
+        clients=1,
+        probe_cookie=cookie,
+        workers=workers,
+        env_extra={"SECRET_KEY": settings.SECRET_KEY, **env},
+    )  # the session's key
     probe = r["probe"]
     label = "thread batches" if backend == "thread" else f"database batches, {workers} db_worker"
 
     def pct(values: list[float], p: float) -> float:
         values = sorted(values)
-        return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
+        return (
+            values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+            if values
+            else float("nan")
+        )
 
-    print(f"  [live probe] {label} with a watcher: accepted {r['accepted_per_s']:.0f}/s  "
-          f"analysed+stored {r['analysed_per_s']:.0f}/s  server CPU {r['cpu_ms_per_audit']:.2f} "
-          f"ms/audit = {r['cpu_ms_per_audit'] / engine_ms:.1f}x engine")
-    print(f"  [live probe] list page during the load: p50 {pct(probe['list_ms'], 50):.0f} ms, "
-          f"p95 {pct(probe['list_ms'], 95):.0f} ms ({len(probe['list_ms'])} requests; "
-          f"target p50 < 60 ms: {'ok' if pct(probe['list_ms'], 50) < 60 else 'MISSED'})")
-    print(f"  [live probe] a lone audit's card at a watcher: p50 {pct(probe['card_ms'], 50):.0f} ms, "
-          f"p95 {pct(probe['card_ms'], 95):.0f} ms (target p95 < 150 ms: "
-          f"{'ok' if pct(probe['card_ms'], 95) < 150 else 'MISSED'}); complete card p50 "
-          f"{pct(probe['complete_ms'], 50):.0f} ms, p95 {pct(probe['complete_ms'], 95):.0f} ms "
-          f"({len(probe['card_ms'])} audits; {probe.get('missed', 0)} cards never came)")
-    print(f"  [live probe] of which the lone POST's own answer: p50 {pct(probe['post_ms'], 50):.0f} ms, "
-          f"p95 {pct(probe['post_ms'], 95):.0f} ms; the page watching everything got "
-          f"{probe.get('feed_messages', 0)} updates")
+    print(
+        f"  [live probe] {label} with a watcher: accepted {r['accepted_per_s']:.0f}/s  "
+        f"analysed+stored {r['analysed_per_s']:.0f}/s  server CPU {r['cpu_ms_per_audit']:.2f} "
+        f"ms/audit = {r['cpu_ms_per_audit'] / engine_ms:.1f}x engine"
+    )
+    print(
+        f"  [live probe] list page during the load: p50 {pct(probe['list_ms'], 50):.0f} ms, "
+        f"p95 {pct(probe['list_ms'], 95):.0f} ms ({len(probe['list_ms'])} requests; "
+        f"target p50 < 60 ms: {'ok' if pct(probe['list_ms'], 50) < 60 else 'MISSED'})"
+    )
+    print(
+        f"  [live probe] a lone audit's card at a watcher: p50 {pct(probe['card_ms'], 50):.0f} ms, "
+        f"p95 {pct(probe['card_ms'], 95):.0f} ms (target p95 < 150 ms: "
+        f"{'ok' if pct(probe['card_ms'], 95) < 150 else 'MISSED'}); complete card p50 "
+        f"{pct(probe['complete_ms'], 50):.0f} ms, p95 {pct(probe['complete_ms'], 95):.0f} ms "
+        f"({len(probe['card_ms'])} audits; {probe.get('missed', 0)} cards never came)"
+    )
+    print(
+        f"  [live probe] of which the lone POST's own answer: p50 {pct(probe['post_ms'], 50):.0f} ms, "
+        f"p95 {pct(probe['post_ms'], 95):.0f} ms; the page watching everything got "
+        f"{probe.get('feed_messages', 0)} updates"
+    )
     if r["complete"] != r["stored"] or r["stored"] != args.e2e:
-        raise SystemExit(f"audits lost in the live probe: {r['stored']} stored, "
-                         f"{r['complete']} complete of {args.e2e}")
+        raise SystemExit(
+            f"audits lost in the live probe: {r['stored']} stored, "
+            f"{r['complete']} complete of {args.e2e}"
+        )
     return r
 
 
@@ -569,18 +735,34 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="source tree to measure end to end too")
     parser.add_argument("--before-e2e", type=int, default=1000)
     parser.add_argument("--e2e-only", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of each end-to-end scenario (figures are their medians)")
-    parser.add_argument("--scenarios", nargs="*",
-                        help="only the end-to-end scenarios whose label contains one of these")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of each end-to-end scenario (figures are their medians)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="*",
+        help="only the end-to-end scenarios whose label contains one of these",
+    )
     parser.add_argument("--phoenix", action="store_true", help="the optional Phoenix step")
-    parser.add_argument("--live-probe", action="store_true",
-                        help="also the batch scenario with a watcher: list page and card "
-                             "latency while the load runs")
-    parser.add_argument("--probe-thread-only", action="store_true",
-                        help="the live probe of the thread backend only (not the database's)")
-    parser.add_argument("--probe-only", action="store_true",
-                        help="only the live probe (and the engine-alone baseline)")
+    parser.add_argument(
+        "--live-probe",
+        action="store_true",
+        help="also the batch scenario with a watcher: list page and card "
+        "latency while the load runs",
+    )
+    parser.add_argument(
+        "--probe-thread-only",
+        action="store_true",
+        help="the live probe of the thread backend only (not the database's)",
+    )
+    parser.add_argument(
+        "--probe-only",
+        action="store_true",
+        help="only the live probe (and the engine-alone baseline)",
+    )
     args = parser.parse_args()
     try:
         call_command("migrate", verbosity=0)
@@ -597,17 +779,26 @@ def main() -> None:
 
         ingest = bench_ingest(args.ingest, key)
         base = ingest["bulk_orm_per_s"]
-        print(f"== ingest ({INGEST_CONNECTIONS} keep-alive connections, wait=false, "
-              "server with DEBUG off)")
+        print(
+            f"== ingest ({INGEST_CONNECTIONS} keep-alive connections, wait=false, "
+            "server with DEBUG off)"
+        )
         print(f"  raw ORM bulk insert              {base:8.0f} rows/s (baseline)")
-        for label, what in (("database", "POST /api/audits       "),
-                            ("database_batch100", "POST /api/audits/batch x100")):
+        for label, what in (
+            ("database", "POST /api/audits       "),
+            ("database_batch100", "POST /api/audits/batch x100"),
+        ):
             r = ingest[label]
             runs = ", ".join(f"{x:.0f}" for x in r["runs"])
-            print(f"  {what} db queue {r['median']:6.0f} audits/s median ({runs})  "
-                  f"ratio to baseline {r['median'] / base:.3f}"
-                  + (f"  (target >= 300/s: {'ok' if r['median'] >= 300 else 'MISSED'})"
-                     if label == "database" else ""))
+            print(
+                f"  {what} db queue {r['median']:6.0f} audits/s median ({runs})  "
+                f"ratio to baseline {r['median'] / base:.3f}"
+                + (
+                    f"  (target >= 300/s: {'ok' if r['median'] >= 300 else 'MISSED'})"
+                    if label == "database"
+                    else ""
+                )
+            )
 
         t0 = time.perf_counter()
         populate(args.rows)
@@ -619,26 +810,44 @@ def main() -> None:
             print("== export (GET /api/audits/export?format=jsonl)")
             for label in ("tenth", "all"):
                 e = export[label]
-                print(f"  {e['rows']:7d} rows  {e['rows_per_s']:10.0f} rows/s  "
-                      f"server peak RSS {e['peak_rss_mb']:.0f} MB")
+                print(
+                    f"  {e['rows']:7d} rows  {e['rows_per_s']:10.0f} rows/s  "
+                    f"server peak RSS {e['peak_rss_mb']:.0f} MB"
+                )
             ratio = export["all"]["peak_rss_mb"] / export["tenth"]["peak_rss_mb"]
             print(f"  peak RSS all/tenth ratio {ratio:.2f} (constant memory: ~1.0)")
-            print(f"  baseline raw ORM values() read {export['orm_values_rows_per_s']:.0f} rows/s; "
-                  f"export ratio {export['all']['rows_per_s'] / export['orm_values_rows_per_s']:.3f}"
-                  f"  (target >= 20000 rows/s: "
-                  f"{'ok' if export['all']['rows_per_s'] >= 20000 else 'MISSED'})")
+            print(
+                f"  baseline raw ORM values() read {export['orm_values_rows_per_s']:.0f} rows/s; "
+                f"export ratio {export['all']['rows_per_s'] / export['orm_values_rows_per_s']:.3f}"
+                f"  (target >= 20000 rows/s: "
+                f"{'ok' if export['all']['rows_per_s'] >= 20000 else 'MISSED'})"
+            )
             listing = bench_list(url, key)
             print("== list (GET /api/audits, limit=50), p50 latency")
             for label, p50 in listing.items():
-                print(f"  {label:14s} {p50:7.1f} ms  (target < 50 ms: "
-                      f"{'ok' if p50 < 50 else 'MISSED'})")
+                print(
+                    f"  {label:14s} {p50:7.1f} ms  (target < 50 ms: "
+                    f"{'ok' if p50 < 50 else 'MISSED'})"
+                )
         finally:
             stop(proc)
         qpr = queries_per_request(key)
-        print(f"  SQL queries per request: limit=10 -> {qpr[10]}, limit=100 -> {qpr[100]} "
-              f"({'constant' if qpr[10] == qpr[100] else 'GROWS WITH ROWS'})")
-        print(json.dumps({"end_to_end": e2e, "ingest": ingest, "export": export, "list_p50_ms": listing,
-                          "queries": qpr}, default=str))
+        print(
+            f"  SQL queries per request: limit=10 -> {qpr[10]}, limit=100 -> {qpr[100]} "
+            f"({'constant' if qpr[10] == qpr[100] else 'GROWS WITH ROWS'})"
+        )
+        print(
+            json.dumps(
+                {
+                    "end_to_end": e2e,
+                    "ingest": ingest,
+                    "export": export,
+                    "list_p50_ms": listing,
+                    "queries": qpr,
+                },
+                default=str,
+            )
+        )
     finally:
         connection.close()
         for suffix in ("", "-wal", "-shm"):

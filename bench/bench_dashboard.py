@@ -28,8 +28,10 @@ BENCH_DIR = ROOT / "var" / "bench"
 TARGET_MS = 60.0
 FIRST_LOAD_RUNS = 5
 # one link of the contract's shape (audits.store.link_rows): an audit's link table in one row
-LINK_ROW = ('[{"url":"https://docs.acme.example/api","label":"the docs","decision":"keep",'
-            '"reason":null,"http_status":200,"healthy":true}]')
+LINK_ROW = (
+    '[{"url":"https://docs.acme.example/api","label":"the docs","decision":"keep",'
+    '"reason":null,"http_status":200,"healthy":true}]'
+)
 
 
 def setup_django(db_path: Path) -> None:
@@ -64,9 +66,12 @@ def populate(n: int) -> None:
     rng = random.Random(1)
     analyzers = ["redflag", "links", "grounding", "prompt_leak", "bias", "tone"]
     types = {
-        "redflag": "TOO_MANY_CHARS", "links": "LINK_HOST_NOT_ALLOWED",
-        "grounding": "UNGROUNDED_CUSTOMER_CLAIM", "prompt_leak": "PROMPT_LEAK",
-        "bias": "sycophancy", "tone": "condescending",
+        "redflag": "TOO_MANY_CHARS",
+        "links": "LINK_HOST_NOT_ALLOWED",
+        "grounding": "UNGROUNDED_CUSTOMER_CLAIM",
+        "prompt_leak": "PROMPT_LEAK",
+        "bias": "sycophancy",
+        "tone": "condescending",
     }
     severities = ["info", "warning", "critical"]
     response = (
@@ -89,32 +94,134 @@ def populate(n: int) -> None:
                 score = round(rng.random() ** 3, 3)
                 scores.append(score)
                 result_id += 1
-                results.append((result_id, run_id, pos, analyzer, "c", "ok", rng.random() * 20,
-                                score, False, score >= 0.3, "{}", created))
+                results.append(
+                    (
+                        result_id,
+                        run_id,
+                        pos,
+                        analyzer,
+                        "c",
+                        "ok",
+                        rng.random() * 20,
+                        score,
+                        False,
+                        score >= 0.3,
+                        "{}",
+                        created,
+                    )
+                )
                 if score >= 0.2:
-                    annotations.append((run_id, result_id, 0, analyzer, types[analyzer], "Label",
-                                        rng.choice(severities), "Why it matters.", "Decathlon",
-                                        0, 9, created))
+                    annotations.append(
+                        (
+                            run_id,
+                            result_id,
+                            0,
+                            analyzer,
+                            types[analyzer],
+                            "Label",
+                            rng.choice(severities),
+                            "Why it matters.",
+                            "Decathlon",
+                            0,
+                            9,
+                            created,
+                        )
+                    )
             top = max(scores)
-            runs.append((run_id, "complete", False, "", f"Question {i} about Acme?", response,
-                         response, "[]", "{}", "{}", 0.3, "{}", sum(scores) / len(scores),
-                         any(s >= 0.3 for s in scores), created, created, created, "", 1,
-                         top, analyzers[scores.index(top)]))
+            runs.append(
+                (
+                    run_id,
+                    "complete",
+                    False,
+                    "",
+                    f"Question {i} about Acme?",
+                    response,
+                    response,
+                    "[]",
+                    "{}",
+                    "{}",
+                    0.3,
+                    "{}",
+                    sum(scores) / len(scores),
+                    any(s >= 0.3 for s in scores),
+                    created,
+                    created,
+                    created,
+                    "",
+                    1,
+                    top,
+                    analyzers[scores.index(top)],
+                )
+            )
             traces += [(run_id, p, f"[AUDIT] step {p}") for p in range(3)]
             links.append((run_id, LINK_ROW))
         with transaction.atomic(), connection.cursor() as cursor:
-            _insert(cursor, AuditRun, [
-                "id", "status", "incomplete", "request_hash", "user_input", "response",
-                "cleaned_response", "sources", "metadata", "options", "threshold",
-                "config_snapshot", "overall_score", "has_card", "created_at", "started_at",
-                "finished_at", "error", "attempts", "top_score", "top_analyzer"], runs)
-            _insert(cursor, AnalyzerRunRecord, [
-                "id", "audit", "position", "analyzer_id", "category", "status", "duration_ms",
-                "score", "should_surface", "surfaced", "supplementary", "audit_created_at"],
-                results)
-            _insert(cursor, Annotation, [
-                "audit", "result", "position", "analyzer_id", "type", "label", "severity",
-                "description", "evidence", "start", "end", "audit_created_at"], annotations)
+            _insert(
+                cursor,
+                AuditRun,
+                [
+                    "id",
+                    "status",
+                    "incomplete",
+                    "request_hash",
+                    "user_input",
+                    "response",
+                    "cleaned_response",
+                    "sources",
+                    "metadata",
+                    "options",
+                    "threshold",
+                    "config_snapshot",
+                    "overall_score",
+                    "has_card",
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                    "error",
+                    "attempts",
+                    "top_score",
+                    "top_analyzer",
+                ],
+                runs,
+            )
+            _insert(
+                cursor,
+                AnalyzerRunRecord,
+                [
+                    "id",
+                    "audit",
+                    "position",
+                    "analyzer_id",
+                    "category",
+                    "status",
+                    "duration_ms",
+                    "score",
+                    "should_surface",
+                    "surfaced",
+                    "supplementary",
+                    "audit_created_at",
+                ],
+                results,
+            )
+            _insert(
+                cursor,
+                Annotation,
+                [
+                    "audit",
+                    "result",
+                    "position",
+                    "analyzer_id",
+                    "type",
+                    "label",
+                    "severity",
+                    "description",
+                    "evidence",
+                    "start",
+                    "end",
+                    "audit_created_at",
+                ],
+                annotations,
+            )
             _insert(cursor, TraceLine, ["audit", "position", "text"], traces)
             _insert(cursor, AuditLinks, ["audit", "rows"], links)
     with connection.cursor() as cursor:
@@ -138,29 +245,40 @@ def populate_reviews(share: float = 0.2) -> None:
     ]
     picked_ids = {pk for pk, _ in picked}
     one_finding: dict = {}
-    for audit_id, pk in Annotation.objects.filter(result__surfaced=True).values_list(
-        "audit_id", "id"
-    ).iterator(chunk_size=20_000):
+    for audit_id, pk in (
+        Annotation.objects.filter(result__surfaced=True)
+        .values_list("audit_id", "id")
+        .iterator(chunk_size=20_000)
+    ):
         if audit_id in picked_ids:
             one_finding.setdefault(audit_id, pk)
     verdicts = ["confirmed"] * 16 + ["false_positive"] * 3 + ["unsure"]
     reviews, stamps = [], []
     for pk, created in picked:
         at = created + timedelta(hours=rng.randint(1, 48))
-        reviews.append(Review(audit_id=pk, verdict=rng.choice(verdicts), reviewer_name="bench",
-                              created_at=at))
+        reviews.append(
+            Review(audit_id=pk, verdict=rng.choice(verdicts), reviewer_name="bench", created_at=at)
+        )
         if pk in one_finding and rng.random() < 0.2:
-            reviews.append(Review(audit_id=pk, annotation_id=one_finding[pk],
-                                  verdict=rng.choice(verdicts), reviewer_name="bench",
-                                  created_at=at))
+            reviews.append(
+                Review(
+                    audit_id=pk,
+                    annotation_id=one_finding[pk],
+                    verdict=rng.choice(verdicts),
+                    reviewer_name="bench",
+                    created_at=at,
+                )
+            )
         stamps.append((at.replace(tzinfo=None).isoformat(" "), pk.hex))
     with transaction.atomic():
         Review.objects.bulk_create(reviews, batch_size=2000)
         with connection.cursor() as cursor:
             cursor.executemany("UPDATE audits_auditrun SET reviewed_at = %s WHERE id = %s", stamps)
             cursor.execute("ANALYZE")
-    print(f"reviewed {len(picked)} audits ({len(reviews)} verdicts) in "
-          f"{time.perf_counter() - started:.1f} s")
+    print(
+        f"reviewed {len(picked)} audits ({len(reviews)} verdicts) in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
 
 
 def deep_page_url(client, url: str, pages: int) -> str:
@@ -250,9 +368,7 @@ def main() -> None:
     table_user = User.objects.filter(username="bench-table").first() or (
         User.objects.create_superuser("bench-table", "t@example.com", "bench-password-1")
     )
-    DashboardPreference.objects.update_or_create(
-        user=table_user, defaults={"audit_view": "table"}
-    )
+    DashboardPreference.objects.update_or_create(user=table_user, defaults={"audit_view": "table"})
     table = Client()
     table.force_login(table_user)
     deep = deep_page_url(table, "/?sort=-top_score", pages=20)
@@ -309,8 +425,7 @@ def main() -> None:
     verdict = "OK" if worst < TARGET_MS else "OVER TARGET"
     print(f"target: every list and table page p50 < {TARGET_MS:.0f} ms -> {verdict}")
     backfill_seconds = time_backfill()
-    print(f"top_score backfill (migration 0006) of {args.audits} audits: "
-          f"{backfill_seconds:.1f} s")
+    print(f"top_score backfill (migration 0006) of {args.audits} audits: {backfill_seconds:.1f} s")
     worst = max(results["trends page (60 days)"], results["trends page (7 days)"])
     verdict = "OK" if worst < TARGET_MS else "OVER TARGET"
     print(f"target: trends p50 < {TARGET_MS:.0f} ms -> {verdict}")
@@ -320,7 +435,9 @@ def first_load(db_path: Path, days: int) -> float:
     """Milliseconds of the first trends request in a fresh process (its own caches empty)."""
     out = subprocess.run(
         [sys.executable, __file__, "--first-load", str(days), "--db", str(db_path)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return float(out.stdout.strip().splitlines()[-1])
 

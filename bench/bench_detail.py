@@ -82,7 +82,10 @@ def audit(text: str):
     from audits.intake import submit
 
     run = submit.submit_audit(
-        user_input="Which retailers use Acme?", response=text, sources=[], metadata={},
+        user_input="Which retailers use Acme?",
+        response=text,
+        sources=[],
+        metadata={},
         enqueue=False,
     )
     started = time.perf_counter()
@@ -116,9 +119,12 @@ def bench_detail() -> None:
         ms, html = page_ms(pk)
         stored = Annotation.objects.filter(result__audit_id=pk).count()
         flag = "  (target < 500 ms)" if label == "1 MB" else ""
-        print(f"detail page, {label:>5} repeated paragraph: {ms:7.1f} ms (x{ms / baseline:.1f} "
-              f"baseline; page {html / 1e6:.1f} MB; {stored} stored findings; "
-              f"audit took {audit_ms:.0f} ms){flag}", flush=True)
+        print(
+            f"detail page, {label:>5} repeated paragraph: {ms:7.1f} ms (x{ms / baseline:.1f} "
+            f"baseline; page {html / 1e6:.1f} MB; {stored} stored findings; "
+            f"audit took {audit_ms:.0f} ms){flag}",
+            flush=True,
+        )
 
 
 def bench_starvation() -> None:
@@ -131,8 +137,10 @@ def bench_starvation() -> None:
     os.environ["AUDITOR_TEST_DB"] = str(TMP / "unused.sqlite3")
     proc = start_daphne(port, TMP / "daphne.log", DATABASE_URL=os.environ["DATABASE_URL"])
     url = f"http://127.0.0.1:{port}/api/audits"
-    small = {"user_input": "Which retailers use Acme?",
-             "response": "Decathlon grew conversion by 50% with Acme. See https://www.acme.example."}
+    small = {
+        "user_input": "Which retailers use Acme?",
+        "response": "Decathlon grew conversion by 50% with Acme. See https://www.acme.example.",
+    }
 
     def small_latencies(n: int, stop_flag: threading.Event | None = None) -> list[float]:
         out = []
@@ -171,14 +179,20 @@ def bench_starvation() -> None:
             t.join()
         done.set()
         runner.join()
-        print(f"small submissions, idle server: p50 {pct(idle, 50):.0f} ms  "
-              f"p95 {pct(idle, 95):.0f} ms ({len(idle)} requests)")
-        print(f"small submissions during eight ~1 MB wait=true audits: p50 {pct(busy, 50):.0f} ms  "
-              f"p95 {pct(busy, 95):.0f} ms  max {max(busy):.0f} ms ({len(busy)} requests; "
-              f"target p95 < 1000 ms)")
+        print(
+            f"small submissions, idle server: p50 {pct(idle, 50):.0f} ms  "
+            f"p95 {pct(idle, 95):.0f} ms ({len(idle)} requests)"
+        )
+        print(
+            f"small submissions during eight ~1 MB wait=true audits: p50 {pct(busy, 50):.0f} ms  "
+            f"p95 {pct(busy, 95):.0f} ms  max {max(busy):.0f} ms ({len(busy)} requests; "
+            f"target p95 < 1000 ms)"
+        )
         codes = sorted(code for code, _, _ in outcomes)
-        print(f"the eight 1 MB wait=true: statuses {codes}, slowest {max(s for _, s, _ in outcomes):.1f} s, "
-              f"largest body {max(b for _, _, b in outcomes) / 1e6:.1f} MB")
+        print(
+            f"the eight 1 MB wait=true: statuses {codes}, slowest {max(s for _, s, _ in outcomes):.1f} s, "
+            f"largest body {max(b for _, _, b in outcomes) / 1e6:.1f} MB"
+        )
     finally:
         stop(proc)
 

@@ -68,9 +68,13 @@ def main() -> None:
         baseline_rates.append(baseline_run(inputs))
     engine = statistics.median(engine_rates)
     baseline = statistics.median(baseline_rates)
-    print(f"redflag engine, 2 KB response, one core: median {engine:,.0f} audits/s over {RUNS} runs")
+    print(
+        f"redflag engine, 2 KB response, one core: median {engine:,.0f} audits/s over {RUNS} runs"
+    )
     print(f"baseline (one compiled regex pass):      median {baseline:,.0f} passes/s")
-    print(f"ratio engine/baseline: {engine / baseline:.4f} (baseline is {baseline / engine:,.0f}x faster)")
+    print(
+        f"ratio engine/baseline: {engine / baseline:.4f} (baseline is {baseline / engine:,.0f}x faster)"
+    )
     print(f"target >= {TARGET:,} audits/s: {'MET' if engine >= TARGET else 'MISSED'}")
     privacy_share()
 
@@ -81,10 +85,13 @@ def privacy_share(runs: int = 5, audits: int = 1000) -> None:
     settings = analyzer.parse_settings({})
     for label, inputs in (
         ("plain", make_inputs(audits)),
-        ("with personal data", [
-            AuditInput(user_input="q", response=(PERSONAL + a.response)[:2048])
-            for a in make_inputs(audits)
-        ]),
+        (
+            "with personal data",
+            [
+                AuditInput(user_input="q", response=(PERSONAL + a.response)[:2048])
+                for a in make_inputs(audits)
+            ],
+        ),
     ):
         full, alone = [], []
         for _ in range(runs):

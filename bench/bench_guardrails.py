@@ -216,8 +216,13 @@ def adversarial_inputs() -> dict[str, str]:
             for i in range(100_000)
         ),
         "50k HTML tags": " ".join(
-            ("<b>x</b>", "<img src=x onerror=alert(1)>", "<script>a</script>", "<i>y</i>",
-             "<div style='background:url(https://evil.test/)'>")[i % 5]
+            (
+                "<b>x</b>",
+                "<img src=x onerror=alert(1)>",
+                "<script>a</script>",
+                "<i>y</i>",
+                "<div style='background:url(https://evil.test/)'>",
+            )[i % 5]
             for i in range(50_000)
         ),
         "'a.b' repeated": "a.b" * (mb // 3),
@@ -258,8 +263,14 @@ def bench_linear(config: AuditorConfig) -> None:
 def main() -> None:
     from analyzers.engine import guardrails
 
-    print("guardrails: " + ("compiled with mypyc" if guardrails.COMPILED else
-                            "Python (not compiled, or AUDITOR_PURE_PYTHON set)"))
+    print(
+        "guardrails: "
+        + (
+            "compiled with mypyc"
+            if guardrails.COMPILED
+            else "Python (not compiled, or AUDITOR_PURE_PYTHON set)"
+        )
+    )
     config = load_config()
     bench_paragraph(config)
     bench_engine(config, response_2kb(), "2 KB response")

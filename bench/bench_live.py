@@ -65,8 +65,12 @@ async def drain(ws, quiet: float = 0.05) -> None:
 async def card_latency(host: str, cookie: str, key: str, watchers: int, audits: int) -> list[float]:
     """Per delivery: ms from the submission to the audit's card fragment at a watcher."""
     sockets = [
-        await websockets.connect(f"ws://{host}/ws/audits/", additional_headers={"Cookie": cookie},
-                                 origin=f"http://{host}", max_queue=None)
+        await websockets.connect(
+            f"ws://{host}/ws/audits/",
+            additional_headers={"Cookie": cookie},
+            origin=f"http://{host}",
+            max_queue=None,
+        )
         for _ in range(watchers)
     ]
     latencies: list[float] = []
@@ -74,9 +78,11 @@ async def card_latency(host: str, cookie: str, key: str, watchers: int, audits: 
         async with httpx.AsyncClient() as http:
             for n in range(WARMUP + audits):
                 started = time.perf_counter()
-                r = await http.post(f"http://{host}/api/audits",
-                                    json={"user_input": f"bench {n}", "response": "Acme is easy."},
-                                    headers={"Authorization": f"Bearer {key}"})
+                r = await http.post(
+                    f"http://{host}/api/audits",
+                    json={"user_input": f"bench {n}", "response": "Acme is easy."},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
                 audit_id = r.json()["id"]
 
                 async def first_card(ws, audit_id=audit_id, started=started) -> float:
@@ -89,7 +95,10 @@ async def card_latency(host: str, cookie: str, key: str, watchers: int, audits: 
                     # The complete card: nothing of this audit is still on its way.
                     while True:
                         message = await ws.recv()
-                        if f"audit-card-{audit_id}" in message and 'data-status="complete"' in message:
+                        if (
+                            f"audit-card-{audit_id}" in message
+                            and 'data-status="complete"' in message
+                        ):
                             return
 
                 got = await asyncio.gather(*(first_card(ws) for ws in sockets))
@@ -110,14 +119,15 @@ async def stream_once(host: str, key: str, paragraphs: int) -> tuple[list[float]
     """
     per_paragraph: list[float] = []
     started = time.perf_counter()
-    async with websockets.connect(f"ws://{host}/ws/ingest/",
-                                  additional_headers={"Authorization": f"Bearer {key}"}) as ws:
+    async with websockets.connect(
+        f"ws://{host}/ws/ingest/", additional_headers={"Authorization": f"Bearer {key}"}
+    ) as ws:
         await ws.send(json.dumps({"user_input": "bench", "collision_key": str(time.time())}))
         assert json.loads(await ws.recv())["event"] == "accepted"
         for n in range(paragraphs):
             text = f"Paragraph {n}: {PARAGRAPH}"
             for i in range(0, len(text), 40):
-                await ws.send(json.dumps({"text": text[i:i + 40]}))
+                await ws.send(json.dumps({"text": text[i : i + 40]}))
             sent = time.perf_counter()
             while True:
                 message = json.loads(await ws.recv())
@@ -142,7 +152,7 @@ def engine_paragraphs(paragraphs: int) -> list[float]:
         text = f"Paragraph {n}: {PARAGRAPH}"
         started = time.perf_counter()
         for i in range(0, len(text), 40):
-            auditor.feed(text[i:i + 40])
+            auditor.feed(text[i : i + 40])
         times.append((time.perf_counter() - started) * 1000)
     auditor.finish()
     return times
@@ -167,9 +177,12 @@ def main() -> None:
             lat = asyncio.run(card_latency(host, cookie, key, watchers, audits))
             p95s.append(pct(lat, 95))
             flag = "  (target p95 < 150 ms)" if watchers > 1 else ""
-            print(f"card latency, {watchers:>3} watcher(s): p50 {pct(lat, 50):6.1f} ms  "
-                  f"p95 {pct(lat, 95):6.1f} ms  ({audits} audits, {len(lat)} deliveries, "
-                  f"after {WARMUP} warm-up audits){flag}", flush=True)
+            print(
+                f"card latency, {watchers:>3} watcher(s): p50 {pct(lat, 50):6.1f} ms  "
+                f"p95 {pct(lat, 95):6.1f} ms  ({audits} audits, {len(lat)} deliveries, "
+                f"after {WARMUP} warm-up audits){flag}",
+                flush=True,
+            )
         print(f"p95 with 200 watchers / p95 with 1: x{p95s[1] / p95s[0]:.1f}")
         paragraphs = 20
         for _ in range(2):  # warm-up
@@ -180,12 +193,16 @@ def main() -> None:
         totals = [total for _, total in streams]
         engine = [ms for _ in range(5) for ms in engine_paragraphs(paragraphs)]
         s, e = statistics.median(stream_para), statistics.median(engine)
-        print(f"stream endpoint, paragraph sent -> audited chunk back: p50 {s:.2f} ms  "
-              f"p95 {pct(stream_para, 95):.2f} ms; engine alone: {e:.3f} ms/paragraph; "
-              f"overhead {s - e:.2f} ms/paragraph, x{s / e:.0f} the engine "
-              f"({len(stream_para)} paragraphs)")
-        print(f"whole stream of {paragraphs} paragraphs (head to final audit, incl. link "
-              f"checks and storage): median {statistics.median(totals):.0f} ms")
+        print(
+            f"stream endpoint, paragraph sent -> audited chunk back: p50 {s:.2f} ms  "
+            f"p95 {pct(stream_para, 95):.2f} ms; engine alone: {e:.3f} ms/paragraph; "
+            f"overhead {s - e:.2f} ms/paragraph, x{s / e:.0f} the engine "
+            f"({len(stream_para)} paragraphs)"
+        )
+        print(
+            f"whole stream of {paragraphs} paragraphs (head to final audit, incl. link "
+            f"checks and storage): median {statistics.median(totals):.0f} ms"
+        )
     finally:
         stop(proc)
 

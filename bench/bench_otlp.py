@@ -81,33 +81,72 @@ def _clear() -> None:
         clear_stored(conn)
 
 
-def bench_auditor(root: Path, bodies: list[bytes], n: int, key: str,
-                  profile: str | None = None) -> dict:
+def bench_auditor(
+    root: Path, bodies: list[bytes], n: int, key: str, profile: str | None = None
+) -> dict:
     """One round against the shipped server of `root` (uvicorn, or daphne in older trees);
     `profile`: a py-spy raw profile of the server to that file (its figures then mean
     nothing: py-spy is the process measured)."""
     port = free_port()
-    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2,
-           "DATABASE_URL": f"sqlite:///{DB_PATH}", "AUDITOR_TASK_BACKEND": "thread",
-           "PYTHONPATH": str(root)}
-    server = ([sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1",
-               "--port", str(port), "--no-access-log", "--log-level", "warning"]
-              if (root / "auditor_site" / "serve.py").exists() else
-              [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-               "auditor_site.asgi:application"])
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "SECRET_KEY": uuid.uuid4().hex * 2,
+        "DATABASE_URL": f"sqlite:///{DB_PATH}",
+        "AUDITOR_TASK_BACKEND": "thread",
+        "PYTHONPATH": str(root),
+    }
+    server = (
+        [
+            sys.executable,
+            "-m",
+            "auditor_site.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+        if (root / "auditor_site" / "serve.py").exists()
+        else [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "auditor_site.asgi:application",
+        ]
+    )
     if profile:
-        server = [str(Path(sys.executable).parent / "py-spy"), "record", "-r", "50", "-f",
-                  "raw", "-o", profile, "--", *server]
-    proc = subprocess.Popen(server, cwd=root, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+        server = [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "-r",
+            "50",
+            "-f",
+            "raw",
+            "-o",
+            profile,
+            "--",
+            *server,
+        ]
+    proc = subprocess.Popen(
+        server, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for_server(f"http://127.0.0.1:{port}", proc)
         cpu0 = cpu_seconds(proc.pid)
         start = time.perf_counter()
-        stored_s = send_all(f"http://127.0.0.1:{port}/v1/traces", bodies,
-                            {"Authorization": f"Bearer {key}"})
-        wait_until(lambda: _count("status IN ('complete', 'failed')") >= n, 1800,
-                   "the analyses", proc)
+        stored_s = send_all(
+            f"http://127.0.0.1:{port}/v1/traces", bodies, {"Authorization": f"Bearer {key}"}
+        )
+        wait_until(
+            lambda: _count("status IN ('complete', 'failed')") >= n, 1800, "the analyses", proc
+        )
         analysed_s = time.perf_counter() - start
         cpu = cpu_seconds(proc.pid) - cpu0
         rss = peak_rss_mb(proc.pid)
@@ -120,10 +159,15 @@ def bench_auditor(root: Path, bodies: list[bytes], n: int, key: str,
     stored, complete = _count("1"), _count("status = 'complete'")
     _clear()
     if stored != n or complete != n:
-        raise SystemExit(f"{root}: expected {n} complete audits, stored {stored}, "
-                         f"complete {complete}")
-    return {"stored": n / stored_s, "analysed": n / analysed_s, "cpu_ms": cpu * 1000 / n,
-            "rss_mb": rss}
+        raise SystemExit(
+            f"{root}: expected {n} complete audits, stored {stored}, complete {complete}"
+        )
+    return {
+        "stored": n / stored_s,
+        "analysed": n / analysed_s,
+        "cpu_ms": cpu * 1000 / n,
+        "rss_mb": rss,
+    }
 
 
 # --- the run -----------------------------------------------------------------------------
@@ -140,8 +184,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds per server (medians)")
     parser.add_argument("--before", type=Path, help="another source tree, same rounds")
     parser.add_argument("--before-label", default="before", help="its name in the output")
-    parser.add_argument("--phoenix", default=os.environ.get("PHOENIX_PYTHON", ""),
-                        help="Python of an arize-phoenix install (default: /tmp/phoenix-venv)")
+    parser.add_argument(
+        "--phoenix",
+        default=os.environ.get("PHOENIX_PYTHON", ""),
+        help="Python of an arize-phoenix install (default: /tmp/phoenix-venv)",
+    )
     parser.add_argument("--no-phoenix", action="store_true")
     parser.add_argument("--phoenix-runs", type=int, help="rounds on Phoenix (default --runs)")
     parser.add_argument("--phoenix-start-timeout", type=float, default=900)
@@ -149,13 +196,17 @@ def main() -> None:
     parser.add_argument("--profile", help="py-spy raw profile of the (after) server, to this file")
     args = parser.parse_args()
     n = args.spans
-    projects = [f"bench-{uuid.uuid4().hex[:8]}"
-                for _ in range(max(args.runs, args.phoenix_runs or 0))]
+    projects = [
+        f"bench-{uuid.uuid4().hex[:8]}" for _ in range(max(args.runs, args.phoenix_runs or 0))
+    ]
     rounds = [(p, make_bodies(n, args.batch, p, seed=7 + r)) for r, p in enumerate(projects)]
     mb = sum(map(len, rounds[0][1])) / 1e6
-    print(f"OTLP ingest: {n} LLM spans (300-char input, 2 KB output), {len(rounds[0][1])} "
-          f"protobuf requests of {args.batch} ({mb:.1f} MB), one in flight; "
-          f"{args.runs} round(s) per server, medians", flush=True)
+    print(
+        f"OTLP ingest: {n} LLM spans (300-char input, 2 KB output), {len(rounds[0][1])} "
+        f"protobuf requests of {args.batch} ({mb:.1f} MB), one in flight; "
+        f"{args.runs} round(s) per server, medians",
+        flush=True,
+    )
 
     trees = [] if args.no_auditor else [("after", BASE_DIR)]
     if args.before and trees:
@@ -164,22 +215,28 @@ def main() -> None:
     try:
         call_command("migrate", verbosity=0, interactive=False)
         _, key = ApiKey.create_key("bench", scope="ingest", rate_limit_per_minute=1_000_000)
-        for _, bodies in rounds[:args.runs]:
+        for _, bodies in rounds[: args.runs]:
             for label, root in trees:  # interleaved: the machine's load hits both alike
                 profile = args.profile if label == "after" else None
                 r = bench_auditor(root, bodies, n, key, profile)
                 ours[label].append(r)
-                print(f"    round {len(ours[label])} [{label}]: stored {r['stored']:.0f}/s, "
-                      f"analysed {r['analysed']:.0f}/s", flush=True)
+                print(
+                    f"    round {len(ours[label])} [{label}]: stored {r['stored']:.0f}/s, "
+                    f"analysed {r['analysed']:.0f}/s",
+                    flush=True,
+                )
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{DB_PATH}{suffix}").unlink(missing_ok=True)
     for label, _ in trees:
         rs = ours[label]
         print(f"  auditor [{label:6s}] stored   {_fmt([r['stored'] for r in rs])}")
-        print(f"  auditor [{label:6s}] analysed {_fmt([r['analysed'] for r in rs])}  "
-              f"server CPU {statistics.median(r['cpu_ms'] for r in rs):.1f} ms/span, "
-              f"peak RSS {max(r['rss_mb'] for r in rs):.0f} MB", flush=True)
+        print(
+            f"  auditor [{label:6s}] analysed {_fmt([r['analysed'] for r in rs])}  "
+            f"server CPU {statistics.median(r['cpu_ms'] for r in rs):.1f} ms/span, "
+            f"peak RSS {max(r['rss_mb'] for r in rs):.0f} MB",
+            flush=True,
+        )
     after = statistics.median(r["analysed"] for r in ours["after"]) if trees else 0.0
     if args.before and trees:
         before = statistics.median(r["analysed"] for r in ours[args.before_label])
@@ -196,13 +253,17 @@ def main() -> None:
         print(f"  phoenix: skipped ({exc})")
         return
     phoenix = statistics.median(theirs["queryable"])
-    print(f"  phoenix {version} queryable {_fmt(theirs['queryable'])}  (no analysis; "
-          f"started in {theirs['start_s']:.0f} s), peak RSS {theirs['rss_mb']:.0f} MB")
-    print(f"  side by side: auditor stored+analysed {after:.0f} spans/s vs Phoenix queryable "
-          f"{phoenix:.0f} spans/s = {after / phoenix:.2f}x (target >= {TARGET_RATIO:.0f}x: "
-          f"{'ok' if after / phoenix >= TARGET_RATIO else 'MISSED'}); peak RSS "
-          f"{max((r['rss_mb'] for r in ours.get('after', [])), default=0):.0f} MB vs "
-          f"{theirs['rss_mb']:.0f} MB")
+    print(
+        f"  phoenix {version} queryable {_fmt(theirs['queryable'])}  (no analysis; "
+        f"started in {theirs['start_s']:.0f} s), peak RSS {theirs['rss_mb']:.0f} MB"
+    )
+    print(
+        f"  side by side: auditor stored+analysed {after:.0f} spans/s vs Phoenix queryable "
+        f"{phoenix:.0f} spans/s = {after / phoenix:.2f}x (target >= {TARGET_RATIO:.0f}x: "
+        f"{'ok' if after / phoenix >= TARGET_RATIO else 'MISSED'}); peak RSS "
+        f"{max((r['rss_mb'] for r in ours.get('after', [])), default=0):.0f} MB vs "
+        f"{theirs['rss_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,10 @@ from analyzers.models import ApiKey  # noqa: E402
 from tests.live_support import free_port, start_server, stop  # noqa: E402
 from tests.proxy_upstream import Completion, UpstreamServer, tokens  # noqa: E402
 
-PARAGRAPH = ("Acme is easy to set up and most teams go live within a week of starting. "
-             "Search results stay relevant as the catalogue grows.")
+PARAGRAPH = (
+    "Acme is easy to set up and most teams go live within a week of starting. "
+    "Search results stay relevant as the catalogue grows."
+)
 ANSWER = "\n\n".join(f"{i}. {PARAGRAPH}" for i in range(1, 6))
 MESSAGES = [{"role": "user", "content": "How fast is Acme to set up?"}]
 
@@ -92,9 +94,15 @@ async def latency(server: str, upstream: UpstreamServer, key: str, runs: int = 1
     async with httpx.AsyncClient(timeout=60) as http:
         for i in range(runs + 2):
             upstream.default = Completion(content=ANSWER, token_delay=token_delay)
-            direct = await read_stream(http, f"{upstream.base_url}/chat/completions", {}, token_delay)
-            proxied = await read_stream(http, f"{server}/v1/chat/completions",
-                                        {"Authorization": f"Bearer {key}"}, token_delay)
+            direct = await read_stream(
+                http, f"{upstream.base_url}/chat/completions", {}, token_delay
+            )
+            proxied = await read_stream(
+                http,
+                f"{server}/v1/chat/completions",
+                {"Authorization": f"Bearer {key}"},
+                token_delay,
+            )
             if i < 2:
                 continue  # warm-up
             assert len(direct[2]) == len(proxied[2]) == 4, (direct[2], proxied[2])
@@ -117,13 +125,23 @@ async def concurrent(server: str, upstream: UpstreamServer, key: str, pid: int, 
     limits = httpx.Limits(max_connections=n + 5)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-        results = await asyncio.gather(*[
-            read_stream(http, f"{server}/v1/chat/completions",
-                        {"Authorization": f"Bearer {key}"}, 1 / 40) for _ in range(n)])
+        results = await asyncio.gather(
+            *[
+                read_stream(
+                    http,
+                    f"{server}/v1/chat/completions",
+                    {"Authorization": f"Bearer {key}"},
+                    1 / 40,
+                )
+                for _ in range(n)
+            ]
+        )
         wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     delivered = sum(r[4] for r in results)
     per_stream = [r[4] / (r[2][-1] if r[2] else wall) for r in results]
-    complete = sum(1 for r in results if r[3].replace("\n\n", " ").count("Acme") == answer.count("Acme"))
+    complete = sum(
+        1 for r in results if r[3].replace("\n\n", " ").count("Acme") == answer.count("Acme")
+    )
     return delivered, wall, cpu, per_stream, complete, len(tokens(answer))
 
 
@@ -135,29 +153,42 @@ def main() -> None:
         config["proxy"] = {"base_url": upstream.base_url, "timeout_s": 60}
         save_config(config, actor="bench")
         port = free_port()
-        proc = start_server(port, TMP / "server.log", AUDITOR_PROXY_ALLOW_PRIVATE="true",
-                            AUDITOR_RATE_LIMIT_PER_MINUTE="0")
+        proc = start_server(
+            port,
+            TMP / "server.log",
+            AUDITOR_PROXY_ALLOW_PRIVATE="true",
+            AUDITOR_RATE_LIMIT_PER_MINUTE="0",
+        )
         server = f"http://127.0.0.1:{port}"
         try:
             added, ttft_up, ttft_proxy, para1 = asyncio.run(latency(server, upstream, key))
-            print("bench_proxy: streamed chat completions through the proxy (mode clean), "
-                  "one server process, scripted upstream at 100 tokens/s")
-            print(f"  added latency per paragraph ({len(added)} paragraphs): "
-                  f"p50 {pct(added, .5):.2f} ms, p95 {pct(added, .95):.2f} ms (target p50 < 5 ms)")
+            print(
+                "bench_proxy: streamed chat completions through the proxy (mode clean), "
+                "one server process, scripted upstream at 100 tokens/s"
+            )
+            print(
+                f"  added latency per paragraph ({len(added)} paragraphs): "
+                f"p50 {pct(added, 0.5):.2f} ms, p95 {pct(added, 0.95):.2f} ms (target p50 < 5 ms)"
+            )
             up, px, p1 = (statistics.median(v) for v in (ttft_up, ttft_proxy, para1))
             buffering = (p1 - up) / (px - up) if px > up else 1.0
-            print(f"  time to first content token: upstream {up:.1f} ms, proxy {px:.1f} ms "
-                  f"(median); the first paragraph is complete upstream at {p1:.1f} ms, so "
-                  f"{buffering:.0%} of the proxy's extra wait is paragraph buffering "
-                  f"(by design: nothing leaves unaudited), {px - p1:.1f} ms its own work "
-                  f"(audit created, paragraph audited and stored)")
+            print(
+                f"  time to first content token: upstream {up:.1f} ms, proxy {px:.1f} ms "
+                f"(median); the first paragraph is complete upstream at {p1:.1f} ms, so "
+                f"{buffering:.0%} of the proxy's extra wait is paragraph buffering "
+                f"(by design: nothing leaves unaudited), {px - p1:.1f} ms its own work "
+                f"(audit created, paragraph audited and stored)"
+            )
             delivered, wall, cpu, per_stream, complete, per_answer = asyncio.run(
-                concurrent(server, upstream, key, proc.pid))
-            print(f"  50 concurrent streams at 40 tokens/s ({per_answer} tokens each): "
-                  f"{delivered / wall:.0f} tokens/s delivered in all "
-                  f"(ideal {50 * 40}), per stream median {statistics.median(per_stream):.1f} "
-                  f"tokens/s, {complete}/50 complete; server CPU {cpu:.2f} s in {wall:.1f} s = "
-                  f"{cpu / 50 * 1000:.0f} ms per stream ({cpu / wall / 50:.1%} of a core each)")
+                concurrent(server, upstream, key, proc.pid)
+            )
+            print(
+                f"  50 concurrent streams at 40 tokens/s ({per_answer} tokens each): "
+                f"{delivered / wall:.0f} tokens/s delivered in all "
+                f"(ideal {50 * 40}), per stream median {statistics.median(per_stream):.1f} "
+                f"tokens/s, {complete}/50 complete; server CPU {cpu:.2f} s in {wall:.1f} s = "
+                f"{cpu / 50 * 1000:.0f} ms per stream ({cpu / wall / 50:.1%} of a core each)"
+            )
         finally:
             stop(proc)
 

@@ -60,7 +60,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Bench-only instrumentation of the server process (never shipped): counts the event
 # loop's thread hops, written to COUNTS_FILE on SIGUSR1.
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os, signal, threading, json
 from concurrent.futures import ThreadPoolExecutor
 _counts = {"submit": 0, "sync_to_async": 0}
@@ -84,7 +84,7 @@ def _dump(*_):
     with open(os.environ["BENCH_COUNTS_FILE"], "w") as f:
         json.dump({**_counts, "by_function": _names}, f)
 signal.signal(signal.SIGUSR1, _dump)
-'''
+"""
 
 
 def free_port() -> int:
@@ -116,13 +116,32 @@ def start(root: Path, port: int, counts_file: Path) -> subprocess.Popen:
     custom = TMP / "sitecustomize"
     custom.mkdir(exist_ok=True)
     (custom / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {**os.environ, "DEBUG": "0", "AUDITOR_TASK_BACKEND": "database",
-           "AUDITOR_RATE_LIMIT_PER_MINUTE": "10000000", "BENCH_COUNTS_FILE": str(counts_file),
-           "PYTHONPATH": f"{custom}:{root}"}
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "AUDITOR_TASK_BACKEND": "database",
+        "AUDITOR_RATE_LIMIT_PER_MINUTE": "10000000",
+        "BENCH_COUNTS_FILE": str(counts_file),
+        "PYTHONPATH": f"{custom}:{root}",
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1", "--port",
-         str(port), "--no-access-log", "--log-level", "error"],
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "auditor_site.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "error",
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -161,9 +180,11 @@ async def send_all(port: int, raw: bytes, n: int, expect: bytes, clients: int = 
     return last
 
 
-BODY = {"user_input": "Which retailers use Acme?",
-        "response": "Decathlon grew conversion by 50% with Acme. See https://www.acme.example.",
-        "metadata": {"session": "bench"}}
+BODY = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Decathlon grew conversion by 50% with Acme. See https://www.acme.example.",
+    "metadata": {"session": "bench"},
+}
 
 
 def measure(root: Path, key: str, n: int, rounds: int, clients: int) -> dict:
@@ -176,8 +197,10 @@ def measure(root: Path, key: str, n: int, rounds: int, clients: int) -> dict:
         kinds = {
             "POST /api/audits (202)": (post, b"202"),
             "GET /api/audits/{id} (200)": (request("GET", f"/api/audits/{audit_id}", key), b"200"),
-            "POST /api/audits, bad key (401)": (request("POST", "/api/audits", "ra_nope", BODY),
-                                                b"401"),
+            "POST /api/audits, bad key (401)": (
+                request("POST", "/api/audits", "ra_nope", BODY),
+                b"401",
+            ),
         }
         for raw, expect in kinds.values():  # warm-up
             asyncio.run(send_all(port, raw, 100, expect))
@@ -193,12 +216,18 @@ def measure(root: Path, key: str, n: int, rounds: int, clients: int) -> dict:
                 cpu_us.append((c1 - c0) * 1e6 / n)
                 loop_us.append((l1 - l0) * 1e6 / n)
                 hops.append({k: (h1[k] - h0[k]) / n for k in ("submit", "sync_to_async")})
-                by_function = {name: (count - h0["by_function"].get(name, 0)) / n
-                               for name, count in h1["by_function"].items()}
+                by_function = {
+                    name: (count - h0["by_function"].get(name, 0)) / n
+                    for name, count in h1["by_function"].items()
+                }
                 hops[-1]["by_function"] = {k: v for k, v in by_function.items() if v >= 0.01}
-            out[label] = {"cpu_us": statistics.median(cpu_us), "cpu_us_runs": cpu_us,
-                          "loop_us": statistics.median(loop_us), "loop_us_runs": loop_us,
-                          "hops": hops[-1]}
+            out[label] = {
+                "cpu_us": statistics.median(cpu_us),
+                "cpu_us_runs": cpu_us,
+                "loop_us": statistics.median(loop_us),
+                "loop_us_runs": loop_us,
+                "hops": hops[-1],
+            }
         return out
     finally:
         proc.terminate()
@@ -212,11 +241,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000, help="requests per kind and round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=1,
-                        help="connections at once (16: the end-to-end bench's clients)")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="connections at once (16: the end-to-end bench's clients)",
+    )
     parser.add_argument("--before", type=Path, help="another source tree, measured first")
-    parser.add_argument("--verbose", action="store_true",
-                        help="also the sync_to_async calls per request by function")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also the sync_to_async calls per request by function",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
@@ -225,23 +261,29 @@ def main() -> None:
     if args.before:
         trees.insert(0, ("before", args.before.resolve()))
     results = {}
-    print(f"== request path ({args.n} requests per kind x {args.rounds} rounds, "
-          f"{args.clients} client(s), no analysis)")
+    print(
+        f"== request path ({args.n} requests per kind x {args.rounds} rounds, "
+        f"{args.clients} client(s), no analysis)"
+    )
     for tree, root in trees:
         results[tree] = measure(root, key, args.n, args.rounds, args.clients)
         for label, r in results[tree].items():
             runs = ", ".join(f"{c:.0f}" for c in r["loop_us_runs"])
-            print(f"  [{tree}] {label:34s} CPU us/request: server {r['cpu_us']:5.0f}, "
-                  f"event loop {r['loop_us']:5.0f} ({runs});  "
-                  f"hops/request: {r['hops']['submit']:.2f} submits, "
-                  f"{r['hops']['sync_to_async']:.2f} sync_to_async")
+            print(
+                f"  [{tree}] {label:34s} CPU us/request: server {r['cpu_us']:5.0f}, "
+                f"event loop {r['loop_us']:5.0f} ({runs});  "
+                f"hops/request: {r['hops']['submit']:.2f} submits, "
+                f"{r['hops']['sync_to_async']:.2f} sync_to_async"
+            )
             if args.verbose:
                 print(f"      sync_to_async by function: {r['hops']['by_function']}")
     if args.before:
         for label in results["after"]:
             b, a = results["before"][label], results["after"][label]
-            print(f"  {label:34s} after/before: server CPU {a['cpu_us'] / b['cpu_us']:.2f}, "
-                  f"event loop CPU {a['loop_us'] / b['loop_us']:.2f}")
+            print(
+                f"  {label:34s} after/before: server CPU {a['cpu_us'] / b['cpu_us']:.2f}, "
+                f"event loop CPU {a['loop_us'] / b['loop_us']:.2f}"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

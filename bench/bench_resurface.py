@@ -45,8 +45,15 @@ def worker(db_path: Path, job_id: int) -> None:
 
     started, cpu = time.perf_counter(), time.process_time()
     status = jobs.run_job(job_id)
-    print(json.dumps({"seconds": time.perf_counter() - started,
-                      "cpu_seconds": time.process_time() - cpu, "status": status}))
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - started,
+                "cpu_seconds": time.process_time() - cpu,
+                "status": status,
+            }
+        )
+    )
 
 
 def list_latencies(client, until, pause: float = PAUSE_S) -> list[float]:
@@ -113,7 +120,8 @@ def main() -> None:
 
     child = subprocess.Popen(
         [sys.executable, __file__, "--worker", str(job.pk), "--db", str(db_path)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     wall = time.perf_counter()
     busy = list_latencies(client, lambda: child.poll() is not None)
@@ -126,20 +134,28 @@ def main() -> None:
     cards_after = AuditRun.objects.filter(has_card=True).count()
 
     print(f"{args.audits} audits, {results} results; global threshold -> {new}")
-    print(f"  re-surfacing job ({outcome['status']}): {outcome['seconds']:.2f} s "
-          f"({args.audits / outcome['seconds']:,.0f} audits/s; {outcome['cpu_seconds']:.2f} s "
-          f"CPU in the worker; worker process wall {wall:.1f} s)")
-    print(f"  cards {cards_before} -> {cards_after}, {job.changed} changed; "
-          f"audits still at older thresholds: {stale}")
+    print(
+        f"  re-surfacing job ({outcome['status']}): {outcome['seconds']:.2f} s "
+        f"({args.audits / outcome['seconds']:,.0f} audits/s; {outcome['cpu_seconds']:.2f} s "
+        f"CPU in the worker; worker process wall {wall:.1f} s)"
+    )
+    print(
+        f"  cards {cards_before} -> {cards_after}, {job.changed} changed; "
+        f"audits still at older thresholds: {stale}"
+    )
     p50_idle, p50_busy = statistics.median(idle), statistics.median(busy)
     print(f"  list page p50 idle          {p50_idle:7.2f} ms  ({len(idle)} requests)")
-    print(f"  list page p50 during job    {p50_busy:7.2f} ms  ({len(busy)} requests, "
-          f"max {max(busy):.1f} ms)   x{p50_busy / p50_idle:4.1f} idle")
+    print(
+        f"  list page p50 during job    {p50_busy:7.2f} ms  ({len(busy)} requests, "
+        f"max {max(busy):.1f} ms)   x{p50_busy / p50_idle:4.1f} idle"
+    )
     load = os.getloadavg()[0]
     verdict = "OK" if outcome["cpu_seconds"] < TARGET_S and stale == 0 else "OVER TARGET"
-    print(f"target: {args.audits} audits re-surfaced in < {TARGET_S:.0f} s (CPU "
-          f"{outcome['cpu_seconds']:.1f} s, wall {outcome['seconds']:.1f} s at load "
-          f"{load:.1f} on {os.cpu_count()} cores) -> {verdict}")
+    print(
+        f"target: {args.audits} audits re-surfaced in < {TARGET_S:.0f} s (CPU "
+        f"{outcome['cpu_seconds']:.1f} s, wall {outcome['seconds']:.1f} s at load "
+        f"{load:.1f} on {os.cpu_count()} cores) -> {verdict}"
+    )
 
 
 if __name__ == "__main__":

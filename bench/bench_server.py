@@ -116,15 +116,21 @@ def ingest_rate(port: int, key: str, n: int) -> float:
 async def card_latency(host: str, cookie: str, key: str, audits: int) -> list[float]:
     latencies = []
     async with (
-        websockets.connect(f"ws://{host}/ws/audits/", additional_headers={"Cookie": cookie},
-                           origin=f"http://{host}", max_queue=None) as ws,
+        websockets.connect(
+            f"ws://{host}/ws/audits/",
+            additional_headers={"Cookie": cookie},
+            origin=f"http://{host}",
+            max_queue=None,
+        ) as ws,
         httpx.AsyncClient() as http,
     ):
         for n in range(WARMUP + audits):
             started = time.perf_counter()
-            r = await http.post(f"http://{host}/api/audits",
-                                json={"user_input": f"card {n}", "response": "Acme is easy."},
-                                headers={"Authorization": f"Bearer {key}"})
+            r = await http.post(
+                f"http://{host}/api/audits",
+                json={"user_input": f"card {n}", "response": "Acme is easy."},
+                headers={"Authorization": f"Bearer {key}"},
+            )
             audit_id = r.json()["id"]
             while f"audit-card-{audit_id}" not in await asyncio.wait_for(ws.recv(), 10):
                 pass
@@ -140,8 +146,11 @@ def upload(port: int, chunked: bool, results: list[str]) -> None:
     """One unauthenticated 100 MB POST; records the status (and whether the upload was cut)."""
     piece = b"x" * (1 << 20)
     head = b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-    head += (b"Transfer-Encoding: chunked\r\n\r\n" if chunked
-             else b"Content-Length: %d\r\n\r\n" % (UPLOAD_MB << 20))
+    head += (
+        b"Transfer-Encoding: chunked\r\n\r\n"
+        if chunked
+        else b"Content-Length: %d\r\n\r\n" % (UPLOAD_MB << 20)
+    )
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         cut = ""
         try:
@@ -172,8 +181,9 @@ def memory_under_uploads(pid: int, port: int, chunked: bool) -> dict:
     sampler.start()
     results: list[str] = []
     t0 = time.perf_counter()
-    clients = [threading.Thread(target=upload, args=(port, chunked, results))
-               for _ in range(UPLOADERS)]
+    clients = [
+        threading.Thread(target=upload, args=(port, chunked, results)) for _ in range(UPLOADERS)
+    ]
     for c in clients:
         c.start()
     for c in clients:
@@ -182,19 +192,29 @@ def memory_under_uploads(pid: int, port: int, chunked: bool) -> dict:
     time.sleep(2)
     done.set()
     sampler.join()
-    return {"before": before, "peak": max(peak), "after": rss_mb(pid), "seconds": elapsed,
-            "answers": sorted(set(results))}
+    return {
+        "before": before,
+        "peak": max(peak),
+        "after": rss_mb(pid),
+        "seconds": elapsed,
+        "answers": sorted(set(results)),
+    }
 
 
 # --- one server ---------------------------------------------------------------------------
 
 
-def measure(server: str, label: str, key: str, cookie: str, n: int, cards: int,
-            **env: str) -> dict:
+def measure(server: str, label: str, key: str, cookie: str, n: int, cards: int, **env: str) -> dict:
     port = free_port()
-    proc = start_server(port, TMP / f"{label}.log", server, DEBUG="0",
-                        AUDITOR_TASK_BACKEND="thread",
-                        DATABASE_URL=os.environ["DATABASE_URL"], **env)
+    proc = start_server(
+        port,
+        TMP / f"{label}.log",
+        server,
+        DEBUG="0",
+        AUDITOR_TASK_BACKEND="thread",
+        DATABASE_URL=os.environ["DATABASE_URL"],
+        **env,
+    )
     try:
         lat = asyncio.run(card_latency(f"127.0.0.1:{port}", cookie, key, cards))
         out = {"card_p50": pct(lat, 50), "card_p95": pct(lat, 95)}
@@ -217,8 +237,11 @@ def main() -> None:
     parser.add_argument("--ingest", type=int, default=800)
     parser.add_argument("--cards", type=int, default=40)
     parser.add_argument("--skip-daphne", action="store_true")
-    parser.add_argument("--no-plain", action="store_true",
-                        help="skip uvicorn without the pooled handler and DB threads")
+    parser.add_argument(
+        "--no-plain",
+        action="store_true",
+        help="skip uvicorn without the pooled handler and DB threads",
+    )
     args = parser.parse_args()
 
     call_command("migrate", verbosity=0)
@@ -236,24 +259,34 @@ def main() -> None:
     results = {}
     for server, label, env in runs:
         r = results[label] = measure(server, label, key, cookie, args.ingest, args.cards, **env)
-        print(f"{label:>14}: POST /api/audits {r['ingest']:.0f} audits/s "
-              f"(runs {', '.join(f'{x:.0f}' for x in r['ingest_runs'])}); "
-              f"card p50 {r['card_p50']:.1f} ms p95 {r['card_p95']:.1f} ms; "
-              f"SIGTERM to exit {r['sigterm_s']:.1f} s", flush=True)
+        print(
+            f"{label:>14}: POST /api/audits {r['ingest']:.0f} audits/s "
+            f"(runs {', '.join(f'{x:.0f}' for x in r['ingest_runs'])}); "
+            f"card p50 {r['card_p50']:.1f} ms p95 {r['card_p95']:.1f} ms; "
+            f"SIGTERM to exit {r['sigterm_s']:.1f} s",
+            flush=True,
+        )
         for kind in ("length", "chunked"):
             m = r[f"upload_{kind}"]
-            print(f"{'':>14}  {UPLOADERS} x {UPLOAD_MB} MB unauthenticated ({kind}): RSS "
-                  f"{m['before']:.0f} -> peak {m['peak']:.0f} MB (+{m['peak'] - m['before']:.0f}; "
-                  f"target +20), {m['after']:.0f} MB 2 s after; {m['seconds']:.1f} s; "
-                  f"answers {', '.join(m['answers'])}", flush=True)
+            print(
+                f"{'':>14}  {UPLOADERS} x {UPLOAD_MB} MB unauthenticated ({kind}): RSS "
+                f"{m['before']:.0f} -> peak {m['peak']:.0f} MB (+{m['peak'] - m['before']:.0f}; "
+                f"target +20), {m['after']:.0f} MB 2 s after; {m['seconds']:.1f} s; "
+                f"answers {', '.join(m['answers'])}",
+                flush=True,
+            )
     if "daphne" in results:
         new, old = results["uvicorn"], results["daphne"]
-        print(f"uvicorn / daphne: ingest x{new['ingest'] / old['ingest']:.2f}, "
-              f"card p95 x{new['card_p95'] / old['card_p95']:.2f}")
+        print(
+            f"uvicorn / daphne: ingest x{new['ingest'] / old['ingest']:.2f}, "
+            f"card p95 x{new['card_p95'] / old['card_p95']:.2f}"
+        )
     if "uvicorn-plain" in results:
         pooled, plain = results["uvicorn"], results["uvicorn-plain"]
-        print(f"pooled handler + DB threads / plain Django handler on uvicorn: ingest "
-              f"x{pooled['ingest'] / plain['ingest']:.2f}")
+        print(
+            f"pooled handler + DB threads / plain Django handler on uvicorn: ingest "
+            f"x{pooled['ingest'] / plain['ingest']:.2f}"
+        )
 
 
 if __name__ == "__main__":

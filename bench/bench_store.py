@@ -81,18 +81,27 @@ def run() -> None:
     contended = 8 * args.batch  # then stored beside a busy thread (`_store_beside_busy_thread`)
     for i in range(args.audits + args.batch + profiled + contended):  # the first warms up
         body = audit_body(i)
-        runs.append(AuditRun(
-            user_input=body["user_input"], response=body["response"], sources=body["sources"],
-            metadata=body["metadata"], threshold=config.threshold, config_snapshot=snapshot,
-        ))
+        runs.append(
+            AuditRun(
+                user_input=body["user_input"],
+                response=body["response"],
+                sources=body["sources"],
+                metadata=body["metadata"],
+                threshold=config.threshold,
+                config_snapshot=snapshot,
+            )
+        )
     AuditRun.objects.bulk_create(runs)
     ids = [run.pk for run in runs]
     ids, contended_ids = ids[:-contended], ids[-contended:]
     ids, profiled_ids = ids[:-profiled], ids[-profiled:]
 
     phases = {"claim+read": 0.0, "engine": 0.0, "store": 0.0}
-    phase_fns = {"claim+read": ["_claim_many", "_nothing_stored"], "engine": ["_analyse"],
-                 "store": ["store_reports"]}
+    phase_fns = {
+        "claim+read": ["_claim_many", "_nothing_stored"],
+        "engine": ["_analyse"],
+        "store": ["store_reports"],
+    }
 
     def timed(name, fn):
         def wrapper(*a, **kw):
@@ -101,6 +110,7 @@ def run() -> None:
                 return fn(*a, **kw)
             finally:
                 phases[name] += time.process_time() - start
+
         return wrapper
 
     for name, fns in phase_fns.items():
@@ -108,7 +118,7 @@ def run() -> None:
             if hasattr(execute, fn):
                 setattr(execute, fn, timed(name, getattr(execute, fn)))
 
-    execute.execute_runs(ids[:args.batch])
+    execute.execute_runs(ids[: args.batch])
     per_batch: dict[str, list[float]] = {name: [] for name in phases}
     statements = 0
 
@@ -120,7 +130,7 @@ def run() -> None:
     frames = 0
     rows: dict[str, int] = {}
     for start in range(args.batch, len(ids), args.batch):
-        batch = ids[start:start + args.batch]
+        batch = ids[start : start + args.batch]
         for name in phases:
             phases[name] = 0.0
         _wal_frames(connection, "TRUNCATE")  # (not timed) the batch's pages, counted below
@@ -154,20 +164,27 @@ def run() -> None:
         per = count / n
         entries = per * (1 + indexes.get(table, 0))
         written += entries
-        print(f"  rows into {table}: {per:.1f} per audit ({indexes.get(table, 0)} indexes: "
-              f"{entries:.0f} b-tree entries)")
+        print(
+            f"  rows into {table}: {per:.1f} per audit ({indexes.get(table, 0)} indexes: "
+            f"{entries:.0f} b-tree entries)"
+        )
     print(f"b-tree entries written per audit (inserts): {written:.0f}")
     print(f"database pages written per audit (WAL frames, commits included): {frames / n:.1f}")
-    print(f"Python function calls per audit in storing (cProfile, {profiled} more audits): "
-          f"{calls:.0f}")
-    print(f"write lock held per store transaction ({args.batch} audits) beside a CPU-bound "
-          f"thread (the server's other work): median {statistics.median(held):.1f} ms, max "
-          f"{max(held):.1f} ms ({len(held)} transactions)")
+    print(
+        f"Python function calls per audit in storing (cProfile, {profiled} more audits): "
+        f"{calls:.0f}"
+    )
+    print(
+        f"write lock held per store transaction ({args.batch} audits) beside a CPU-bound "
+        f"thread (the server's other work): median {statistics.median(held):.1f} ms, max "
+        f"{max(held):.1f} ms ({len(held)} transactions)"
+    )
     medians = {name: statistics.median(values) for name, values in per_batch.items()}
     for name, value in medians.items():
         print(f"CPU ms per audit, {name}: {value:.2f}")
-    print(f"storing / engine (baseline of the same run): "
-          f"{medians['store'] / medians['engine']:.2f}x")
+    print(
+        f"storing / engine (baseline of the same run): {medians['store'] / medians['engine']:.2f}x"
+    )
 
 
 def _calls_storing(execute, ids: list, batch: int) -> float:
@@ -189,7 +206,7 @@ def _calls_storing(execute, ids: list, batch: int) -> float:
     execute.store_reports = profiled
     try:
         for start in range(0, len(ids), batch):
-            execute.execute_runs(ids[start:start + batch])
+            execute.execute_runs(ids[start : start + batch])
     finally:
         execute.store_reports = store
     return pstats.Stats(profile).total_calls / len(ids)
@@ -237,7 +254,7 @@ def _store_beside_busy_thread(execute, ids: list, batch: int) -> list[float]:
     try:
         with connection.execute_wrapper(begin):
             for start in range(0, len(ids), batch):
-                execute.execute_runs(ids[start:start + batch])
+                execute.execute_runs(ids[start : start + batch])
     finally:
         stop.set()
         spinner.join()
@@ -265,8 +282,9 @@ def _row_counts(connection) -> dict[str, int]:
 
 def _index_count(connection) -> dict[str, int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'index' "
-                       "GROUP BY tbl_name")
+        cursor.execute(
+            "SELECT tbl_name, count(*) FROM sqlite_master WHERE type = 'index' GROUP BY tbl_name"
+        )
         return dict(cursor.fetchall())
 
 

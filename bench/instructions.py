@@ -52,7 +52,9 @@ from audits.intake import submit
 call_command("migrate", verbosity=0)
 """
 
-_WORKER = _DJANGO + r"""
+_WORKER = (
+    _DJANGO
+    + r"""
 from analyzers.config_store import load_config_with_snapshot
 from audits.models import AuditRun
 BATCH = 32
@@ -72,8 +74,11 @@ for start in range(0, len(ids), BATCH):
     assert set(outcome.values()) == {"complete"}, outcome
 os._exit(0)
 """
+)
 
-_SUBMIT = _DJANGO + r"""
+_SUBMIT = (
+    _DJANGO
+    + r"""
 from audits.api.router import AuditIn, _item_fields
 queueing.enqueue_audits = lambda queued: None  # stored, not queued: the worker's part
 BATCH = 100
@@ -86,6 +91,7 @@ for start in range(0, 2 * BATCH + n, BATCH):
                             for i in range(start, start + BATCH)])
 os._exit(0)
 """
+)
 
 _CHILD = r"""
 import asyncio, os, sys, time
@@ -128,18 +134,30 @@ def count(tree: Path, shape: str, audits: int) -> float:
         child = os.path.join(tmp, "child.py")
         Path(child).write_text({"worker": _WORKER, "submit": _SUBMIT}.get(shape, _CHILD))
         proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-             f"--callgrind-out-file={tmp}/out", sys.executable, child, str(tree), shape,
-             str(audits), flag],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                child,
+                str(tree),
+                shape,
+                str(audits),
+                flag,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only")},
         )
         while not os.path.exists(flag + ".ready"):
             if proc.poll() is not None:
                 raise SystemExit(f"the audit process ended early:\n{proc.stdout.read()}")
             time.sleep(0.2)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=False
+        )
         Path(flag + ".go").touch()
         output, _ = proc.communicate()
     m = re.search(r"Collected : (\d+)", output)

@@ -50,32 +50,37 @@ def make_bodies(n: int, batch: int, project: str, seed: int) -> list[bytes]:
     New trace ids every call; `project` is the Phoenix project (a resource attribute)."""
     rng = random.Random(seed)
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create(
-        {"service.name": "bench-app", "openinference.project.name": project}))
+    provider = TracerProvider(
+        resource=Resource.create(
+            {"service.name": "bench-app", "openinference.project.name": project}
+        )
+    )
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("bench")
     for i in range(n):
         question = words(rng, 300)
         answer = "\n\n".join(words(rng, 500) for _ in range(4))[:2048]
         with tracer.start_as_current_span("ChatCompletion") as span:
-            span.set_attributes({
-                "openinference.span.kind": "LLM",
-                "llm.model_name": "gpt-4o-mini",
-                "llm.provider": "openai",
-                "llm.token_count.prompt": 80,
-                "llm.token_count.completion": 400,
-                "llm.token_count.total": 480,
-                "input.value": question,
-                "output.value": answer,
-                "llm.input_messages.0.message.role": "user",
-                "llm.input_messages.0.message.content": question,
-                "llm.output_messages.0.message.role": "assistant",
-                "llm.output_messages.0.message.content": answer,
-                "bench.index": i,
-            })
+            span.set_attributes(
+                {
+                    "openinference.span.kind": "LLM",
+                    "llm.model_name": "gpt-4o-mini",
+                    "llm.provider": "openai",
+                    "llm.token_count.prompt": 80,
+                    "llm.token_count.completion": 400,
+                    "llm.token_count.total": 480,
+                    "input.value": question,
+                    "output.value": answer,
+                    "llm.input_messages.0.message.role": "user",
+                    "llm.input_messages.0.message.content": question,
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.content": answer,
+                    "bench.index": i,
+                }
+            )
     provider.shutdown()
     spans = list(memory.get_finished_spans())
-    return [encode_spans(spans[i:i + batch]).SerializeToString() for i in range(0, n, batch)]
+    return [encode_spans(spans[i : i + batch]).SerializeToString() for i in range(0, n, batch)]
 
 
 def send_all(url: str, bodies: list[bytes], headers: dict[str, str]) -> float:
@@ -89,8 +94,9 @@ def send_all(url: str, bodies: list[bytes], headers: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def wait_until(check, timeout: float, what: str, proc: subprocess.Popen | None = None,
-               interval: float = 0.05) -> None:
+def wait_until(
+    check, timeout: float, what: str, proc: subprocess.Popen | None = None, interval: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if proc is not None and proc.poll() is not None:
@@ -112,19 +118,34 @@ def phoenix_python(given: str = "") -> tuple[str | None, str]:
     if not given and not Path(python).exists():
         print(f"  phoenix: installing {PHOENIX_REQUIREMENT} into {PHOENIX_VENV} ...", flush=True)
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(PHOENIX_VENV)], check=True,
-                           capture_output=True, timeout=300)
-            subprocess.run([python, "-m", "pip", "install", "-q", PHOENIX_REQUIREMENT],
-                           check=True, capture_output=True, timeout=1800)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(PHOENIX_VENV)],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+            subprocess.run(
+                [python, "-m", "pip", "install", "-q", PHOENIX_REQUIREMENT],
+                check=True,
+                capture_output=True,
+                timeout=1800,
+            )
         except (subprocess.SubprocessError, OSError) as exc:
             detail = getattr(exc, "stderr", b"") or b""
             shutil.rmtree(PHOENIX_VENV, ignore_errors=True)
             return None, f"could not install {PHOENIX_REQUIREMENT}: {exc} {detail[-300:]!r}"
     try:
         version = subprocess.run(
-            [python, "-c", "from importlib.metadata import version; "
-                           "print(version('arize-phoenix'))"],
-            check=True, capture_output=True, text=True, timeout=120).stdout.strip()
+            [
+                python,
+                "-c",
+                "from importlib.metadata import version; print(version('arize-phoenix'))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout.strip()
     except (subprocess.SubprocessError, OSError) as exc:
         return None, f"{python} has no arize-phoenix: {exc}"
     return python, version
@@ -142,21 +163,26 @@ def _phoenix_counts(base: str) -> dict[str, int] | None:
 
 def phoenix_env(workdir: str, port: int, grpc_port: int) -> dict[str, str]:
     """A local, offline Phoenix: its own port, SQLite file, no telemetry or downloads."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PHOENIX_", "OTEL_")) and k != "DATABASE_URL"}
-    env.update({
-        "PHOENIX_WORKING_DIR": workdir,
-        "PHOENIX_HOST": "127.0.0.1",
-        "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(grpc_port),
-        "PHOENIX_SQL_DATABASE_URL": f"sqlite:///{workdir}/phoenix.db",
-        "PHOENIX_TELEMETRY_ENABLED": "false",
-        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",  # no fonts, pixels or WASM download
-        "PHOENIX_ENABLE_MCP_SERVER": "false",
-        "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
-        "PHOENIX_LOG_MIGRATIONS": "false",
-        "DO_NOT_TRACK": "1",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PHOENIX_", "OTEL_")) and k != "DATABASE_URL"
+    }
+    env.update(
+        {
+            "PHOENIX_WORKING_DIR": workdir,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(port),
+            "PHOENIX_GRPC_PORT": str(grpc_port),
+            "PHOENIX_SQL_DATABASE_URL": f"sqlite:///{workdir}/phoenix.db",
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",  # no fonts, pixels or WASM download
+            "PHOENIX_ENABLE_MCP_SERVER": "false",
+            "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
+            "PHOENIX_LOG_MIGRATIONS": "false",
+            "DO_NOT_TRACK": "1",
+        }
+    )
     return env
 
 
@@ -168,8 +194,9 @@ def _tail(path: Path) -> str:
     return " | ".join(lines[-3:])[-400:]
 
 
-def bench_phoenix(python: str, rounds: list[tuple[str, list[bytes]]], n: int,
-                  start_timeout: float) -> dict:
+def bench_phoenix(
+    python: str, rounds: list[tuple[str, list[bytes]]], n: int, start_timeout: float
+) -> dict:
     """Each round's bodies to one Phoenix server, timed until every request is answered
     (`accepted`, spans/s) and until the round's project holds all `n` spans
     (`queryable`)."""
@@ -178,14 +205,23 @@ def bench_phoenix(python: str, rounds: list[tuple[str, list[bytes]]], n: int,
     port, grpc_port = free_port(), free_port()
     base = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
-        proc = subprocess.Popen([python, "-m", "phoenix.server.main", "serve"],
-                                env=phoenix_env(workdir, port, grpc_port), cwd=workdir,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [python, "-m", "phoenix.server.main", "serve"],
+            env=phoenix_env(workdir, port, grpc_port),
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         t0 = time.monotonic()
         try:
-            wait_until(lambda: _phoenix_counts(base) is not None, start_timeout,
-                       "Phoenix to start", proc, interval=0.5)
+            wait_until(
+                lambda: _phoenix_counts(base) is not None,
+                start_timeout,
+                "Phoenix to start",
+                proc,
+                interval=0.5,
+            )
         except SystemExit as exc:
             raise SystemExit(f"{exc} (log: {_tail(log)})") from None
         started_s = time.monotonic() - t0
@@ -195,8 +231,13 @@ def bench_phoenix(python: str, rounds: list[tuple[str, list[bytes]]], n: int,
             accepted.append(n / send_all(base + "/v1/traces", bodies, {}))
             # Polled every 0.25 s: each count is a query Phoenix runs (a 50 ms poll took
             # a visible share of its CPU).
-            wait_until(lambda p=project: (_phoenix_counts(base) or {}).get(p, 0) >= n, 1800,
-                       "Phoenix to store the spans", proc, interval=0.25)
+            wait_until(
+                lambda p=project: (_phoenix_counts(base) or {}).get(p, 0) >= n,
+                1800,
+                "Phoenix to store the spans",
+                proc,
+                interval=0.25,
+            )
             rates.append(n / (time.perf_counter() - start))
             print(f"    round {len(rates)} [phoenix]: queryable {rates[-1]:.0f}/s", flush=True)
         rss = peak_rss_mb(proc.pid)
@@ -208,5 +249,3 @@ def bench_phoenix(python: str, rounds: list[tuple[str, list[bytes]]], n: int,
             proc.kill()
         shutil.rmtree(workdir, ignore_errors=True)
     return {"queryable": rates, "accepted": accepted, "rss_mb": rss, "start_s": started_s}
-
-

@@ -27,9 +27,16 @@ import uuid
 from pathlib import Path
 
 # The tables a stored audit writes (the link tables of this tree and of older ones).
-STORED_TABLES = ("audits_analyzerrunrecord", "audits_annotation", "audits_annotationkind",
-                 "audits_traceline", "audits_auditlinks", "audits_linkcheck", "audits_auditrun",
-                 "django_tasks_db_dbtaskresult")  # (and the database queue's task rows)
+STORED_TABLES = (
+    "audits_analyzerrunrecord",
+    "audits_annotation",
+    "audits_annotationkind",
+    "audits_traceline",
+    "audits_auditlinks",
+    "audits_linkcheck",
+    "audits_auditrun",
+    "django_tasks_db_dbtaskresult",
+)  # (and the database queue's task rows)
 
 
 def clear_stored(conn: sqlite3.Connection) -> None:
@@ -43,6 +50,7 @@ def clear_stored(conn: sqlite3.Connection) -> None:
             conn.execute(f"DELETE FROM {table}")
     conn.commit()
     conn.execute("VACUUM")
+
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -81,9 +89,12 @@ def audit_body(i: int) -> dict:
     """One audit of the benchmark's shape; distinct text per audit."""
     user_input = (f"Question {i}: how do I tune Acme search relevance for my store? " * 6)[:300]
     response = (f"Answer {i}. " + PARAGRAPH * 9)[:2048]
-    return {"user_input": user_input, "response": response,
-            "sources": [{"title": "Docs", "url": "https://www.acme.example/docs", "text": "x"}],
-            "metadata": {"session": "bench"}}
+    return {
+        "user_input": user_input,
+        "response": response,
+        "sources": [{"title": "Docs", "url": "https://www.acme.example/docs", "text": "x"}],
+        "metadata": {"session": "bench"},
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -169,10 +180,13 @@ def _requests(key: str, n: int, batch: int, first: int = 0) -> list[bytes]:
     for start in range(first, first + n, batch):
         bodies = [audit_body(i) for i in range(start, min(start + batch, first + n))]
         payload = json.dumps(bodies[0] if batch == 1 else {"audits": bodies}).encode()
-        out.append((
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-        ).encode() + payload)
+        out.append(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            ).encode()
+            + payload
+        )
     return out
 
 
@@ -232,13 +246,18 @@ async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: d
 
     host = f"127.0.0.1:{port}"
     lists, cards, complete, ids = out["list_ms"], out["card_ms"], out["complete_ms"], out["ids"]
+
     # Two Live pages: one watches everything (the load's cards are rendered for it, as for
     # a person watching the feed), one only the probe's audits (`q`), where the lone
     # audit's card is timed: on the full feed a burst of newer cards may push it off
     # the page before it is shown, which is right for the page but no latency.
     def watch(query: str):
-        return websockets.connect(f"ws://{host}/ws/audits/{query}", origin=f"http://{host}",
-                                  additional_headers={"Cookie": cookie}, max_queue=None)
+        return websockets.connect(
+            f"ws://{host}/ws/audits/{query}",
+            origin=f"http://{host}",
+            additional_headers={"Cookie": cookie},
+            max_queue=None,
+        )
 
     everything = await watch("")
     ws = await watch(f"?q={PROBE_MARK}")
@@ -277,8 +296,9 @@ async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: d
             t0 = time.perf_counter()
             body = audit_body(10**6 + n)
             body["user_input"] = f"{PROBE_MARK} {body['user_input']}"
-            r = await http.post(f"http://{host}/api/audits", json=body,
-                                headers={"Authorization": f"Bearer {key}"})
+            r = await http.post(
+                f"http://{host}/api/audits", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
             n += 1
             if r.status_code == 202:
                 out["post_ms"].append((time.perf_counter() - t0) * 1000)
@@ -310,30 +330,75 @@ async def _probe(port: int, cookie: str, key: str, stop: threading.Event, out: d
             complete.append((done[audit_id] - t0) * 1000)
 
 
-def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch: int,
-                 clients: int, workers: int = 0, env_extra: dict | None = None,
-                 timeout: float = 900, probe_cookie: str | None = None) -> dict:
+def run_scenario(
+    *,
+    root: Path,
+    db: Path,
+    key: str,
+    backend: str,
+    n: int,
+    batch: int,
+    clients: int,
+    workers: int = 0,
+    env_extra: dict | None = None,
+    timeout: float = 900,
+    probe_cookie: str | None = None,
+) -> dict:
     """Post `n` audits to a fresh server of `root`; figures of accepting and analysing them.
 
     `probe_cookie` (a staff session cookie): also probe the list page and the live card
     latency while the load runs (`_probe`); its audits are not counted in the rates."""
     port = free_port()
-    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex * 2,
-           "DATABASE_URL": f"sqlite:///{db}", "AUDITOR_TASK_BACKEND": backend,
-           "PYTHONPATH": str(root), **(env_extra or {})}
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "SECRET_KEY": uuid.uuid4().hex * 2,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "AUDITOR_TASK_BACKEND": backend,
+        "PYTHONPATH": str(root),
+        **(env_extra or {}),
+    }
     # The shipped server of that tree: uvicorn (auditor_site.serve), or daphne before it.
-    server = ([sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1",
-               "--port", str(port), "--no-access-log", "--log-level", "warning"]
-              if (root / "auditor_site" / "serve.py").exists() else
-              [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-               "auditor_site.asgi:application"])
-    procs = [subprocess.Popen(
-        server,
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    server = (
+        [
+            sys.executable,
+            "-m",
+            "auditor_site.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+        if (root / "auditor_site" / "serve.py").exists()
+        else [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "auditor_site.asgi:application",
+        ]
+    )
+    procs = [
+        subprocess.Popen(
+            server, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    ]
     for _ in range(workers):
-        procs.append(subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--interval", "0.05"],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "db_worker", "--interval", "0.05"],
+                cwd=root,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     try:
         wait_for_server(f"http://127.0.0.1:{port}", procs[0])
         warm_up_cpu = _warm_up(port, key, db, procs, batch)
@@ -343,8 +408,10 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
         stop_probe = threading.Event()
         prober = None
         if probe_cookie:
-            prober = threading.Thread(target=lambda: asyncio.run(
-                _probe(port, probe_cookie, key, stop_probe, probe)), daemon=True)
+            prober = threading.Thread(
+                target=lambda: asyncio.run(_probe(port, probe_cookie, key, stop_probe, probe)),
+                daemon=True,
+            )
         cpu0 = sum(tree_cpu_seconds(p.pid) for p in procs)
         own0 = cpu_seconds(procs[0].pid)
         t0 = time.perf_counter()
@@ -380,14 +447,25 @@ def run_scenario(*, root: Path, db: Path, key: str, backend: str, n: int, batch:
     complete = _count(db, "status = 'complete'") - before - len(probe["ids"])
     with sqlite3.connect(db, timeout=30) as conn:
         clear_stored(conn)
-    return {"backend": backend, "n": n, "batch": batch, "clients": clients,
-            "workers": workers, "retried_503": retries, "stored": stored, "analysed": done, "complete": complete,
-            "accepted_per_s": n / accepted_s, "analysed_per_s": done / analysed_s,
-            "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
-            "server_process_cpu_ms_per_audit": own * 1000 / max(done, 1),
-            "peak_rss_mb": {"server": rss[0], "workers": rss[1:]},
-            "server_children": children, "warm_up_cpu_s": warm_up_cpu,
-            **({"probe": probe} if probe_cookie else {})}
+    return {
+        "backend": backend,
+        "n": n,
+        "batch": batch,
+        "clients": clients,
+        "workers": workers,
+        "retried_503": retries,
+        "stored": stored,
+        "analysed": done,
+        "complete": complete,
+        "accepted_per_s": n / accepted_s,
+        "analysed_per_s": done / analysed_s,
+        "cpu_ms_per_audit": cpu * 1000 / max(done, 1),
+        "server_process_cpu_ms_per_audit": own * 1000 / max(done, 1),
+        "peak_rss_mb": {"server": rss[0], "workers": rss[1:]},
+        "server_children": children,
+        "warm_up_cpu_s": warm_up_cpu,
+        **({"probe": probe} if probe_cookie else {}),
+    }
 
 
 def engine_cpu_ms(n: int = 500) -> float:
@@ -398,8 +476,7 @@ def engine_cpu_ms(n: int = 500) -> float:
     from analyzers.engine.linkcheck import LinkChecker
     from analyzers.engine.registry import build_registry
 
-    auditor = Auditor(AuditorConfig(), build_registry([]),
-                      services={"link_checker": LinkChecker()})
+    auditor = Auditor(AuditorConfig(), build_registry([]), services={"link_checker": LinkChecker()})
     inputs = [AuditInput.model_validate(audit_body(i)) for i in range(n)]
 
     async def go() -> float:

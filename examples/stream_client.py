@@ -41,8 +41,10 @@ def model_chunks(text: str, size: int = 7, delay: float = 0.01) -> Iterator[str]
 def show(event: str, data: dict) -> None:
     if event == "audit":
         surfaced = [r["analyzer_id"] for r in data["surfaced_results"]]
-        print(f"audit  {data['id']} {data['status']} score={data['overall_score']:.2f} "
-              f"incomplete={data['incomplete']} surfaced={surfaced}")
+        print(
+            f"audit  {data['id']} {data['status']} score={data['overall_score']:.2f} "
+            f"incomplete={data['incomplete']} surfaced={surfaced}"
+        )
     elif event == "chunk":
         print(f"chunk  {data['text']!r}")
     elif event == "audit_trace":
@@ -62,8 +64,9 @@ def stream_http(url: str, key: str, text: str, delay: float) -> dict:
 
     audit = {}
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/x-ndjson"}
-    with httpx.stream("POST", f"{url}/api/audits/stream", content=body(), headers=headers,
-                      timeout=60) as response:
+    with httpx.stream(
+        "POST", f"{url}/api/audits/stream", content=body(), headers=headers, timeout=60
+    ) as response:
         if response.status_code != 200:
             response.read()
             raise SystemExit(f"{response.status_code}: {response.text}")

@@ -129,9 +129,7 @@ def staff_user(django_user_model):
 
 @pytest.fixture
 def plain_user(django_user_model):
-    return django_user_model.objects.create_user(
-        "plain", "plain@example.com", "plain-password-1"
-    )
+    return django_user_model.objects.create_user("plain", "plain@example.com", "plain-password-1")
 
 
 class ApiClient:
@@ -148,7 +146,9 @@ class ApiClient:
     def get(self, path: str, params: dict | None = None, *, key: str | None = None):
         return self.client.get(path, params or {}, headers=self._headers(key))
 
-    def post(self, path: str, body: Any = None, *, key: str | None = None, raw: bytes | None = None):
+    def post(
+        self, path: str, body: Any = None, *, key: str | None = None, raw: bytes | None = None
+    ):
         data = raw if raw is not None else json.dumps(body)
         return self.client.post(
             path, data, content_type="application/json", headers=self._headers(key)

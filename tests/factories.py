@@ -1,7 +1,7 @@
 """Build stored audits quickly (tests, demo data, benchmarks) without running the engine.
 
-    make_audit(overall_score=0.8, results=[result("redflag", 0.8, [annotation("EMPTY_OUTPUT")])])
-    make_audits(50)   # varied, deterministic for a given seed
+make_audit(overall_score=0.8, results=[result("redflag", 0.8, [annotation("EMPTY_OUTPUT")])])
+make_audits(50)   # varied, deterministic for a given seed
 """
 
 from __future__ import annotations
@@ -163,8 +163,10 @@ def make_audit(
     if links:
         AuditLinks.objects.create(
             audit=run,
-            rows=packed(StoredLink(**{"reason": None, "http_status": None, "healthy": None,
-                                      **link}) for link in links),
+            rows=packed(
+                StoredLink(**{"reason": None, "http_status": None, "healthy": None, **link})
+                for link in links
+            ),
         )
     return run
 
@@ -179,7 +181,9 @@ def make_audits(n: int, *, seed: int = 0, spread: timedelta = timedelta(days=7))
         results = []
         for analyzer_id in picked:
             if rng.random() < 0.05:
-                results.append(result(analyzer_id, 0.0, status="failed", error="RuntimeError: boom"))
+                results.append(
+                    result(analyzer_id, 0.0, status="failed", error="RuntimeError: boom")
+                )
                 continue
             score = round(rng.random() ** 2, 3)
             annotations = []
@@ -205,8 +209,14 @@ def make_audits(n: int, *, seed: int = 0, spread: timedelta = timedelta(days=7))
                 external_id=f"demo-{seed}-{i}" if rng.random() < 0.5 else None,
                 metadata={"session": f"s{rng.randint(1, 20)}"},
                 links=[
-                    {"url": "https://docs.acme.example/api", "label": "the docs",
-                     "decision": "keep", "reason": None, "http_status": 200, "healthy": True}
+                    {
+                        "url": "https://docs.acme.example/api",
+                        "label": "the docs",
+                        "decision": "keep",
+                        "reason": None,
+                        "http_status": 200,
+                        "healthy": True,
+                    }
                 ]
                 if "docs" in response
                 else [],

@@ -60,13 +60,33 @@ def free_port() -> int:
 def server_command(port: int, server: str = "uvicorn") -> list[str]:
     """The command line of a server on 127.0.0.1:`port` (`uvicorn`: the shipped one)."""
     if server == "daphne":
-        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                "auditor_site.asgi:application"]
-    return [sys.executable, "-m", "auditor_site.serve", "--host", "127.0.0.1",
-            "--port", str(port), "--no-access-log", "--log-level", "warning"]
+        return [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "auditor_site.asgi:application",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "auditor_site.serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
 
 
-def start_server(port: int, log: Path, server: str = "uvicorn", **env_extra: str) -> subprocess.Popen:
+def start_server(
+    port: int, log: Path, server: str = "uvicorn", **env_extra: str
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
@@ -78,7 +98,10 @@ def start_server(port: int, log: Path, server: str = "uvicorn", **env_extra: str
     with log.open("ab") as out:
         proc = subprocess.Popen(
             server_command(port, server),
-            cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -34,38 +34,57 @@ def json_body(spans: list) -> bytes:
     return encode_json(spans).to_json().encode()
 
 
-def genai_chat(tracer, *, question="Which retailers use Acme?", answer="Acme is easy to set up.",
-               model="gpt-4o-mini", name="chat gpt-4o-mini", extra: dict | None = None) -> None:
+def genai_chat(
+    tracer,
+    *,
+    question="Which retailers use Acme?",
+    answer="Acme is easy to set up.",
+    model="gpt-4o-mini",
+    name="chat gpt-4o-mini",
+    extra: dict | None = None,
+) -> None:
     """One GenAI-semconv chat span with its messages as span attributes."""
     with tracer.start_as_current_span(name) as span:
-        span.set_attributes({
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",
-            "gen_ai.request.model": model,
-            "gen_ai.response.model": model,
-            "gen_ai.usage.input_tokens": 12,
-            "gen_ai.usage.output_tokens": 34,
-            "gen_ai.input.messages": json.dumps([
-                {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
-                {"role": "user", "parts": [{"type": "text", "content": question}]},
-            ]),
-            "gen_ai.output.messages": json.dumps([
-                {"role": "assistant", "parts": [{"type": "text", "content": answer}],
-                 "finish_reason": "stop"},
-            ]),
-            **(extra or {}),
-        })
+        span.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": model,
+                "gen_ai.response.model": model,
+                "gen_ai.usage.input_tokens": 12,
+                "gen_ai.usage.output_tokens": 34,
+                "gen_ai.input.messages": json.dumps(
+                    [
+                        {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+                        {"role": "user", "parts": [{"type": "text", "content": question}]},
+                    ]
+                ),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "text", "content": answer}],
+                            "finish_reason": "stop",
+                        },
+                    ]
+                ),
+                **(extra or {}),
+            }
+        )
 
 
 def retriever(tracer, title: str, text: str) -> None:
     with tracer.start_as_current_span("retrieve") as span:
-        span.set_attributes({
-            "openinference.span.kind": "RETRIEVER",
-            "retrieval.documents.0.document.id": title,
-            "retrieval.documents.0.document.content": text,
-            "retrieval.documents.0.document.metadata": json.dumps(
-                {"title": title, "url": f"https://www.acme.example/{title}"}),
-        })
+        span.set_attributes(
+            {
+                "openinference.span.kind": "RETRIEVER",
+                "retrieval.documents.0.document.id": title,
+                "retrieval.documents.0.document.content": text,
+                "retrieval.documents.0.document.metadata": json.dumps(
+                    {"title": title, "url": f"https://www.acme.example/{title}"}
+                ),
+            }
+        )
 
 
 def rag_trace(tracer, titles=("kb-1",), question="Who uses Acme?") -> None:

@@ -93,8 +93,20 @@ class UpstreamServer:
                 if self.path.rstrip("/") == "/v1/models" and server.models is not None:
                     self._scripted(server.models)
                 elif self.path.rstrip("/") == "/v1/models":
-                    self._json(200, {"object": "list", "data": [
-                        {"id": "upstream-model", "object": "model", "created": 0, "owned_by": "test"}]})
+                    self._json(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": "upstream-model",
+                                    "object": "model",
+                                    "created": 0,
+                                    "owned_by": "test",
+                                }
+                            ],
+                        },
+                    )
                 else:
                     self._json(404, {"error": {"message": "not found", "type": "not_found"}})
 
@@ -115,13 +127,31 @@ class UpstreamServer:
 
             def _scripted(self, reply: Completion) -> None:
                 """An error (or a raw body) as scripted."""
-                raw = reply.body or (reply.error or json.dumps({"error": {
-                    "message": f"scripted {reply.status}", "type": "scripted",
-                    "param": None, "code": None}})).encode()
+                raw = (
+                    reply.body
+                    or (
+                        reply.error
+                        or json.dumps(
+                            {
+                                "error": {
+                                    "message": f"scripted {reply.status}",
+                                    "type": "scripted",
+                                    "param": None,
+                                    "code": None,
+                                }
+                            }
+                        )
+                    ).encode()
+                )
                 if reply.echo_credentials:
-                    raw = json.dumps({"error": {
-                        "message": f"invalid key: {self.headers.get('Authorization')}",
-                        "headers": dict(self.headers)}}).encode()
+                    raw = json.dumps(
+                        {
+                            "error": {
+                                "message": f"invalid key: {self.headers.get('Authorization')}",
+                                "headers": dict(self.headers),
+                            }
+                        }
+                    ).encode()
                 self._send(reply.status, raw, reply.content_type, reply.headers)
 
             def _wait(self, seconds: float) -> bool:
@@ -134,7 +164,10 @@ class UpstreamServer:
                         return True
                 return False
 
-            def _send(self, status: int, raw: bytes, kind: str, headers: dict[str, str] = {}) -> None:  # noqa: B006
+            def _send(
+                self, status: int, raw: bytes, kind: str, headers: dict[str, str] | None = None
+            ) -> None:
+                headers = headers or {}
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(raw)))
@@ -157,8 +190,11 @@ class UpstreamServer:
                     for i, frame in enumerate(frames):
                         if i > 1 and reply.token_delay and self._wait(reply.token_delay):
                             return
-                        if reply.pause_after is not None and i == reply.pause_after + 1 \
-                                and self._wait(reply.pause):
+                        if (
+                            reply.pause_after is not None
+                            and i == reply.pause_after + 1
+                            and self._wait(reply.pause)
+                        ):
                             return
                         self.wfile.write(frame)
                         self.wfile.flush()
@@ -185,43 +221,91 @@ def completion(reply: Completion) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
             for c in reply.tool_calls
         ]
     return {
-        "id": reply.completion_id, "object": "chat.completion", "created": 1700000000,
+        "id": reply.completion_id,
+        "object": "chat.completion",
+        "created": 1700000000,
         "model": reply.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": len(tokens(reply.content)),
-                  "total_tokens": 11 + len(tokens(reply.content))},
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 11,
+            "completion_tokens": len(tokens(reply.content)),
+            "total_tokens": 11 + len(tokens(reply.content)),
+        },
     }
 
 
 def stream_frames(reply: Completion, body: dict[str, Any]) -> list[bytes]:
     """Every SSE frame of a streamed answer, in order."""
-    base = {"id": reply.completion_id, "object": "chat.completion.chunk",
-            "created": 1700000000, "model": reply.model}
+    base = {
+        "id": reply.completion_id,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": reply.model,
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        data = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                     "finish_reason": finish}]}
+        data = {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
         return b"data: " + json.dumps(data).encode() + b"\n\n"
 
     frames = [chunk({"role": "assistant", "content": ""})]
     frames += [chunk({"content": tok}) for tok in tokens(reply.content)]
     for i, call in enumerate(reply.tool_calls):
-        frames.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                             "function": {"name": call["name"], "arguments": ""}}]}))
+        frames.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
         args = call["arguments"]
         for start in range(0, len(args), 7):
-            frames.append(chunk({"tool_calls": [{"index": i, "function": {
-                "arguments": args[start:start + 7]}}]}))
+            frames.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {"index": i, "function": {"arguments": args[start : start + 7]}}
+                        ]
+                    }
+                )
+            )
     frames.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
         n = len(tokens(reply.content))
-        frames.append(b"data: " + json.dumps({**base, "choices": [], "usage": {
-            "prompt_tokens": 11, "completion_tokens": n, "total_tokens": 11 + n}}).encode() + b"\n\n")
+        frames.append(
+            b"data: "
+            + json.dumps(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": n, "total_tokens": 11 + n},
+                }
+            ).encode()
+            + b"\n\n"
+        )
     frames.append(b"data: [DONE]\n\n")
     return frames

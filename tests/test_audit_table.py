@@ -36,7 +36,7 @@ def test_a_card_shows_the_highest_score_first_and_the_mean_second(staff_client):
     # A fabricated claim (grounding 0.9, critical) among quiet analyzers: mean 0.3.
     run = fabricated_claim_audit(results=[result("bias", 0.0), result("tone", 0.0)])
     html = staff_client.get(reverse("audits:list")).content.decode()
-    card = html[html.index(f'id="audit-card-{run.pk}"'):]
+    card = html[html.index(f'id="audit-card-{run.pk}"') :]
     assert '<div class="score score-high"' in card[:400]  # red: surfaced, critical
     assert '<span class="score-value">0.90</span>' in card
     assert "grounding" in card[: card.index("card-body")]
@@ -44,8 +44,14 @@ def test_a_card_shows_the_highest_score_first_and_the_mean_second(staff_client):
 
 
 def test_colour_follows_surfacing_and_severity_not_the_mean(staff_client):
-    info = make_audit(results=[result("bias", 0.5, [annotation("sycophancy", "info")]),
-                               result("tone", 0.0), result("links", 0.0), result("redflag", 0.0)])
+    info = make_audit(
+        results=[
+            result("bias", 0.5, [annotation("sycophancy", "info")]),
+            result("tone", 0.0),
+            result("links", 0.0),
+            result("redflag", 0.0),
+        ]
+    )
     quiet = make_audit(results=[result("bias", 0.2)])
     html = staff_client.get(reverse("audits:list")).content.decode()
     assert re.search(rf'id="audit-card-{info.pk}".{{0,300}}class="score score-info"', html, re.S)
@@ -64,8 +70,12 @@ def test_forced_surfacing_shows_the_score_with_a_forced_label(staff_client):
 
 def test_a_result_over_its_threshold_is_not_labelled_forced(staff_client):
     """should_surface on a score that reaches the threshold: the score decided, no label."""
-    run = make_audit(results=[result("links", 1.0, should_surface=True),
-                              result("prompt_leak", 0.9, should_surface=True)])
+    run = make_audit(
+        results=[
+            result("links", 1.0, should_surface=True),
+            result("prompt_leak", 0.9, should_surface=True),
+        ]
+    )
     for page in (reverse("audits:detail", args=[run.pk]), reverse("audits:list")):
         html = staff_client.get(page).content.decode()
         assert '<span class="' in html and "1.00</span>" in html
@@ -108,14 +118,17 @@ def test_the_table_sorts_by_highest_score_and_pages_by_keyset(
     _table(staff_client, staff_user)
     monkeypatch.setattr(cards, "TABLE_PAGE_SIZE", 4)
     now = timezone.now()
-    runs = [make_audit(results=[result("bias", s)], created_at=now - timedelta(minutes=i))
-            for i, s in enumerate([0.2, 0.9, 0.5, 0.9, 0.1, 0.7, 0.5, 0.3, 0.0, 0.6])]
-    expected = [str(r.pk) for r in sorted(runs, key=lambda r: (r.top_score, r.created_at),
-                                          reverse=True)]
+    runs = [
+        make_audit(results=[result("bias", s)], created_at=now - timedelta(minutes=i))
+        for i, s in enumerate([0.2, 0.9, 0.5, 0.9, 0.1, 0.7, 0.5, 0.3, 0.0, 0.6])
+    ]
+    expected = [
+        str(r.pk) for r in sorted(runs, key=lambda r: (r.top_score, r.created_at), reverse=True)
+    ]
     html = staff_client.get(reverse("audits:list"), {"sort": "-top_score"}).content.decode()
     seen = _row_ids(html)
     assert 'aria-sort="descending"><a href="/?sort=top_score"' in html
-    while (m := re.search(r'hx-get="(/\?[^"]*cursor=[^"]+)"', html)):
+    while m := re.search(r'hx-get="(/\?[^"]*cursor=[^"]+)"', html):
         url = m.group(1).replace("&amp;", "&")
         assert "sort=-top_score" in url
         html = staff_client.get(url, HTTP_HX_REQUEST="true").content.decode()
@@ -140,8 +153,10 @@ def test_a_bad_sort_on_the_list_page_is_a_form_error_not_a_500(staff_client):
 
 def test_the_table_escapes_model_text(staff_client, staff_user):
     _table(staff_client, staff_user)
-    make_audit(user_input='<script>alert("x")</script>', results=[
-        result("bias", 0.8, [annotation("<img src=x onerror=alert(1)>", "critical")])])
+    make_audit(
+        user_input='<script>alert("x")</script>',
+        results=[result("bias", 0.8, [annotation("<img src=x onerror=alert(1)>", "critical")])],
+    )
     html = staff_client.get(reverse("audits:list")).content.decode()
     assert "<script>alert" not in html
     assert "<img src=x" not in html
@@ -154,8 +169,9 @@ def test_the_table_reuses_the_verdict_endpoint(staff_client, staff_user):
     html = staff_client.get(reverse("audits:list")).content.decode()
     assert f'hx-post="{reverse("audits:review", args=[run.pk])}"' in html
     assert 'data-verdict-key="c"' in html and 'data-verdict-key="f"' in html
-    r = staff_client.post(reverse("audits:review", args=[run.pk]), {"verdict": "confirmed"},
-                          HTTP_HX_REQUEST="true")
+    r = staff_client.post(
+        reverse("audits:review", args=[run.pk]), {"verdict": "confirmed"}, HTTP_HX_REQUEST="true"
+    )
     assert 'class="verdict-state' in r.content.decode()  # what the row's hx-select takes
 
 

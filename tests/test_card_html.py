@@ -94,7 +94,7 @@ REFERENCE_ROWS = """{% load audit_ui %}{% with can_review=perms.audits.add_revie
 {% endwith %}
 """
 
-EVIL = '<script>alert("x")</script> & \'q\' {{ x }}'
+EVIL = "<script>alert(\"x\")</script> & 'q' {{ x }}"
 
 
 def _same(a: str, b: str) -> None:
@@ -105,28 +105,46 @@ def _same(a: str, b: str) -> None:
 
 def _varied_audits() -> list[AuditRun]:
     """Audits covering every branch of a card and a row."""
-    many = [annotation(f"T{i}", ["info", "warning", "critical", "odd"][i % 4],
-                       label=("" if i % 2 else f'Lbl <i>{i}</i> "q"')) for i in range(9)]
+    many = [
+        annotation(
+            f"T{i}",
+            ["info", "warning", "critical", "odd"][i % 4],
+            label=("" if i % 2 else f'Lbl <i>{i}</i> "q"'),
+        )
+        for i in range(9)
+    ]
     runs = [
-        make_audit(user_input=EVIL, response=EVIL, results=[
-            result("bias", 0.9, [annotation("sycophancy", "critical", label=EVIL)]),
-            result("tone", 0.5, [annotation("condescending", "info"),
-                                 annotation("condescending", "info")]),
-        ]),
-        make_audit(results=[result("prompt_leak", 0.1, [annotation("PROMPT_LEAK")],
-                                   should_surface=True)]),
+        make_audit(
+            user_input=EVIL,
+            response=EVIL,
+            results=[
+                result("bias", 0.9, [annotation("sycophancy", "critical", label=EVIL)]),
+                result(
+                    "tone",
+                    0.5,
+                    [annotation("condescending", "info"), annotation("condescending", "info")],
+                ),
+            ],
+        ),
+        make_audit(
+            results=[result("prompt_leak", 0.1, [annotation("PROMPT_LEAK")], should_surface=True)]
+        ),
         make_audit(results=[result("redflag", 0.7, many)]),
         make_audit(response="", user_input="", results=[result("bias", 0.0)]),
         make_audit(status="pending", response=""),
         make_audit(status="running", response="partial text"),
         make_audit(status="failed", response=""),
-        make_audit(results=[result("links", 0.35, [annotation("LINK_UNHEALTHY")])],
-                   overall_score=None, threshold=0.25),
+        make_audit(
+            results=[result("links", 0.35, [annotation("LINK_UNHEALTHY")])],
+            overall_score=None,
+            threshold=0.25,
+        ),
         make_audit(results=[result("tone", 0.31)], top_score=None, top_analyzer=""),
     ]
     at = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
-    Review.objects.create(audit=runs[0], verdict="false_positive", comment=EVIL,
-                          reviewer_name=EVIL, created_at=at)
+    Review.objects.create(
+        audit=runs[0], verdict="false_positive", comment=EVIL, reviewer_name=EVIL, created_at=at
+    )
     Review.objects.create(audit=runs[1], verdict="confirmed", reviewer_name="", created_at=at)
     Review.objects.create(audit=runs[2], verdict="unsure", comment="fine", created_at=at)
     return cards.prepare_cards(list(cards.card_queryset().order_by("-created_at", "-id")))
@@ -181,8 +199,11 @@ def test_a_cards_verdict_form_is_the_verdict_partial(django_user_model):
 
 
 def test_model_text_is_escaped_never_markup(staff_user):
-    run = make_audit(user_input=EVIL, response=EVIL,
-                     results=[result("bias", 0.9, [annotation("sycophancy", label=EVIL)])])
+    run = make_audit(
+        user_input=EVIL,
+        response=EVIL,
+        results=[result("bias", 0.9, [annotation("sycophancy", label=EVIL)])],
+    )
     client = Client()
     client.force_login(staff_user)
     for view in ("cards", "table"):
@@ -234,8 +255,12 @@ def test_the_list_page_issues_the_same_queries_for_a_few_rows_or_a_full_page(
     with django_assert_max_num_queries(7):
         assert client.get(reverse("audits:list")).status_code == 200
     for _ in range(60):
-        run = make_audit(results=[result("bias", 0.9, [annotation("sycophancy")]),
-                                  result("tone", 0.5, [annotation("condescending")])])
+        run = make_audit(
+            results=[
+                result("bias", 0.9, [annotation("sycophancy")]),
+                result("tone", 0.5, [annotation("condescending")]),
+            ]
+        )
         Review.objects.create(audit=run, verdict="confirmed", created_at=run.created_at)
     with django_assert_max_num_queries(7):
         html = client.get(reverse("audits:list")).content.decode()
@@ -245,8 +270,9 @@ def test_the_list_page_issues_the_same_queries_for_a_few_rows_or_a_full_page(
 
 
 def test_live_cards_take_a_fixed_number_of_queries(django_assert_max_num_queries):
-    ids = [make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])]).pk
-           for _ in range(12)]
+    ids = [
+        make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])]).pk for _ in range(12)
+    ]
     filters = cards.ListFilters()
     # the ids that match, their rows, then `prepare_cards`' two
     with django_assert_max_num_queries(4):
@@ -260,9 +286,13 @@ def test_live_cards_take_a_fixed_number_of_queries(django_assert_max_num_queries
 def test_results_alike_on_two_audits_stay_on_their_own_cards():
     """Equal scores and positions: each card lists its own surfaced result once, and its
     findings grouped (a result's row comes once per finding)."""
+
     def findings():
-        return [annotation("sycophancy", "warning"), annotation("anchoring_bias", "critical"),
-                annotation("sycophancy", "warning")]
+        return [
+            annotation("sycophancy", "warning"),
+            annotation("anchoring_bias", "critical"),
+            annotation("sycophancy", "warning"),
+        ]
 
     first = make_audit(results=[result("bias", 0.5, findings())])
     second = make_audit(results=[result("bias", 0.5, findings())])
@@ -277,8 +307,9 @@ def test_cards_follow_a_new_verdict_and_a_deletion(staff_user):
     client.force_login(staff_user)
     run = make_audit(results=[result("bias", 0.9, [annotation("sycophancy")])])
     assert "Not reviewed" in client.get(reverse("audits:list")).content.decode()
-    Review.objects.create(audit=run, verdict="confirmed", reviewer_name="ann",
-                          created_at=run.created_at)
+    Review.objects.create(
+        audit=run, verdict="confirmed", reviewer_name="ann", created_at=run.created_at
+    )
     html = client.get(reverse("audits:list")).content.decode()
     assert "<strong>Confirmed</strong>" in html and "by ann," in html
     run.delete()

@@ -20,8 +20,12 @@ PACKAGES = ("analyzers", "audits", "auditor_site")
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env={"PYTHONPATH": str(cwd)},
-        capture_output=True, text=True, timeout=120,
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=cwd,
+        env={"PYTHONPATH": str(cwd)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -47,20 +51,41 @@ def test_the_tree_keeps_every_contract(tree):
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("analyzers/engine/builtin/redflag.py", "import django.db  # noqa",
-         "The engine imports no Django"),
-        ("analyzers/api.py", "from audits.intake import schemas  # noqa",
-         "The configuration app imports nothing from audits"),
-        ("audits/live/fragments.py", "from audits.dashboard import queries  # noqa",
-         "api, live, dashboard and review do not import each other"),
-        ("audits/store/reports.py", "from audits.intake import submit  # noqa",
-         "audits is layered by pipeline stage"),
-        ("audits/cards/cards.py", "from audits.review import queue  # noqa",
-         "audits is layered by pipeline stage"),
-        ("audits/events.py", "from audits.store import queries  # noqa",
-         "The tables, events and signals of audits import none of its stages"),
-        ("analyzers/engine/contract.py", "from analyzers.engine import registry  # noqa",
-         "No import circles between sibling modules"),
+        (
+            "analyzers/engine/builtin/redflag.py",
+            "import django.db  # noqa",
+            "The engine imports no Django",
+        ),
+        (
+            "analyzers/api.py",
+            "from audits.intake import schemas  # noqa",
+            "The configuration app imports nothing from audits",
+        ),
+        (
+            "audits/live/fragments.py",
+            "from audits.dashboard import queries  # noqa",
+            "api, live, dashboard and review do not import each other",
+        ),
+        (
+            "audits/store/reports.py",
+            "from audits.intake import submit  # noqa",
+            "audits is layered by pipeline stage",
+        ),
+        (
+            "audits/cards/cards.py",
+            "from audits.review import queue  # noqa",
+            "audits is layered by pipeline stage",
+        ),
+        (
+            "audits/events.py",
+            "from audits.store import queries  # noqa",
+            "The tables, events and signals of audits import none of its stages",
+        ),
+        (
+            "analyzers/engine/contract.py",
+            "from analyzers.engine import registry  # noqa",
+            "No import circles between sibling modules",
+        ),
     ],
 )
 def test_a_deliberate_violation_breaks_its_contract(tree, module, line, contract):

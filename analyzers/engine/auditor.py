@@ -176,8 +176,11 @@ class Auditor:
                     if progress is not None:
                         await emit(
                             progress,
-                            {"type": "analyzer_finished", "analyzer_id": analyzer.id,
-                             "run": outcome},
+                            {
+                                "type": "analyzer_finished",
+                                "analyzer_id": analyzer.id,
+                                "run": outcome,
+                            },
                         )
                     runs.append(outcome)
                     continue

@@ -316,9 +316,7 @@ class LinkChecker:
         headers = {"Host": host_header}
         extensions = {"sni_hostname": server_name} if pinned.scheme == "https" else {}
         async with self._host_limit(server_name):
-            response = await client.request(
-                "HEAD", pinned, headers=headers, extensions=extensions
-            )
+            response = await client.request("HEAD", pinned, headers=headers, extensions=extensions)
             await response.aclose()
             if response.status_code in HEAD_REFUSED:
                 request = client.build_request(

@@ -92,8 +92,10 @@ def main() -> int:
         build()
     except (Exception, SystemExit) as exc:  # mypyc exits on a type error; gcc may be absent
         shutil.rmtree(TARGET, ignore_errors=True)
-        print(f"warning: the guardrails could not be compiled ({exc!r}); they run as Python",
-              file=sys.stderr)
+        print(
+            f"warning: the guardrails could not be compiled ({exc!r}); they run as Python",
+            file=sys.stderr,
+        )
         return 1
     print(f"compiled guardrails into {TARGET}")
     return 0

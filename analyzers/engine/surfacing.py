@@ -67,10 +67,13 @@ class Thresholds:
             return self
         return Thresholds(default=self.default, own={**self.own, **extra})
 
-    def surfaced(self, *, analyzer_id: str, status: str, score: float,
-                 should_surface: bool) -> bool:
+    def surfaced(
+        self, *, analyzer_id: str, status: str, score: float, should_surface: bool
+    ) -> bool:
         return decide_surfaced(
-            status=status, score=score, should_surface=should_surface,
+            status=status,
+            score=score,
+            should_surface=should_surface,
             threshold=self.for_analyzer(analyzer_id),
         )
 

@@ -23,7 +23,12 @@ _new = object.__new__
 _set = object.__setattr__
 
 _RESULT_FIELDS = (
-    "analyzer_id", "category", "score", "should_surface", "annotations", "supplementary",
+    "analyzer_id",
+    "category",
+    "score",
+    "should_surface",
+    "annotations",
+    "supplementary",
 )
 _RUN_FIELDS = (*_RESULT_FIELDS, "status", "error", "duration_ms", "surfaced")
 _RESULT_SET = frozenset(_RESULT_FIELDS)
@@ -34,6 +39,7 @@ try:
     _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
     _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 except (KeyError, AttributeError):  # pragma: no cover - another pydantic: by name
+
     def _set_fields_set(obj: Any, value: Any) -> None:
         _set(obj, "__pydantic_fields_set__", value)
 
@@ -121,16 +127,19 @@ def analyzer_result(
         supplementary = {}
     return trusted_instance(
         AnalyzerResult,
-        {"analyzer_id": analyzer_id, "category": category, "score": score,
-         "should_surface": should_surface, "annotations": annotations,
-         "supplementary": supplementary},
+        {
+            "analyzer_id": analyzer_id,
+            "category": category,
+            "score": score,
+            "should_surface": should_surface,
+            "annotations": annotations,
+            "supplementary": supplementary,
+        },
         _RESULT_SET,
     )
 
 
-def _constructed_run(
-    result: AnalyzerResult, duration_ms: float, surfaced: bool
-) -> AnalyzerRun:
+def _constructed_run(result: AnalyzerResult, duration_ms: float, surfaced: bool) -> AnalyzerRun:
     return AnalyzerRun.model_construct(
         **dict(result), status="ok", error=None, duration_ms=duration_ms, surfaced=surfaced
     )

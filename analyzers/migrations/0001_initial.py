@@ -8,7 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,148 +16,291 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AllowedHost',
+            name="AllowedHost",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('host', models.CharField(max_length=255, unique=True)),
-                ('position', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("host", models.CharField(max_length=255, unique=True)),
+                ("position", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='AnalyzerConfig',
+            name="AnalyzerConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('analyzer_id', models.CharField(max_length=100, unique=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('settings', models.JSONField(blank=True, default=dict)),
-                ('position', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("analyzer_id", models.CharField(max_length=100, unique=True)),
+                ("enabled", models.BooleanField(default=True)),
+                ("settings", models.JSONField(blank=True, default=dict)),
+                ("position", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'verbose_name': 'analyzer',
-                'ordering': ['position', 'analyzer_id'],
+                "verbose_name": "analyzer",
+                "ordering": ["position", "analyzer_id"],
             },
         ),
         migrations.CreateModel(
-            name='Brand',
+            name="Brand",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(default='Acme', max_length=200)),
-                ('title_suffix', models.CharField(blank=True, default=' | Acme', max_length=200)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(default="Acme", max_length=200)),
+                ("title_suffix", models.CharField(blank=True, default=" | Acme", max_length=200)),
             ],
             options={
-                'verbose_name': 'brand',
-                'verbose_name_plural': 'brand',
+                "verbose_name": "brand",
+                "verbose_name_plural": "brand",
             },
         ),
         migrations.CreateModel(
-            name='CustomJudge',
+            name="CustomJudge",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('analyzer_id', models.SlugField(max_length=100, unique=True)),
-                ('name', models.CharField(max_length=200)),
-                ('category', models.CharField(default='custom', max_length=100)),
-                ('prompt_template', models.TextField()),
-                ('mapping', models.JSONField(blank=True, default=dict)),
-                ('enabled', models.BooleanField(default=True)),
-                ('settings', models.JSONField(blank=True, default=dict)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("analyzer_id", models.SlugField(max_length=100, unique=True)),
+                ("name", models.CharField(max_length=200)),
+                ("category", models.CharField(default="custom", max_length=100)),
+                ("prompt_template", models.TextField()),
+                ("mapping", models.JSONField(blank=True, default=dict)),
+                ("enabled", models.BooleanField(default=True)),
+                ("settings", models.JSONField(blank=True, default=dict)),
             ],
             options={
-                'ordering': ['analyzer_id'],
+                "ordering": ["analyzer_id"],
             },
         ),
         migrations.CreateModel(
-            name='GlobalSettings',
+            name="GlobalSettings",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('threshold', models.FloatField(default=0.3, validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(1.0)])),
-                ('max_concurrency', models.PositiveIntegerField(default=4, validators=[django.core.validators.MinValueValidator(1)])),
-                ('analyzer_timeout_s', models.FloatField(default=10.0, validators=[django.core.validators.MinValueValidator(0.001)])),
-                ('extra', models.JSONField(blank=True, default=dict, help_text='Other top-level settings of the configuration file.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "threshold",
+                    models.FloatField(
+                        default=0.3,
+                        validators=[
+                            django.core.validators.MinValueValidator(0.0),
+                            django.core.validators.MaxValueValidator(1.0),
+                        ],
+                    ),
+                ),
+                (
+                    "max_concurrency",
+                    models.PositiveIntegerField(
+                        default=4, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                (
+                    "analyzer_timeout_s",
+                    models.FloatField(
+                        default=10.0, validators=[django.core.validators.MinValueValidator(0.001)]
+                    ),
+                ),
+                (
+                    "extra",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Other top-level settings of the configuration file.",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'global settings',
-                'verbose_name_plural': 'global settings',
+                "verbose_name": "global settings",
+                "verbose_name_plural": "global settings",
             },
         ),
         migrations.CreateModel(
-            name='KnownCustomer',
+            name="KnownCustomer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('slug', models.SlugField(max_length=200, unique=True)),
-                ('aliases', models.JSONField(blank=True, default=list, help_text='A JSON list of strings.')),
-                ('facts', models.JSONField(blank=True, default=list, help_text='A JSON list of strings.')),
-                ('position', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("slug", models.SlugField(max_length=200, unique=True)),
+                (
+                    "aliases",
+                    models.JSONField(blank=True, default=list, help_text="A JSON list of strings."),
+                ),
+                (
+                    "facts",
+                    models.JSONField(blank=True, default=list, help_text="A JSON list of strings."),
+                ),
+                ("position", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='LLMProvider',
+            name="LLMProvider",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('base_url', models.URLField(blank=True, max_length=500, null=True)),
-                ('model', models.CharField(blank=True, max_length=200, null=True)),
-                ('api_key_env', models.CharField(default='AUDITOR_LLM_API_KEY', help_text='Name of the environment variable that holds the key (never the key).', max_length=200)),
-                ('timeout_s', models.FloatField(default=30.0, validators=[django.core.validators.MinValueValidator(0.001)])),
-                ('max_concurrency', models.PositiveIntegerField(default=4, validators=[django.core.validators.MinValueValidator(1)])),
-                ('max_retries', models.PositiveIntegerField(default=3)),
-                ('extra', models.JSONField(blank=True, default=dict, help_text='Other LLM settings (temperature, json_mode, ...).')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("base_url", models.URLField(blank=True, max_length=500, null=True)),
+                ("model", models.CharField(blank=True, max_length=200, null=True)),
+                (
+                    "api_key_env",
+                    models.CharField(
+                        default="AUDITOR_LLM_API_KEY",
+                        help_text="Name of the environment variable that holds the key (never the key).",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "timeout_s",
+                    models.FloatField(
+                        default=30.0, validators=[django.core.validators.MinValueValidator(0.001)]
+                    ),
+                ),
+                (
+                    "max_concurrency",
+                    models.PositiveIntegerField(
+                        default=4, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                ("max_retries", models.PositiveIntegerField(default=3)),
+                (
+                    "extra",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Other LLM settings (temperature, json_mode, ...).",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'LLM provider',
-                'verbose_name_plural': 'LLM provider',
+                "verbose_name": "LLM provider",
+                "verbose_name_plural": "LLM provider",
             },
         ),
         migrations.CreateModel(
-            name='PromptLeakPattern',
+            name="PromptLeakPattern",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pattern', models.CharField(max_length=500)),
-                ('position', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("pattern", models.CharField(max_length=500)),
+                ("position", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('prefix', models.CharField(editable=False, max_length=16, unique=True)),
-                ('secret_hash', models.CharField(editable=False, max_length=64)),
-                ('scope', models.CharField(choices=[('ingest', 'ingest (submit audits only)'), ('read', 'read (submit, list, read, export)'), ('admin', 'admin (everything, including configuration)')], default='ingest', max_length=10)),
-                ('rate_limit_per_minute', models.PositiveIntegerField(blank=True, help_text='Requests per minute; empty = the server default.', null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("prefix", models.CharField(editable=False, max_length=16, unique=True)),
+                ("secret_hash", models.CharField(editable=False, max_length=64)),
+                (
+                    "scope",
+                    models.CharField(
+                        choices=[
+                            ("ingest", "ingest (submit audits only)"),
+                            ("read", "read (submit, list, read, export)"),
+                            ("admin", "admin (everything, including configuration)"),
+                        ],
+                        default="ingest",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "rate_limit_per_minute",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Requests per minute; empty = the server default.",
+                        null=True,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API key',
-                'ordering': ['-created_at'],
+                "verbose_name": "API key",
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ConfigChange',
+            name="ConfigChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('actor', models.CharField(max_length=200)),
-                ('source', models.CharField(max_length=50)),
-                ('summary', models.TextField(blank=True)),
-                ('diff', models.JSONField(blank=True, default=dict)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("actor", models.CharField(max_length=200)),
+                ("source", models.CharField(max_length=50)),
+                ("summary", models.TextField(blank=True)),
+                ("diff", models.JSONField(blank=True, default=dict)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

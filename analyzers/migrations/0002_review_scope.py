@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0001_initial'),
+        ("analyzers", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='apikey',
-            name='scope',
-            field=models.CharField(choices=[('ingest', 'ingest (submit audits only)'), ('read', 'read (submit, list, read, export)'), ('review', 'review (read, and record verdicts)'), ('admin', 'admin (everything, including configuration)')], default='ingest', max_length=10),
+            model_name="apikey",
+            name="scope",
+            field=models.CharField(
+                choices=[
+                    ("ingest", "ingest (submit audits only)"),
+                    ("read", "read (submit, list, read, export)"),
+                    ("review", "review (read, and record verdicts)"),
+                    ("admin", "admin (everything, including configuration)"),
+                ],
+                default="ingest",
+                max_length=10,
+            ),
         ),
     ]

@@ -7,19 +7,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0002_review_scope'),
+        ("analyzers", "0002_review_scope"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RateLimitCounter',
+            name="RateLimitCounter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bucket', models.CharField(max_length=100, unique=True)),
-                ('count', models.PositiveIntegerField(default=0)),
-                ('window_start', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("bucket", models.CharField(max_length=100, unique=True)),
+                ("count", models.PositiveIntegerField(default=0)),
+                ("window_start", models.DateTimeField(db_index=True)),
             ],
         ),
     ]

@@ -89,10 +89,29 @@ def _raw(qs: QuerySet) -> list[tuple]:
 
 
 RUN_COLUMNS = (
-    "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
-    "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
-    "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
-    "reviewed_at", "top_score", "top_analyzer",
+    "id",
+    "external_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "status",
+    "incomplete",
+    "error",
+    "attempts",
+    "rerun_of_id",
+    "user_input",
+    "response",
+    "cleaned_response",
+    "sources",
+    "metadata",
+    "collision_key",
+    "options",
+    "threshold",
+    "overall_score",
+    "has_card",
+    "reviewed_at",
+    "top_score",
+    "top_analyzer",
 )
 
 
@@ -127,8 +146,17 @@ def export_page(
     for a in _raw(
         Annotation.objects.filter(audit_id__in=ids)
         .order_by("result_id", "position", "id")
-        .values_list("result_id", "type", "label", "severity", "description", "evidence",
-                     "start", "end", "id")
+        .values_list(
+            "result_id",
+            "type",
+            "label",
+            "severity",
+            "description",
+            "evidence",
+            "start",
+            "end",
+            "id",
+        )
     ):
         annotations.setdefault(a[0], []).append(
             f'{{"id":{int(a[8])},"type":{_s(a[1])},"label":{_s(a[2])},"severity":{_s(a[3])},'
@@ -136,14 +164,25 @@ def export_page(
             f'"end":{_s(a[7])}}}'
         )
     # each audit's link table is stored as the JSON array this writes (audits.store.link_rows)
-    links: dict[Any, str] = dict(_raw(
-        AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows")
-    ))
+    links: dict[Any, str] = dict(
+        _raw(AuditLinks.objects.filter(audit_id__in=ids).values_list("audit_id", "rows"))
+    )
     for r in _raw(
         AnalyzerRunRecord.objects.filter(audit_id__in=ids)
         .order_by("audit_id", "position", "id")
-        .values_list("id", "audit_id", "analyzer_id", "category", "score", "should_surface",
-                     "supplementary", "status", "error", "duration_ms", "surfaced")
+        .values_list(
+            "id",
+            "audit_id",
+            "analyzer_id",
+            "category",
+            "score",
+            "should_surface",
+            "supplementary",
+            "status",
+            "error",
+            "duration_ms",
+            "surfaced",
+        )
     ):
         text = (
             f'{{"analyzer_id":{_s(r[2])},"category":{_s(r[3])},"score":{_num(r[4])},'
@@ -154,16 +193,28 @@ def export_page(
         )
         results.setdefault(r[1], []).append((text, bool(r[10])))
     trace: dict[Any, list[str]] = {}
-    for audit_id, line in texts_of(_raw(
-        TraceLine.objects.filter(audit_id__in=ids).order_by("audit_id", "position")
-        .values_list("audit_id", "text")
-    )):
+    for audit_id, line in texts_of(
+        _raw(
+            TraceLine.objects.filter(audit_id__in=ids)
+            .order_by("audit_id", "position")
+            .values_list("audit_id", "text")
+        )
+    ):
         trace.setdefault(audit_id, []).append(_s(line))
     reviews: dict[Any, list[str]] = {}
     for v in _raw(
-        Review.objects.filter(audit_id__in=ids).order_by("created_at", "id")
-        .values_list("audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name",
-                     "created_at", "is_current")
+        Review.objects.filter(audit_id__in=ids)
+        .order_by("created_at", "id")
+        .values_list(
+            "audit_id",
+            "id",
+            "annotation_id",
+            "verdict",
+            "comment",
+            "reviewer_name",
+            "created_at",
+            "is_current",
+        )
     ):
         reviews.setdefault(v[0], []).append(
             f'{{"id":{int(v[1])},"annotation_id":{_s(v[2])},"verdict":{_s(v[3])},'

@@ -74,12 +74,14 @@ def store_submissions(items: list[Submission]) -> list[Outcome]:
             for i in valid:  # the database itself (locked, gone): the same for every item
                 out[i] = exc
             return out
-        logger.warning("a group of %d submissions failed; storing them one by one",
-                       len(valid), exc_info=True)
+        logger.warning(
+            "a group of %d submissions failed; storing them one by one", len(valid), exc_info=True
+        )
         stored = [_store_alone(items[i]) for i in valid]
     except Exception:
-        logger.warning("a group of %d submissions failed; storing them one by one",
-                       len(valid), exc_info=True)
+        logger.warning(
+            "a group of %d submissions failed; storing them one by one", len(valid), exc_info=True
+        )
         stored = [_store_alone(items[i]) for i in valid]
     for i, outcome in zip(valid, stored, strict=True):
         out[i] = outcome
@@ -115,8 +117,9 @@ def _store_together(items: list[Submission]) -> list[Outcome]:
 def _store_alone(item: Submission) -> Outcome:
     """One submission in its own transaction, as before group commit; its error returned."""
     try:
-        return intake.submit_audit(**item.fields, external_id=item.external_id,
-                                     api_key=item.api_key)
+        return intake.submit_audit(
+            **item.fields, external_id=item.external_id, api_key=item.api_key
+        )
     except intake.ExternalIdConflict as exc:
         return exc
     except Exception as exc:
@@ -147,8 +150,8 @@ class GroupCommitter:
         group: list[tuple[Submission, asyncio.Future]] = []
         try:
             while self.waiting:
-                group = self.waiting[:self.max_group]
-                del self.waiting[:self.max_group]
+                group = self.waiting[: self.max_group]
+                del self.waiting[: self.max_group]
                 try:
                     outcomes = await run_in_db_thread(
                         request, store_submissions, [item for item, _ in group]
@@ -187,8 +190,6 @@ async def submit(request: Any, item: Submission) -> Outcome:
     """Store `item` with whatever else is being submitted now; its outcome (see
     `store_submissions`). Exceptions are raised here, in the request they concern."""
     outcome = await committer().submit(request, item)
-    if isinstance(outcome, BaseException) and not isinstance(
-        outcome, intake.ExternalIdConflict
-    ):
+    if isinstance(outcome, BaseException) and not isinstance(outcome, intake.ExternalIdConflict):
         raise outcome
     return outcome

@@ -54,7 +54,15 @@ from audits.store.verdicts import ReviewError, record_review, review_to_dict
 
 router = Router(tags=["audits"])
 
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+    429: ErrorOut,
+    503: ErrorOut,
+}
 EXPORT_BATCH = 2000  # rows per query batch and per streamed chunk (~2.5 MB)
 
 
@@ -77,7 +85,8 @@ class ListFilters(Schema):
         None, ge=0, le=1, description="audits whose highest result score is at least this"
     )
     meta: list[str] | None = Field(
-        None, max_length=10,
+        None,
+        max_length=10,
         description="metadata `key:value` (repeatable, all must match), e.g. `model:gpt-4o`, "
         "`service_name:checkout`; a top-level metadata key, compared as text or number",
     )
@@ -165,10 +174,15 @@ async def submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
     `POST /api/audits` answered in front of Django (audits.api.submit_asgi)."""
     if not isinstance(request, ASGIRequest) or not settings.AUDITOR_API_GROUP_COMMIT:
         return await run_in_db_thread(request, _submit, request, body, wait)
-    outcome = await group_commit.submit(request, group_commit.Submission(
-        fields=_item_fields(body), api_key=request.auth, external_id=body.external_id,
-        options=body.options,
-    ))
+    outcome = await group_commit.submit(
+        request,
+        group_commit.Submission(
+            fields=_item_fields(body),
+            api_key=request.auth,
+            external_id=body.external_id,
+            options=body.options,
+        ),
+    )
     if isinstance(outcome, intake.ExternalIdConflict):
         raise _conflict(body, outcome)
     if not outcome.was_created:
@@ -179,7 +193,14 @@ async def submit_grouped(request: HttpRequest, body: AuditIn, wait: bool):
 @router.post(
     "/audits",
     auth=ingest_auth_async,
-    response={200: AuditOut, 201: AuditOut, 202: AuditAccepted, 404: ErrorOut, 409: ErrorOut, **ERRORS},
+    response={
+        200: AuditOut,
+        201: AuditOut,
+        202: AuditAccepted,
+        404: ErrorOut,
+        409: ErrorOut,
+        **ERRORS,
+    },
     summary="Submit an audit",
 )
 async def submit(request: HttpRequest, body: AuditIn, wait: bool = False):
@@ -245,14 +266,22 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
     Audits without `external_id` are stored together, in one transaction; those with one
     through `intake.submit_audits_once` (one lookup, the new ones stored together)."""
     items: list[dict | None] = [None] * len(body.audits)
-    plain: list[tuple[int, AuditIn]] = []  # (index, item) of audits without external_id: stored together
-    keyed: list[tuple[int, AuditIn]] = []  # (index, item) of audits with one: checked and stored together
+    plain: list[
+        tuple[int, AuditIn]
+    ] = []  # (index, item) of audits without external_id: stored together
+    keyed: list[
+        tuple[int, AuditIn]
+    ] = []  # (index, item) of audits with one: checked and stored together
     for i, item in enumerate(body.audits):
         try:
             _validate_options(item.options)
         except HttpError as exc:
-            items[i] = {"id": None, "status": None, "created": False,
-                        "error": json.dumps(exc.message)}
+            items[i] = {
+                "id": None,
+                "status": None,
+                "created": False,
+                "error": json.dumps(exc.message),
+            }
             continue
         (plain if item.external_id is None else keyed).append((i, item))
     if keyed:
@@ -262,15 +291,24 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
         )
         for (i, item), run in zip(keyed, results, strict=True):
             if isinstance(run, intake.ExternalIdConflict):
-                items[i] = {"id": None, "status": None, "created": False,
-                            "error": f"external_id {item.external_id!r} was already used "
-                                     "with a different body"}
+                items[i] = {
+                    "id": None,
+                    "status": None,
+                    "created": False,
+                    "error": f"external_id {item.external_id!r} was already used "
+                    "with a different body",
+                }
             else:
-                items[i] = {"id": str(run.pk), "status": run.status,
-                            "created": run.was_created, "error": None}
+                items[i] = {
+                    "id": str(run.pk),
+                    "status": run.status,
+                    "created": run.was_created,
+                    "error": None,
+                }
     if plain:
         runs = intake.submit_audits(
-            [_item_fields(item) for _, item in plain], api_key=request.auth,
+            [_item_fields(item) for _, item in plain],
+            api_key=request.auth,
         )
         for (i, _), run in zip(plain, runs, strict=True):
             items[i] = {"id": str(run.pk), "status": run.status, "created": True, "error": None}
@@ -279,9 +317,14 @@ def submit_batch(request: HttpRequest, body: AuditBatchIn):
 
 def _item_fields(item: AuditIn) -> dict:
     """The stored fields of one submitted audit (the body of `intake.submit_audits`)."""
-    return {"user_input": item.user_input, "response": item.response,
-            "sources": [s.model_dump() for s in item.sources], "metadata": item.metadata,
-            "collision_key": item.collision_key, "options": item.options}
+    return {
+        "user_input": item.user_input,
+        "response": item.response,
+        "sources": [s.model_dump() for s in item.sources],
+        "metadata": item.metadata,
+        "collision_key": item.collision_key,
+        "options": item.options,
+    }
 
 
 STREAM_DOC = """A response streamed in as it is written, audited paragraph by paragraph.
@@ -311,8 +354,17 @@ _STREAM_LINE = {
 @router.post(
     "/audits/stream",
     auth=None,  # the endpoint checks the key itself, before it reads the body
-    response={200: None, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 405: ErrorOut,
-              413: ErrorOut, 422: ErrorOut, 429: ErrorOut, 503: ErrorOut},
+    response={
+        200: None,
+        400: ErrorOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        405: ErrorOut,
+        413: ErrorOut,
+        422: ErrorOut,
+        429: ErrorOut,
+        503: ErrorOut,
+    },
     summary="Stream a response in (NDJSON), get it audited (server-sent events)",
     description=STREAM_DOC,
     openapi_extra={
@@ -358,9 +410,24 @@ def list_audits(
 
 
 CSV_COLUMNS = [
-    "id", "external_id", "created_at", "finished_at", "status", "threshold", "overall_score",
-    "has_card", "surfaced_analyzers", "annotation_types", "user_input", "response",
-    "cleaned_response", "metadata", "reviewed_at", "verdict", "top_score", "top_analyzer",
+    "id",
+    "external_id",
+    "created_at",
+    "finished_at",
+    "status",
+    "threshold",
+    "overall_score",
+    "has_card",
+    "surfaced_analyzers",
+    "annotation_types",
+    "user_input",
+    "response",
+    "cleaned_response",
+    "metadata",
+    "reviewed_at",
+    "verdict",
+    "top_score",
+    "top_analyzer",
 ]
 
 
@@ -383,13 +450,24 @@ def _csv_row(item: dict) -> list[str]:
     return [
         _csv_safe(v)
         for v in (
-            item["id"], item["external_id"], item["created_at"], item["finished_at"],
-            item["status"], item["threshold"], item["overall_score"], item["has_card"],
+            item["id"],
+            item["external_id"],
+            item["created_at"],
+            item["finished_at"],
+            item["status"],
+            item["threshold"],
+            item["overall_score"],
+            item["has_card"],
             " ".join(r["analyzer_id"] for r in item["surfaced_results"]),
             " ".join(sorted({a["type"] for r in item["results"] for a in r["annotations"]})),
-            item["user_input"], item["response"], item["cleaned_response"],
+            item["user_input"],
+            item["response"],
+            item["cleaned_response"],
             json.dumps(item["metadata"], ensure_ascii=False),
-            item["reviewed_at"], _audit_verdict(item), item["top_score"], item["top_analyzer"],
+            item["reviewed_at"],
+            _audit_verdict(item),
+            item["top_score"],
+            item["top_analyzer"],
         )
     ]
 
@@ -526,7 +604,7 @@ class ErasureIn(Schema):
 
     external_id: str | None = Field(None, min_length=1, max_length=200)
     metadata: dict[str, str | int | bool] | None = Field(
-        None, description="top-level metadata values, e.g. {\"user_id\": \"u-1\"}"
+        None, description='top-level metadata values, e.g. {"user_id": "u-1"}'
     )
     before: datetime | None = Field(None, description="created before this time (ISO 8601)")
 
@@ -561,10 +639,12 @@ def delete_audits(request: HttpRequest, body: ErasureIn):
         raise DetailError(422, [{"loc": ["body"], "msg": "give external_id, metadata or before"}])
     if body.before is not None and body.before.tzinfo is None:
         raise DetailError(422, [{"loc": ["body", "before"], "msg": "give a time zone"}])
-    audits = erasure.filtered(external_id=body.external_id, metadata=body.metadata,
-                              before=body.before)
-    count = erasure.erase(audits, actor=f"api-key:{request.auth.name}", source="api",
-                          filter=criteria)
+    audits = erasure.filtered(
+        external_id=body.external_id, metadata=body.metadata, before=body.before
+    )
+    count = erasure.erase(
+        audits, actor=f"api-key:{request.auth.name}", source="api", filter=criteria
+    )
     polling.cache.clear()  # the erased audits' answers leave this process's memory
     return {"deleted": count}
 
@@ -579,7 +659,8 @@ async def get_audit(
     request: HttpRequest,
     audit_id: str,
     wait: str | None = Query(
-        None, description="seconds to wait for a pending or running audit to finish (at "
+        None,
+        description="seconds to wait for a pending or running audit to finish (at "
         "most `AUDITOR_WAIT_TIMEOUT_S`; `true`: that long); its state when the time is up",
     ),
 ):
@@ -590,8 +671,9 @@ async def get_audit(
     try:
         seconds = polling.wait_seconds(wait)
     except ValueError:
-        raise DetailError(422, [{"loc": ["query", "wait"],
-                               "msg": "wait: seconds (0 or more), true or false"}]) from None
+        raise DetailError(
+            422, [{"loc": ["query", "wait"], "msg": "wait: seconds (0 or more), true or false"}]
+        ) from None
     return await polling.respond(request, _audit_id(audit_id), seconds)
 
 
@@ -605,8 +687,12 @@ def delete_audit(request: HttpRequest, audit_id: str):
     """Erase the audit and every row derived from it; it answers 404 from then on. Needs
     a key with the `admin` scope; the erasure is logged without content."""
     run_id = _audit_id(audit_id)
-    count = erasure.erase(erasure.filtered(ids=[run_id]), actor=f"api-key:{request.auth.name}",
-                          source="api", filter={"id": str(run_id)})
+    count = erasure.erase(
+        erasure.filtered(ids=[run_id]),
+        actor=f"api-key:{request.auth.name}",
+        source="api",
+        filter={"id": str(run_id)},
+    )
     polling.cache.discard(run_id)
     if not count:
         raise HttpError(404, "audit not found")

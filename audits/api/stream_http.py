@@ -29,7 +29,6 @@ from audits.intake.stream import StreamError, StreamSession, authenticate, beare
 logger = logging.getLogger(__name__)
 
 
-
 class LineReader:
     """Lines of the request body as they arrive (bytes, without the newline)."""
 
@@ -153,15 +152,23 @@ async def stream_endpoint(scope: dict[str, Any], receive: Receive, send: Send) -
 async def _readline(reader: LineReader, deadline: float) -> bytes | None:
     """The next line, or StreamError 408 once the stream has lasted AUDITOR_STREAM_MAX_S."""
     try:
-        return await asyncio.wait_for(reader.readline(),
-                                      deadline - asyncio.get_running_loop().time())
+        return await asyncio.wait_for(
+            reader.readline(), deadline - asyncio.get_running_loop().time()
+        )
     except TimeoutError:
-        raise StreamError(408, "the stream lasted longer than the server allows "
-                               f"(AUDITOR_STREAM_MAX_S, {settings.AUDITOR_STREAM_MAX_S} s)") from None
+        raise StreamError(
+            408,
+            "the stream lasted longer than the server allows "
+            f"(AUDITOR_STREAM_MAX_S, {settings.AUDITOR_STREAM_MAX_S} s)",
+        ) from None
 
 
-async def _lines(session: StreamSession, line: bytes | None, reader: LineReader,
-                 events: list[tuple[str, dict[str, Any]]]) -> None:
+async def _lines(
+    session: StreamSession,
+    line: bytes | None,
+    reader: LineReader,
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
     """`line` and every line after it that has arrived whole: their texts fed to the
     session together (one pass, however small the pieces), a source where it stands."""
     texts: list[str] = []

@@ -57,7 +57,10 @@ RESPONSE_MIDDLEWARE = (
     "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 )
-ANSWERS: dict[int, type[BaseModel]] = {200: AuditOut, 202: AuditAccepted}  # the view's success schemas
+ANSWERS: dict[int, type[BaseModel]] = {
+    200: AuditOut,
+    202: AuditAccepted,
+}  # the view's success schemas
 
 Scope = dict[str, Any]
 
@@ -70,7 +73,8 @@ class SubmitEndpoint:
         wanted = set(RESPONSE_MIDDLEWARE)
         self.response_hooks = [
             import_string(path)(_never_called).process_response
-            for path in reversed(settings.MIDDLEWARE) if path in wanted
+            for path in reversed(settings.MIDDLEWARE)
+            if path in wanted
         ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,8 +96,9 @@ class SubmitEndpoint:
         for process_response in self.response_hooks:
             response = process_response(request, response)
         if response.status_code >= 400:
-            log_response("%s: %s", response.reason_phrase, request.path,
-                         response=response, request=request)
+            log_response(
+                "%s: %s", response.reason_phrase, request.path, response=response, request=request
+            )
         logger.debug("POST %s answered in front of Django: %d", PATH, response.status_code)
         await self.django.send_response(response, send)
 
@@ -112,9 +117,14 @@ class SubmitEndpoint:
 
 def _plain_request(scope: Scope) -> ASGIRequest | None:
     """The request as Django would see it, when it is one this endpoint may answer."""
-    if (scope["method"] != "POST" or scope.get("query_string") or scope.get("root_path")
-            or settings.FORCE_SCRIPT_NAME or settings.DISALLOWED_USER_AGENTS
-            or not settings.AUDITOR_API_FAST_SUBMIT):
+    if (
+        scope["method"] != "POST"
+        or scope.get("query_string")
+        or scope.get("root_path")
+        or settings.FORCE_SCRIPT_NAME
+        or settings.DISALLOWED_USER_AGENTS
+        or not settings.AUDITOR_API_FAST_SUBMIT
+    ):
         return None
     try:
         request = ASGIRequest(scope, io.BytesIO())

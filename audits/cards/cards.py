@@ -31,13 +31,35 @@ PAGE_SIZE = 25
 TABLE_PAGE_SIZE = 50  # rows of the table view per page
 SEVERITIES = ("info", "warning", "critical")
 KNOWN_TYPES = (
-    "EMPTY_OUTPUT", "TOO_MANY_CHARS", "TOO_MANY_TOKENS", "TOKEN_LENGTH_SPIKE",
-    "JSON_PARSE_FAILED", "REQUIRED_FIELD_MISSING", "SELF_CONTRADICTION", "COLLISION_DETECTED",
-    "VALIDATOR_FAILED", "EXCEPTION", "LINK_HOST_NOT_ALLOWED", "LINK_TECH_DOC_NOT_ALLOWED",
-    "LINK_LABEL_UPGRADED", "LINK_LABEL_SUFFIX_NORMALIZED", "HTML_ANCHOR_CONVERTED",
-    "DANGLING_ATTRIBUTION", "LINK_UNHEALTHY", "LINK_UNSAFE_SCHEME", "UNGROUNDED_CUSTOMER_CLAIM",
-    "PROMPT_LEAK", "sycophancy", "confirmation_bias", "anchoring_bias", "authority_deference",
-    "recency_bias", "false_consensus", "condescending", "dismissive", "unprofessional",
+    "EMPTY_OUTPUT",
+    "TOO_MANY_CHARS",
+    "TOO_MANY_TOKENS",
+    "TOKEN_LENGTH_SPIKE",
+    "JSON_PARSE_FAILED",
+    "REQUIRED_FIELD_MISSING",
+    "SELF_CONTRADICTION",
+    "COLLISION_DETECTED",
+    "VALIDATOR_FAILED",
+    "EXCEPTION",
+    "LINK_HOST_NOT_ALLOWED",
+    "LINK_TECH_DOC_NOT_ALLOWED",
+    "LINK_LABEL_UPGRADED",
+    "LINK_LABEL_SUFFIX_NORMALIZED",
+    "HTML_ANCHOR_CONVERTED",
+    "DANGLING_ATTRIBUTION",
+    "LINK_UNHEALTHY",
+    "LINK_UNSAFE_SCHEME",
+    "UNGROUNDED_CUSTOMER_CLAIM",
+    "PROMPT_LEAK",
+    "sycophancy",
+    "confirmation_bias",
+    "anchoring_bias",
+    "authority_deference",
+    "recency_bias",
+    "false_consensus",
+    "condescending",
+    "dismissive",
+    "unprofessional",
 )
 
 
@@ -236,8 +258,16 @@ def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
 
 # The columns a card or a table row shows (and the cursor reads): nothing else is loaded.
 CARD_FIELDS = (
-    "id", "status", "user_input", "response", "threshold", "overall_score", "top_score",
-    "top_analyzer", "has_card", "created_at",
+    "id",
+    "status",
+    "user_input",
+    "response",
+    "threshold",
+    "overall_score",
+    "top_score",
+    "top_analyzer",
+    "has_card",
+    "created_at",
 )
 
 
@@ -332,9 +362,16 @@ def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
             AnalyzerRunRecord.objects.filter(audit_id__in=ids, surfaced=True)
             .order_by("-score", "position", "id")
             .values_list(
-                Cast("audit_id", output_field=CharField()), "id", "analyzer_id", "score",
-                "should_surface", "annotations__position", "annotations__id",
-                "annotations__type", "annotations__label", "annotations__severity",
+                Cast("audit_id", output_field=CharField()),
+                "id",
+                "analyzer_id",
+                "score",
+                "should_surface",
+                "annotations__position",
+                "annotations__id",
+                "annotations__type",
+                "annotations__label",
+                "annotations__severity",
             )
         ):
             audit_id = audit_of[audit_key]
@@ -370,13 +407,13 @@ def prepare_cards(runs: list[AuditRun]) -> list[AuditRun]:
         run.badges, run.more_badges = card_badges(run)
         applied = thresholds.get(run.pk) or Thresholds(default=run.threshold)
         run.headline = scoring.headline(
-            run, run.surfaced_list, (a.severity for a in run.surfaced_annotations),
+            run,
+            run.surfaced_list,
+            (a.severity for a in run.surfaced_annotations),
             applied.for_analyzer,
         )
         run.current_verdict = verdicts.get(run.pk)
     return runs
-
-
 
 
 @dataclass(slots=True)
@@ -462,7 +499,9 @@ def detail_rows(run: AuditRun, results: list[AnalyzerRunRecord], page: int = 1) 
     by_result: dict[Any, list[Annotation]] = {}
     if counts:
         numbered = Annotation.objects.filter(audit_id=run.pk).annotate(
-            row=Window(RowNumber(), partition_by=[F("result_id")], order_by=[F("position"), F("id")])
+            row=Window(
+                RowNumber(), partition_by=[F("result_id")], order_by=[F("position"), F("id")]
+            )
         )
         page_rows = numbered.filter(row__gt=offset, row__lte=offset + FINDINGS_PER_PAGE)
         for annotation in page_rows.order_by("result_id", "position", "id"):

@@ -55,10 +55,9 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         result.applied_threshold = applied.for_analyzer(result.analyzer_id)
         # the links result's list is the link table the page shows (audits.store.link_rows)
         result.supplementary = with_links(
-            result.supplementary, f"the audit's link table ({rows.links_total} links)")
-    can_rerun = bool(
-        request is not None and request.user.has_perm("audits.add_auditrun")
-    )
+            result.supplementary, f"the audit's link table ({rows.links_total} links)"
+        )
+    can_rerun = bool(request is not None and request.user.has_perm("audits.add_auditrun"))
     return {
         "audit": run,
         "results": results,
@@ -78,12 +77,12 @@ def detail_context(run: AuditRun, request: HttpRequest | None = None) -> dict[st
         "reviews": reviews,
         "audit_verdict": current.get(None),
         "headline": scoring.headline(
-            run, surfaced, _surfaced_severities(run), applied.for_analyzer),
+            run, surfaced, _surfaced_severities(run), applied.for_analyzer
+        ),
         "trace_context": trace_context(run),
         "applied_thresholds": applied,
         "applied_own": sorted(applied.own.items()),
-        "surfacing_outdated": run.status == AuditRun.Status.COMPLETE
-        and policies.is_outdated(run),
+        "surfacing_outdated": run.status == AuditRun.Status.COMPLETE and policies.is_outdated(run),
         # The live parts while it runs (audits/live.html#connector, #stream).
         **_stream_context(run),
     }

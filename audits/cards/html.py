@@ -37,7 +37,12 @@ from audits.cards.highlight import excerpt
 SEVERITY_ICONS = {"info": "ℹ", "warning": "▲", "critical": "✖"}
 SEVERITY_LABELS = {"info": "Info", "warning": "Warning", "critical": "Critical"}
 STATUS_ICONS = {
-    "complete": "✓", "ok": "✓", "pending": "…", "running": "⟳", "failed": "✖", "timeout": "◷",
+    "complete": "✓",
+    "ok": "✓",
+    "pending": "…",
+    "running": "⟳",
+    "failed": "✖",
+    "timeout": "◷",
 }
 CHIPS = 3  # surfaced finding types a table row shows (the most severe first)
 _URL_SENTINEL = UUID(int=0)
@@ -91,9 +96,7 @@ class Rows:
         token = context.get("csrf_token")
         csrf_input = ""
         if token and token != "NOTPROVIDED":
-            csrf_input = (
-                f'<input type="hidden" name="csrfmiddlewaretoken" value="{text(token)}">'
-            )
+            csrf_input = f'<input type="hidden" name="csrfmiddlewaretoken" value="{text(token)}">'
         perms = context.get("perms")
         can_review = None if not perms else bool(perms["audits"]["add_review"])
         return cls(
@@ -163,7 +166,7 @@ def when(value: datetime | None, empty: str = "—") -> str:
 
 
 def relative(value: datetime, now: datetime | None = None) -> str:
-    """"just now", "5 minutes ago", "3 hours ago", and past a day the date (the same rule
+    """ "just now", "5 minutes ago", "3 hours ago", and past a day the date (the same rule
     as `relativeTime` in static/js/app.js, which refreshes the text)."""
     seconds = ((now or timezone.now()) - value).total_seconds()
     if seconds < 60:
@@ -206,7 +209,8 @@ def card(run: Any, rows: Rows) -> str:
     analyzer = f" ({text(h.analyzer)})" if h.analyzer else ""
     forced = (
         f'    <span class="small forced-label">forced by {text(h.forced_by)}</span>\n'
-        if h.forced_by else ""
+        if h.forced_by
+        else ""
     )
     meter = ""
     if h.score is not None:
@@ -249,7 +253,7 @@ def card(run: Any, rows: Rows) -> str:
         "  </div>\n"
         '  <div class="card-body" hx-disable>\n'
         f'    <a class="card-link card-title" href="{rows.detail(pk)}">'
-        f'{text(excerpt(run.user_input or "", 140) or "(no user input)")}</a>\n'
+        f"{text(excerpt(run.user_input or '', 140) or '(no user input)')}</a>\n"
         f'    <p class="excerpt">{response}</p>\n'
         '    <ul class="badges" aria-label="Surfaced findings">\n'
         f"{badges}"
@@ -294,7 +298,8 @@ def verdict_form(audit_id: Any, current: Any, rows: Rows) -> str:
     if rows.can_review is False:
         actions = (
             f'    <p class="verdict-comment-text small" hx-disable>{text(comment)}</p>\n'
-            if comment else ""
+            if comment
+            else ""
         )
     else:
         chosen = current.verdict if current else None
@@ -306,7 +311,8 @@ def verdict_form(audit_id: Any, current: Any, rows: Rows) -> str:
         )
         shown = (
             f'      <p class="verdict-comment-text" hx-disable>{text(comment)}</p>\n'
-            if comment else ""
+            if comment
+            else ""
         )
         actions = (
             '    <span class="verdict-buttons">\n'
@@ -359,7 +365,8 @@ def table_row(run: Any, rows: Rows) -> str:
     iso, absolute, short = _row_dates(run.created_at, rows)
     forced = (
         f' <span class="small forced-label" title="forced by {text(h.forced_by)}">forced</span>'
-        if h.forced_by else ""
+        if h.forced_by
+        else ""
     )
     user_input = run.user_input or ""
     chips = "".join(_badge(b, "span") for b in run.badges[:CHIPS])
@@ -375,7 +382,8 @@ def table_row(run: Any, rows: Rows) -> str:
         review = rows.review(pk)
         now = (
             f"<strong>{text(capfirst(current.get_verdict_display()))}</strong>"
-            if current else '<span class="muted">—</span>'
+            if current
+            else '<span class="muted">—</span>'
         )
         buttons = _ROW_BUTTONS if rows.can_review else ""
         verdict = (
@@ -392,7 +400,7 @@ def table_row(run: Any, rows: Rows) -> str:
         f'    <td class="col-time"><time datetime="{iso}" title="{absolute}">{short}</time></td>\n'
         f'    <td class="col-input"><a class="row-link" href="{url}"'
         f' title="{text(excerpt(user_input, 300))}">'
-        f'{text(excerpt(user_input, 90) or "(no user input)")}</a></td>\n'
+        f"{text(excerpt(user_input, 90) or '(no user input)')}</a></td>\n"
         f'    <td class="col-score {text(h.tone)}" title="mean of all analyzers'
         f' {score_text(run.overall_score)}"><span class="score-value">{score_text(h.score)}</span>'
         f' <span class="muted small">{text(h.analyzer)}</span>{forced}</td>\n'

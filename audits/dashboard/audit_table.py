@@ -41,4 +41,3 @@ def sort_headers(filters: ListFilters) -> dict[str, SortHeader]:
         value = "" if target == "-created_at" else target
         headers[column] = SortHeader(list_url(filters.params_with(sort=value)), state, arrow)
     return headers
-

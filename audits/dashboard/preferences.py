@@ -9,7 +9,7 @@ AuditView = DashboardPreference.AuditView
 
 
 def audit_view(user) -> str:
-    """"cards" or "table" (cards until the user chose)."""
+    """ "cards" or "table" (cards until the user chose)."""
     if not getattr(user, "is_authenticated", False):
         return AuditView.CARDS
     value = (

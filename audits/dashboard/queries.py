@@ -235,7 +235,10 @@ def tuning_preview(
         row = per_analyzer.get(analyzer_id)
         if row is None:
             row = per_analyzer[analyzer_id] = {
-                "analyzer_id": analyzer_id, "total": 0, "at_threshold": 0, "at_current": 0,
+                "analyzer_id": analyzer_id,
+                "total": 0,
+                "at_threshold": 0,
+                "at_current": 0,
                 "governed": governed(analyzer_id),
                 "saved_threshold": at_current.for_analyzer(analyzer_id),
             }

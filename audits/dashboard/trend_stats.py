@@ -59,8 +59,15 @@ Stats = dict[str, Any]
 
 def empty_stats(bins: int) -> Stats:
     return {
-        "total": 0, "cards": 0, "failed": 0, "score_sum": [], "score_n": 0,
-        "hist": [0] * bins, "hist_cards": [0] * bins, "types": {}, "analyzers": {},
+        "total": 0,
+        "cards": 0,
+        "failed": 0,
+        "score_sum": [],
+        "score_n": 0,
+        "hist": [0] * bins,
+        "hist_cards": [0] * bins,
+        "types": {},
+        "analyzers": {},
     }
 
 
@@ -129,8 +136,7 @@ def _grouped_by_case(qs, field: str, segments: list[Segment], keys: list[str], *
     return [(row["seg"], row) for row in rows]
 
 
-def _grouped(qs, field: str, segments: list[Segment], numbers: list[int], keys: list[str],
-             **aggs):
+def _grouped(qs, field: str, segments: list[Segment], numbers: list[int], keys: list[str], **aggs):
     """(segment number, row) pairs of `qs` grouped by segment and `keys`.
 
     One query: a UNION ALL of one grouped range scan per segment (faster than a CASE over
@@ -157,11 +163,12 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
     out = [empty_stats(bins) for _ in segments]
     if not segments:
         return out
-    runs = AuditRun.objects.alias(scaled=F("top_score") * bins).annotate(
-        bin=_bin_expression(bins)
-    )
+    runs = AuditRun.objects.alias(scaled=F("top_score") * bins).annotate(bin=_bin_expression(bins))
     for i, row in _grouped_by_case(
-        runs, "created_at", segments, ["bin"],
+        runs,
+        "created_at",
+        segments,
+        ["bin"],
         total=Count("*"),
         cards=Count("created_at", filter=Q(has_card=True)),
         failed=Count("created_at", filter=Q(status=AuditRun.Status.FAILED)),
@@ -189,13 +196,21 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
         chunk = busy[start : start + CHUNK]
         part = [segments[i] for i in chunk]
         for i, row in _grouped(
-            AnnotationKind.objects.all(), "audit_created_at", part, chunk,
-            ["type", "severity"], n=Sum("count"),
+            AnnotationKind.objects.all(),
+            "audit_created_at",
+            part,
+            chunk,
+            ["type", "severity"],
+            n=Sum("count"),
         ):
             types = out[i]["types"].setdefault(row["type"], {})
             types[row["severity"]] = types.get(row["severity"], 0) + row["n"]
         for i, row in _grouped(
-            AnalyzerRunRecord.objects.all(), "audit_created_at", part, chunk, ["analyzer_id"],
+            AnalyzerRunRecord.objects.all(),
+            "audit_created_at",
+            part,
+            chunk,
+            ["analyzer_id"],
             total=Count("*"),
             surfaced=Count("audit_created_at", filter=Q(surfaced=True)),
             failed=Count("audit_created_at", filter=Q(status=AnalyzerRunRecord.Status.FAILED)),
@@ -205,8 +220,13 @@ def segments_stats(segments: list[Segment], bins: int) -> list[Stats]:
         ):
             # duration_ms is NOT NULL: its count is the row count.
             out[i]["analyzers"][row["analyzer_id"]] = [
-                row["total"], row["surfaced"], row["failed"], row["timeout"],
-                [row["dur_sum"] or 0.0], row["total"], row["dur_max"],
+                row["total"],
+                row["surfaced"],
+                row["failed"],
+                row["timeout"],
+                [row["dur_sum"] or 0.0],
+                row["total"],
+                row["dur_max"],
             ]
     return out
 

@@ -250,7 +250,10 @@ def tuning(request: HttpRequest) -> HttpResponse:
         global_threshold=config.threshold,
     )
     evidence = quality.threshold_evidence(
-        threshold=threshold, analyzer=analyzer, config=config, bins=queries.HISTOGRAM_BINS,
+        threshold=threshold,
+        analyzer=analyzer,
+        config=config,
+        bins=queries.HISTOGRAM_BINS,
         cache=True,
     )
     context = {

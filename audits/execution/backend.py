@@ -74,7 +74,8 @@ class _Pool:
         )
         self.large_workers = large_workers
         self.large = ThreadPoolExecutor(
-            max_workers=large_workers, thread_name_prefix=f"tasks-{alias}-large",
+            max_workers=large_workers,
+            thread_name_prefix=f"tasks-{alias}-large",
             initializer=processes.stay_in_thread,  # huge audits stay here
         )
         # Background tasks: one thread, which waits until no other task is queued or running.
@@ -147,9 +148,12 @@ class ThreadPoolBackend(BaseTaskBackend):
                         # Everything queued (a shallow queue too): an idle thread takes
                         # what arrives next, so a lone audit never waits for a batch.
                         size = min(self._batch_limit(len(pool.pending)), 1 + len(pool.pending))
-                        while (len(batch) < size and pool.pending
-                               and pool.pending[0].task.module_path == first.task.module_path
-                               and not pool.pending[0].kwargs):
+                        while (
+                            len(batch) < size
+                            and pool.pending
+                            and pool.pending[0].task.module_path == first.task.module_path
+                            and not pool.pending[0].kwargs
+                        ):
                             batch.append(pool.pending.popleft())
                 if len(batch) == 1:
                     self._run(first)
@@ -220,8 +224,9 @@ class ThreadPoolBackend(BaseTaskBackend):
         pool = self._pool
         with pool.lock:
             pool.background.extend(results)
-            dropped = [pool.background.popleft()
-                       for _ in range(len(pool.background) - self.max_background)]
+            dropped = [
+                pool.background.popleft() for _ in range(len(pool.background) - self.max_background)
+            ]
         for task_result in dropped:
             self._forget_queued(task_result)
             object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
@@ -259,10 +264,12 @@ class ThreadPoolBackend(BaseTaskBackend):
         except BaseException as exc:
             logger.exception("batch of %d %s tasks failed", len(batch), batch[0].task.name)
             for task_result in batch:
-                task_result.errors.append(TaskError(
-                    exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                    traceback="".join(format_exception(exc)),
-                ))
+                task_result.errors.append(
+                    TaskError(
+                        exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                        traceback="".join(format_exception(exc)),
+                    )
+                )
                 object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
         finally:
             finished = timezone.now()
@@ -354,7 +361,9 @@ class ThreadPoolBackend(BaseTaskBackend):
             self._queue_background(results)
             return results
         background.started(len(results))
-        for task_result in results:  # the first starts the recovery sweeper (audits.execution.recovery)
+        for (
+            task_result
+        ) in results:  # the first starts the recovery sweeper (audits.execution.recovery)
             task_enqueued.send(type(self), task_result=task_result)
         if task.queue_name == LARGE_QUEUE:
             for task_result in results:
@@ -402,9 +411,11 @@ class ThreadPoolBackend(BaseTaskBackend):
         """Close every worker thread's database connections (they persist between tasks):
         tests call this before the test database is dropped."""
         pool = self._pool
-        for executor, workers in ((pool.executor, self.max_workers),
-                                  (pool.large, pool.large_workers),
-                                  (pool.background_lane, 1)):
+        for executor, workers in (
+            (pool.executor, self.max_workers),
+            (pool.large, pool.large_workers),
+            (pool.background_lane, 1),
+        ):
             barrier = threading.Barrier(workers)
 
             def close(barrier: threading.Barrier = barrier) -> None:

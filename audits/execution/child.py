@@ -35,8 +35,13 @@ def _capture(event: dict[str, Any]) -> None:
         _sink.append(event)  # list.append: safe from the engine loop's thread
 
 
-def setup(settings_module: str, databases: dict[str, str], parent: int,
-                 making_way: tuple[Any, Any, int], requests_waiting: Any) -> None:
+def setup(
+    settings_module: str,
+    databases: dict[str, str],
+    parent: int,
+    making_way: tuple[Any, Any, int],
+    requests_waiting: Any,
+) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     # A child analyses in its own threads: its task backend, made as Django starts, must
     # not start children of its own.
@@ -59,8 +64,9 @@ def setup(settings_module: str, databases: dict[str, str], parent: int,
     if number < how_many:
         people_first.follow(waiting)
     lock_wait.defer_to(requests_waiting)
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-check",
-                     daemon=True).start()
+    threading.Thread(
+        target=_exit_when_orphaned, args=(parent,), name="orphan-check", daemon=True
+    ).start()
     heap.settle("start")
 
 

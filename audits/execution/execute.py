@@ -71,8 +71,11 @@ def _progress_callback(audit_id: str):
         kind = event.get("type")
         if kind == "analyzer_started":
             await apublish(
-                {"type": "analyzer_started", "audit_id": audit_id,
-                 "analyzer_id": event.get("analyzer_id")}
+                {
+                    "type": "analyzer_started",
+                    "audit_id": audit_id,
+                    "analyzer_id": event.get("analyzer_id"),
+                }
             )
         elif kind == "analyzer_finished":
             run = event.get("run")
@@ -209,8 +212,10 @@ def _collision_batch(runs: list[AuditRun]) -> CollisionBatch | None:
     if not runs or not CollisionBatch.supported():
         return None
     return CollisionBatch(
-        (run.user_input if run.collision_key is None else run.collision_key,
-         content_digest(run.response))
+        (
+            run.user_input if run.collision_key is None else run.collision_key,
+            content_digest(run.response),
+        )
         for run in runs
     )
 
@@ -227,8 +232,11 @@ def _execute_claimed(run_id: Any) -> str:
 
 
 def _analyse(
-    runs: list[AuditRun], outcome: dict[str, str], collisions: CollisionBatch | None,
-    *, announce: bool = True,
+    runs: list[AuditRun],
+    outcome: dict[str, str],
+    collisions: CollisionBatch | None,
+    *,
+    announce: bool = True,
 ) -> list[tuple[AuditRun, AuditReport]]:
     """The engine's reports on `runs`, one after another in one trip to this thread's
     engine loop (a trip per audit cost more than the duplicate checks it saved: each hands
@@ -278,19 +286,23 @@ def _analyse_and_store(
     done = _analyse(runs, outcome, collisions)
     if collisions is not None:
         try:
-            store_reports(done, fresh=_nothing_stored([run for run, _ in done]),
-                          collisions=collisions)
+            store_reports(
+                done, fresh=_nothing_stored([run for run, _ in done]), collisions=collisions
+            )
             return done
         except Exception:
-            logger.warning("storing %d reports with their batched duplicate checks failed; "
-                           "analysing them again", len(done), exc_info=True)
+            logger.warning(
+                "storing %d reports with their batched duplicate checks failed; "
+                "analysing them again",
+                len(done),
+                exc_info=True,
+            )
             done = _analyse([run for run, _ in done], outcome, None, announce=False)
     try:
         store_reports(done, fresh=_nothing_stored([run for run, _ in done]))
     except Exception:
         # One bad report must not fail the others: store them one by one.
-        logger.warning("storing %d reports at once failed; one by one", len(done),
-                       exc_info=True)
+        logger.warning("storing %d reports at once failed; one by one", len(done), exc_info=True)
         for run, report in done:
             try:
                 store_report(run, report, fresh=_nothing_stored([run]))
@@ -367,18 +379,25 @@ def _claim_returning(run_ids: list[Any], using: str) -> list[AuditRun]:
     table = quote(AuditRun._meta.db_table)
     pk = AuditRun._meta.pk
     columns = ", ".join(quote(field.column) for field in AuditRun._meta.concrete_fields)
-    trace_lines = (f"EXISTS (SELECT 1 FROM {quote(TraceLine._meta.db_table)} WHERE "
-                   f"{quote(TraceLine._meta.get_field('audit').column)} = "
-                   f"{table}.{quote(pk.column)})")
+    trace_lines = (
+        f"EXISTS (SELECT 1 FROM {quote(TraceLine._meta.db_table)} WHERE "
+        f"{quote(TraceLine._meta.get_field('audit').column)} = "
+        f"{table}.{quote(pk.column)})"
+    )
     runs: list[AuditRun] = []
     for ids in itertools.batched(run_ids, 500):
         chunk = [pk.get_db_prep_value(pk.to_python(i), connection) for i in ids]
-        sql = (f"UPDATE {table} SET status = %s, started_at = %s, attempts = attempts + 1, "
-               f"error = '' WHERE {quote(pk.column)} IN ({', '.join(['%s'] * len(chunk))}) "
-               f"AND +status = %s RETURNING {columns}, {trace_lines} AS had_trace_lines")
-        params = [AuditRun.Status.RUNNING,
-                  connection.ops.adapt_datetimefield_value(timezone.now()),
-                  *chunk, AuditRun.Status.PENDING]
+        sql = (
+            f"UPDATE {table} SET status = %s, started_at = %s, attempts = attempts + 1, "
+            f"error = '' WHERE {quote(pk.column)} IN ({', '.join(['%s'] * len(chunk))}) "
+            f"AND +status = %s RETURNING {columns}, {trace_lines} AS had_trace_lines"
+        )
+        params = [
+            AuditRun.Status.RUNNING,
+            connection.ops.adapt_datetimefield_value(timezone.now()),
+            *chunk,
+            AuditRun.Status.PENDING,
+        ]
         with transaction.atomic(using=using):
             runs += AuditRun.objects.using(using).raw(sql, params)
     runs.sort(key=lambda run: (run.created_at, run.pk), reverse=True)
@@ -431,7 +450,9 @@ def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> 
 
 
 def store_reports(
-    pairs: list[tuple[AuditRun, AuditReport]], *, fresh: bool = False,
+    pairs: list[tuple[AuditRun, AuditReport]],
+    *,
+    fresh: bool = False,
     collisions: CollisionBatch | None = None,
 ) -> None:
     """`store_report` for several runs, written by `audits.store.reports.write_reports`

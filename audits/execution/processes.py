@@ -127,19 +127,25 @@ def _pool() -> ProcessPoolExecutor:
         if _executor is None:
             from django.db import connections
 
-            databases = {alias: connections[alias].settings_dict["NAME"]
-                         for alias in connections}
+            databases = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
             context = multiprocessing.get_context("spawn")
             # Which child makes way: each takes the next number when it starts.
-            making_way = (people_first.shared_count(context), context.Value("i", 0),
-                          children_making_way(_processes, os.cpu_count() or 1))
+            making_way = (
+                people_first.shared_count(context),
+                context.Value("i", 0),
+                children_making_way(_processes, os.cpu_count() or 1),
+            )
             _executor = ProcessPoolExecutor(
                 max_workers=_processes,
                 mp_context=context,
                 initializer=child.setup,
-                initargs=(os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
-                          databases, os.getpid(), making_way,
-                          lock_wait.shared_requests_waiting(context)),
+                initargs=(
+                    os.environ.get("DJANGO_SETTINGS_MODULE", "auditor_site.settings"),
+                    databases,
+                    os.getpid(),
+                    making_way,
+                    lock_wait.shared_requests_waiting(context),
+                ),
             )
         return _executor
 

@@ -72,16 +72,31 @@ def insert_queue_rows(queued: list[tuple[Any, bool]]) -> None:
         task = _audit_task(large)
         backend = task.get_backend()
         backend.validate_task(task)
-        constant = (task.priority, task.module_path, task.queue_name,
-                    task.run_after or get_date_max(), backend.alias, enqueued_at)
-        rows.extend((backend._get_id(), {"args": [run_id], "kwargs": {}}, *constant)
-                    for run_id in ids)
+        constant = (
+            task.priority,
+            task.module_path,
+            task.queue_name,
+            task.run_after or get_date_max(),
+            backend.alias,
+            enqueued_at,
+        )
+        rows.extend(
+            (backend._get_id(), {"args": [run_id], "kwargs": {}}, *constant) for run_id in ids
+        )
     insert_rows(DBTaskResult, QUEUE_ROW_COLUMNS, rows)
     logger.debug("%d audits queued", len(rows))
 
 
-QUEUE_ROW_COLUMNS = ("id", "args_kwargs", "priority", "task_path", "queue_name",
-                     "run_after", "backend_name", "enqueued_at")
+QUEUE_ROW_COLUMNS = (
+    "id",
+    "args_kwargs",
+    "priority",
+    "task_path",
+    "queue_name",
+    "run_after",
+    "backend_name",
+    "enqueued_at",
+)
 
 
 def enqueue_audit(run_id: Any, *, large: bool = False) -> None:

@@ -105,9 +105,7 @@ def beat() -> None:
     runs = running_run_ids()
     now = timezone.now()
     if runs:
-        AuditRun.objects.filter(pk__in=runs, status=AuditRun.Status.RUNNING).update(
-            started_at=now
-        )
+        AuditRun.objects.filter(pk__in=runs, status=AuditRun.Status.RUNNING).update(started_at=now)
     if rows:
         from django.tasks.base import TaskResultStatus
         from django_tasks_db.models import DBTaskResult
@@ -140,7 +138,8 @@ def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
         )
         if len(worker_ids or []) >= max_attempts:
             same.update(
-                status=TaskResultStatus.FAILED, finished_at=now,
+                status=TaskResultStatus.FAILED,
+                finished_at=now,
                 exception_class_path="audits.execution.recovery.WorkerLost",
                 traceback=f"{len(worker_ids)} workers stopped while running this task",
             )
@@ -163,7 +162,9 @@ def _release_run_of_dead_row(
     (each beats every `heartbeat_seconds()`, a quarter of `stale_after`). A run out of
     attempts stays for `recover_stale_runs` to fail."""
     AuditRun.objects.filter(
-        pk=run_id, status=AuditRun.Status.RUNNING, attempts__lt=max_attempts,
+        pk=run_id,
+        status=AuditRun.Status.RUNNING,
+        attempts__lt=max_attempts,
         started_at__lt=now - stale_after + timedelta(seconds=heartbeat_seconds()),
     ).update(status=AuditRun.Status.PENDING)
 
@@ -312,12 +313,16 @@ def recover_stale_runs(
         requeued_unqueued = []
     if enqueue:
         again = [*requeued_unqueued, *pending]
-        large = set(
-            AuditRun.objects.filter(pk__in=again)
-            .annotate(chars=Length("response"))
-            .filter(chars__gte=settings.AUDITOR_LARGE_AUDIT_CHARS)
-            .values_list("pk", flat=True)
-        ) if again else set()
+        large = (
+            set(
+                AuditRun.objects.filter(pk__in=again)
+                .annotate(chars=Length("response"))
+                .filter(chars__gte=settings.AUDITOR_LARGE_AUDIT_CHARS)
+                .values_list("pk", flat=True)
+            )
+            if again
+            else set()
+        )
         for run_id in again:
             enqueue_audit(run_id, large=run_id in large)  # large ones keep their own lane
     return {"requeued": len(requeued), "failed": failed, "pending_requeued": len(pending)}

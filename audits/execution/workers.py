@@ -35,7 +35,8 @@ def _engine_loop() -> asyncio.AbstractEventLoop:
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         thread = threading.Thread(
-            target=loop.run_forever, name=f"engine-{threading.current_thread().name}",
+            target=loop.run_forever,
+            name=f"engine-{threading.current_thread().name}",
             daemon=True,
         )
         thread.start()

@@ -87,9 +87,7 @@ def parse_head(raw: bytes | str) -> AuditIn:
     try:
         head = AuditIn.model_validate({**data, "response": ""})
     except ValidationError as exc:
-        errors = [
-            {"loc": ["head", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()
-        ]
+        errors = [{"loc": ["head", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()]
         raise StreamError(422, errors) from None
     return head
 
@@ -101,7 +99,9 @@ def authenticate(token: str | None, scope: str = "ingest") -> Any:
     if key is None:
         raise StreamError(401, "a valid API key is required (Authorization: Bearer <key>)")
     if not key.allows(scope):
-        raise StreamError(403, f"this API key has the {key.scope!r} scope; this call needs {scope!r}")
+        raise StreamError(
+            403, f"this API key has the {key.scope!r} scope; this call needs {scope!r}"
+        )
     try:
         hit_rate_limit(key)
     except RateLimited as exc:
@@ -148,7 +148,9 @@ def _create_run(api_key: Any, head: AuditIn) -> tuple[AuditRun, dict[str, Any]]:
         enqueue=False,
     )
     if not run.was_created:
-        raise StreamError(409, f"external_id {head.external_id!r} was already used (audit {run.pk})")
+        raise StreamError(
+            409, f"external_id {head.external_id!r} was already used (audit {run.pk})"
+        )
     AuditRun.objects.filter(pk=run.pk).update(
         status=AuditRun.Status.RUNNING, started_at=timezone.now()
     )
@@ -198,8 +200,9 @@ async def _beat(run_id: Any) -> None:
             logger.warning("stream %s: heartbeat failed", run_id, exc_info=True)
 
 
-def _finish_run(run_id: Any, response: str, incomplete: bool,
-                memo: dict[str, Any] | None = None) -> dict[str, Any]:
+def _finish_run(
+    run_id: Any, response: str, incomplete: bool, memo: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Store the whole response, audit it like a batch audit and return the Audit (a thread).
     `memo`: the stream's own pipeline result, which that audit uses when it fits."""
     close_old_connections()
@@ -263,11 +266,17 @@ class StreamSession:
         auditor = InlineStreamAuditor.from_config(config, sources)
         audit_id = str(run.pk)
         await apublish({"type": "audit_submitted", "audit_id": audit_id, "status": "running"})
-        await apublish({"type": "audit_started", "audit_id": audit_id, "attempt": 0,
-                        "streaming": True})
-        session = cls(run_id=run.pk, auditor=auditor, stream=BoundedStream(auditor),
-                      max_trace_lines=config.limits.max_trace_lines, limits=config.limits,
-                      sources=sources)
+        await apublish(
+            {"type": "audit_started", "audit_id": audit_id, "attempt": 0, "streaming": True}
+        )
+        session = cls(
+            run_id=run.pk,
+            auditor=auditor,
+            stream=BoundedStream(auditor),
+            max_trace_lines=config.limits.max_trace_lines,
+            limits=config.limits,
+            sources=sources,
+        )
         max_chars = config.analyzer_section("redflag").get("max_chars")
         if isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0:
             session.max_chars = max_chars
@@ -350,8 +359,13 @@ class StreamSession:
     def _seed(self, response: str) -> dict[str, Any] | None:
         if self.sources_added or self.limits is None:
             return None
-        return Seed(response=response, settings=self.auditor.settings, sources=self.sources,
-                    limits=self.limits, result=self.auditor.result()).memo()
+        return Seed(
+            response=response,
+            settings=self.auditor.settings,
+            sources=self.sources,
+            limits=self.limits,
+            result=self.auditor.result(),
+        ).memo()
 
     async def refuse(self, detail: str) -> list[Event]:
         """End a stream that went over a limit: no final audit, the run is `failed` with
@@ -406,8 +420,9 @@ class StreamSession:
     async def _persist(self, events: list[Event], *, now: bool = False) -> None:
         """Write the audited part of the response, its cleaned text and trace lines to the
         run, and announce it; at most every PROGRESS_SECONDS unless `now`."""
-        self.unsaved_trace += [(d["position"], d["text"]) for name, d in events
-                               if name == "audit_trace"]
+        self.unsaved_trace += [
+            (d["position"], d["text"]) for name, d in events if name == "audit_trace"
+        ]
         loop = asyncio.get_running_loop()
         wait = self.saved_at + PROGRESS_SECONDS - loop.time()
         if not now and wait > 0:
@@ -425,6 +440,10 @@ class StreamSession:
             response = text[:audited] if stored is None else stored.through(text, audited)
             await _save_progress(self.run_id, response, "".join(self.cleaned), trace)
         await apublish(
-            {"type": "stream_progress", "audit_id": self.audit_id,
-             "paragraphs": self.paragraphs, "trace": self.trace_count}
+            {
+                "type": "stream_progress",
+                "audit_id": self.audit_id,
+                "paragraphs": self.paragraphs,
+                "trace": self.trace_count,
+            }
         )

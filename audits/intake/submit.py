@@ -75,9 +75,7 @@ def _stored_fingerprint(external_id: str | None, **body: Any) -> str:
     return "" if external_id is None else request_fingerprint(**body)
 
 
-def _existing_or_conflict(
-    *, api_key: Any, external_id: str, fingerprint: str
-) -> AuditRun | None:
+def _existing_or_conflict(*, api_key: Any, external_id: str, fingerprint: str) -> AuditRun | None:
     existing = AuditRun.objects.filter(api_key=api_key, external_id=external_id).first()
     if existing is not None and existing.request_hash != fingerprint:
         raise ExternalIdConflict(existing)
@@ -108,8 +106,13 @@ def submit_audit(
     metadata = dict(metadata or {})
     options = dict(options or {})
     fingerprint = _stored_fingerprint(
-        external_id, user_input=user_input, response=response, sources=sources,
-        metadata=metadata, collision_key=collision_key, options=options,
+        external_id,
+        user_input=user_input,
+        response=response,
+        sources=sources,
+        metadata=metadata,
+        collision_key=collision_key,
+        options=options,
     )
     if external_id is not None:
         existing = _existing_or_conflict(
@@ -122,10 +125,19 @@ def submit_audit(
     config, snapshot = load_config_with_snapshot()
     redact = stored_redaction(config)
     if redact is not None:  # before the first write (the fingerprint is of the original)
-        redacted = redact_item({"user_input": user_input, "response": response,
-                                "sources": sources, "metadata": metadata}, redact)
+        redacted = redact_item(
+            {
+                "user_input": user_input,
+                "response": response,
+                "sources": sources,
+                "metadata": metadata,
+            },
+            redact,
+        )
         user_input, response, sources, metadata = (
-            redacted["user_input"], redacted["response"], redacted["sources"],
+            redacted["user_input"],
+            redacted["response"],
+            redacted["sources"],
             redacted["metadata"],
         )
     run = AuditRun(
@@ -182,9 +194,11 @@ def submit_audits_once(
     `submit_audit` one by one."""
     fingerprints = [
         request_fingerprint(
-            user_input=item["user_input"], response=item["response"],
+            user_input=item["user_input"],
+            response=item["response"],
             sources=[Source.model_validate(x).model_dump() for x in item.get("sources") or []],
-            metadata=dict(item.get("metadata") or {}), collision_key=item.get("collision_key"),
+            metadata=dict(item.get("metadata") or {}),
+            collision_key=item.get("collision_key"),
             options=dict(item.get("options") or {}),
         )
         for item in items
@@ -192,7 +206,9 @@ def submit_audits_once(
     ids = [item["external_id"] for item in items]
     existing: dict[str, AuditRun] = {}
     for start in range(0, len(ids), 500):
-        for run in AuditRun.objects.filter(api_key=api_key, external_id__in=ids[start:start + 500]):
+        for run in AuditRun.objects.filter(
+            api_key=api_key, external_id__in=ids[start : start + 500]
+        ):
             existing[run.external_id] = run
     out: list[Any] = [None] * len(items)
     new: dict[str, int] = {}  # external_id -> index of its first item
@@ -208,8 +224,11 @@ def submit_audits_once(
             new[external_id] = i
     if new:
         try:
-            runs = submit_audits([items[i] for i in new.values()], api_key=api_key,
-                                 fingerprints=[fingerprints[i] for i in new.values()])
+            runs = submit_audits(
+                [items[i] for i in new.values()],
+                api_key=api_key,
+                fingerprints=[fingerprints[i] for i in new.values()],
+            )
         except IntegrityError:
             return [_submit_one(item, api_key) for item in items]
         for i, run in zip(new.values(), runs, strict=True):
@@ -228,18 +247,26 @@ def submit_audits_once(
 def _submit_one(item: dict[str, Any], api_key: Any) -> AuditRun | ExternalIdConflict:
     try:
         return submit_audit(
-            user_input=item["user_input"], response=item["response"],
-            sources=item.get("sources"), metadata=item.get("metadata"),
-            external_id=item.get("external_id"), collision_key=item.get("collision_key"),
-            options=item.get("options"), api_key=api_key,
-            incomplete=bool(item.get("incomplete", False)), rerun_of=item.get("rerun_of"),
+            user_input=item["user_input"],
+            response=item["response"],
+            sources=item.get("sources"),
+            metadata=item.get("metadata"),
+            external_id=item.get("external_id"),
+            collision_key=item.get("collision_key"),
+            options=item.get("options"),
+            api_key=api_key,
+            incomplete=bool(item.get("incomplete", False)),
+            rerun_of=item.get("rerun_of"),
         )
     except ExternalIdConflict as exc:
         return exc
 
 
 def submit_audits(
-    items: list[dict[str, Any]], *, api_key: Any = None, fingerprints: list[str] | None = None,
+    items: list[dict[str, Any]],
+    *,
+    api_key: Any = None,
+    fingerprints: list[str] | None = None,
 ) -> list[AuditRun]:
     """`submit_audit` for several audits (a batch request): one transaction and one insert
     for all, each enqueued on commit. An `external_id` is stored as given, unchecked:
@@ -251,21 +278,40 @@ def submit_audits(
         sources = [Source.model_validate(x).model_dump() for x in item.get("sources") or []]
         metadata = dict(item.get("metadata") or {})
         options = dict(item.get("options") or {})
-        fingerprint = fingerprints[i] if fingerprints is not None else _stored_fingerprint(
-            item.get("external_id"), user_input=item["user_input"], response=item["response"],
-            sources=sources, metadata=metadata, collision_key=item.get("collision_key"),
-            options=options,
+        fingerprint = (
+            fingerprints[i]
+            if fingerprints is not None
+            else _stored_fingerprint(
+                item.get("external_id"),
+                user_input=item["user_input"],
+                response=item["response"],
+                sources=sources,
+                metadata=metadata,
+                collision_key=item.get("collision_key"),
+                options=options,
+            )
         )
         rerun_of = item.get("rerun_of")
         if redact is not None:  # before the first write (the fingerprint is of the original)
             item = redact_item({**item, "sources": sources, "metadata": metadata}, redact)
             sources, metadata = item["sources"], item["metadata"]
-        rows.append((
-            item.get("external_id"), None if rerun_of is None else rerun_of.pk,
-            None if api_key is None else api_key.pk, fingerprint, item["user_input"],
-            item["response"], sources, metadata, item.get("collision_key"), options,
-            config.threshold, snapshot, bool(item.get("incomplete", False)),
-        ))
+        rows.append(
+            (
+                item.get("external_id"),
+                None if rerun_of is None else rerun_of.pk,
+                None if api_key is None else api_key.pk,
+                fingerprint,
+                item["user_input"],
+                item["response"],
+                sources,
+                metadata,
+                item.get("collision_key"),
+                options,
+                config.threshold,
+                snapshot,
+                bool(item.get("incomplete", False)),
+            )
+        )
     runs, values = _new_runs(_SUBMITTED_COLUMNS, rows)
     for item, run in zip(items, runs, strict=True):
         if item.get("rerun_of") is not None:
@@ -286,9 +332,21 @@ def submit_audits(
     return runs
 
 
-_SUBMITTED_COLUMNS = ("external_id", "rerun_of_id", "api_key_id", "request_hash", "user_input",
-                      "response", "sources", "metadata", "collision_key", "options",
-                      "threshold", "config_snapshot", "incomplete")
+_SUBMITTED_COLUMNS = (
+    "external_id",
+    "rerun_of_id",
+    "api_key_id",
+    "request_hash",
+    "user_input",
+    "response",
+    "sources",
+    "metadata",
+    "collision_key",
+    "options",
+    "threshold",
+    "config_snapshot",
+    "incomplete",
+)
 _RERUN_OF = AuditRun._meta.get_field("rerun_of")
 _API_KEY = AuditRun._meta.get_field("api_key")
 
@@ -304,8 +362,9 @@ def _new_runs(
     fields = AuditRun._meta.concrete_fields
     place = {field.attname: i for i, field in enumerate(fields)}
     given = [place[name] for name in columns]
-    defaults = [(i, field.get_default) for i, field in enumerate(fields)
-                if field.attname not in columns]
+    defaults = [
+        (i, field.get_default) for i, field in enumerate(fields) if field.attname not in columns
+    ]
     runs, full = [], []
     for values in rows:
         row: list[Any] = [None] * len(fields)

@@ -37,8 +37,9 @@ class Watcher(Protocol):
 
     def render_events(self, audit_ids: list[str]) -> Awaitable[str]: ...
 
-    async def send(self, text_data: str | None = None, bytes_data: bytes | None = None,
-                   close: bool = False) -> None: ...
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None: ...
 
 
 class FilterGroup:
@@ -269,4 +270,3 @@ def feed_hub() -> FeedHub:
             del _hubs[key]
         hub = _hubs[id(loop)] = FeedHub(layer)
     return hub
-

@@ -53,7 +53,7 @@ class IngestConsumer(AsyncWebsocketConsumer):
             idle_ends = self.last_frame + settings.AUDITOR_STREAM_IDLE_TIMEOUT_S
             now = loop.time()
             if now >= min(ends, idle_ends):
-                which = ("lasted longer than" if now >= ends else "was idle for longer than")
+                which = "lasted longer than" if now >= ends else "was idle for longer than"
                 setting = "AUDITOR_STREAM_MAX_S" if now >= ends else "AUDITOR_STREAM_IDLE_TIMEOUT_S"
                 error = StreamError(408, f"the stream {which} the server allows ({setting})")
                 self.watchdog = None  # a disconnect from here on must not cancel the storing

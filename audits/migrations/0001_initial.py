@@ -8,174 +8,305 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('analyzers', '0001_initial'),
+        ("analyzers", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AnalyzerRunRecord',
+            name="AnalyzerRunRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('analyzer_id', models.CharField(max_length=100)),
-                ('category', models.CharField(blank=True, default='', max_length=100)),
-                ('status', models.CharField(choices=[('ok', 'Ok'), ('failed', 'Failed'), ('timeout', 'Timeout')], default='ok', max_length=10)),
-                ('error', models.TextField(blank=True, null=True)),
-                ('duration_ms', models.FloatField(default=0.0)),
-                ('score', models.FloatField(default=0.0)),
-                ('should_surface', models.BooleanField(default=False)),
-                ('surfaced', models.BooleanField(default=False)),
-                ('supplementary', models.JSONField(blank=True, default=dict)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField(default=0)),
+                ("analyzer_id", models.CharField(max_length=100)),
+                ("category", models.CharField(blank=True, default="", max_length=100)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("ok", "Ok"), ("failed", "Failed"), ("timeout", "Timeout")],
+                        default="ok",
+                        max_length=10,
+                    ),
+                ),
+                ("error", models.TextField(blank=True, null=True)),
+                ("duration_ms", models.FloatField(default=0.0)),
+                ("score", models.FloatField(default=0.0)),
+                ("should_surface", models.BooleanField(default=False)),
+                ("surfaced", models.BooleanField(default=False)),
+                ("supplementary", models.JSONField(blank=True, default=dict)),
             ],
             options={
-                'verbose_name': 'analyzer result',
-                'ordering': ['audit', 'position', 'id'],
+                "verbose_name": "analyzer result",
+                "ordering": ["audit", "position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='RateLimitCounter',
+            name="RateLimitCounter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bucket', models.CharField(max_length=100, unique=True)),
-                ('count', models.PositiveIntegerField(default=0)),
-                ('window_start', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("bucket", models.CharField(max_length=100, unique=True)),
+                ("count", models.PositiveIntegerField(default=0)),
+                ("window_start", models.DateTimeField(db_index=True)),
             ],
         ),
         migrations.CreateModel(
-            name='AuditRun',
+            name="AuditRun",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('complete', 'Complete'), ('failed', 'Failed')], default='pending', max_length=10)),
-                ('incomplete', models.BooleanField(default=False)),
-                ('external_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('request_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('user_input', models.TextField(blank=True, default='')),
-                ('response', models.TextField(blank=True, default='')),
-                ('cleaned_response', models.TextField(blank=True, default='')),
-                ('sources', models.JSONField(blank=True, default=list)),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('collision_key', models.TextField(blank=True, null=True)),
-                ('options', models.JSONField(blank=True, default=dict)),
-                ('threshold', models.FloatField(default=0.3)),
-                ('config_snapshot', models.JSONField(blank=True, default=dict)),
-                ('overall_score', models.FloatField(blank=True, null=True)),
-                ('has_card', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('api_key', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audits', to='analyzers.apikey')),
-                ('rerun_of', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reruns', to='audits.auditrun')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("complete", "Complete"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("incomplete", models.BooleanField(default=False)),
+                ("external_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("request_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("user_input", models.TextField(blank=True, default="")),
+                ("response", models.TextField(blank=True, default="")),
+                ("cleaned_response", models.TextField(blank=True, default="")),
+                ("sources", models.JSONField(blank=True, default=list)),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("collision_key", models.TextField(blank=True, null=True)),
+                ("options", models.JSONField(blank=True, default=dict)),
+                ("threshold", models.FloatField(default=0.3)),
+                ("config_snapshot", models.JSONField(blank=True, default=dict)),
+                ("overall_score", models.FloatField(blank=True, null=True)),
+                ("has_card", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="audits",
+                        to="analyzers.apikey",
+                    ),
+                ),
+                (
+                    "rerun_of",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="reruns",
+                        to="audits.auditrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Annotation',
+            name="Annotation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('analyzer_id', models.CharField(max_length=100)),
-                ('type', models.CharField(max_length=100)),
-                ('label', models.CharField(blank=True, default='', max_length=500)),
-                ('severity', models.CharField(choices=[('info', 'Info'), ('warning', 'Warning'), ('critical', 'Critical')], default='warning', max_length=10)),
-                ('description', models.TextField(blank=True, default='')),
-                ('evidence', models.TextField(blank=True, null=True)),
-                ('start', models.IntegerField(blank=True, null=True)),
-                ('end', models.IntegerField(blank=True, null=True)),
-                ('result', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='annotations', to='audits.analyzerrunrecord')),
-                ('audit', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='annotations', to='audits.auditrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField(default=0)),
+                ("analyzer_id", models.CharField(max_length=100)),
+                ("type", models.CharField(max_length=100)),
+                ("label", models.CharField(blank=True, default="", max_length=500)),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("info", "Info"),
+                            ("warning", "Warning"),
+                            ("critical", "Critical"),
+                        ],
+                        default="warning",
+                        max_length=10,
+                    ),
+                ),
+                ("description", models.TextField(blank=True, default="")),
+                ("evidence", models.TextField(blank=True, null=True)),
+                ("start", models.IntegerField(blank=True, null=True)),
+                ("end", models.IntegerField(blank=True, null=True)),
+                (
+                    "result",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="annotations",
+                        to="audits.analyzerrunrecord",
+                    ),
+                ),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="annotations",
+                        to="audits.auditrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['result', 'position', 'id'],
+                "ordering": ["result", "position", "id"],
             },
         ),
         migrations.AddField(
-            model_name='analyzerrunrecord',
-            name='audit',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='audits.auditrun'),
+            model_name="analyzerrunrecord",
+            name="audit",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="results",
+                to="audits.auditrun",
+            ),
         ),
         migrations.CreateModel(
-            name='CollisionDigest',
+            name="CollisionDigest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('scope_hash', models.CharField(max_length=64)),
-                ('digest', models.CharField(max_length=128)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("scope_hash", models.CharField(max_length=64)),
+                ("digest", models.CharField(max_length=128)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('scope_hash', 'digest'), name='collision_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("scope_hash", "digest"), name="collision_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LinkCheck',
+            name="LinkCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('url', models.TextField()),
-                ('label', models.TextField(blank=True, default='')),
-                ('decision', models.CharField(choices=[('keep', 'Keep'), ('replace', 'Replace'), ('strip', 'Strip')], default='keep', max_length=10)),
-                ('reason', models.TextField(blank=True, null=True)),
-                ('http_status', models.IntegerField(blank=True, null=True)),
-                ('healthy', models.BooleanField(blank=True, null=True)),
-                ('audit', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='links', to='audits.auditrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField(default=0)),
+                ("url", models.TextField()),
+                ("label", models.TextField(blank=True, default="")),
+                (
+                    "decision",
+                    models.CharField(
+                        choices=[("keep", "Keep"), ("replace", "Replace"), ("strip", "Strip")],
+                        default="keep",
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True, null=True)),
+                ("http_status", models.IntegerField(blank=True, null=True)),
+                ("healthy", models.BooleanField(blank=True, null=True)),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="links",
+                        to="audits.auditrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['audit', 'position', 'id'],
+                "ordering": ["audit", "position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='TraceLine',
+            name="TraceLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveIntegerField()),
-                ('text', models.TextField()),
-                ('audit', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='trace_lines', to='audits.auditrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("position", models.PositiveIntegerField()),
+                ("text", models.TextField()),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="trace_lines",
+                        to="audits.auditrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['audit', 'position'],
+                "ordering": ["audit", "position"],
             },
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['-created_at', '-id'], name='audit_created_idx'),
+            model_name="auditrun",
+            index=models.Index(fields=["-created_at", "-id"], name="audit_created_idx"),
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['overall_score'], name='audit_score_idx'),
+            model_name="auditrun",
+            index=models.Index(fields=["overall_score"], name="audit_score_idx"),
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['has_card', '-created_at'], name='audit_card_idx'),
+            model_name="auditrun",
+            index=models.Index(fields=["has_card", "-created_at"], name="audit_card_idx"),
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['status', 'started_at'], name='audit_status_idx'),
+            model_name="auditrun",
+            index=models.Index(fields=["status", "started_at"], name="audit_status_idx"),
         ),
         migrations.AddConstraint(
-            model_name='auditrun',
-            constraint=models.UniqueConstraint(condition=models.Q(('external_id__isnull', False)), fields=('api_key', 'external_id'), name='audit_external_id_unique_per_key'),
+            model_name="auditrun",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("external_id__isnull", False)),
+                fields=("api_key", "external_id"),
+                name="audit_external_id_unique_per_key",
+            ),
         ),
         migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['type', 'audit'], name='annotation_type_idx'),
+            model_name="annotation",
+            index=models.Index(fields=["type", "audit"], name="annotation_type_idx"),
         ),
         migrations.AddIndex(
-            model_name='annotation',
-            index=models.Index(fields=['severity', 'audit'], name='annotation_severity_idx'),
+            model_name="annotation",
+            index=models.Index(fields=["severity", "audit"], name="annotation_severity_idx"),
         ),
         migrations.AddIndex(
-            model_name='analyzerrunrecord',
-            index=models.Index(fields=['analyzer_id', 'surfaced'], name='result_analyzer_idx'),
+            model_name="analyzerrunrecord",
+            index=models.Index(fields=["analyzer_id", "surfaced"], name="result_analyzer_idx"),
         ),
         migrations.AddConstraint(
-            model_name='traceline',
-            constraint=models.UniqueConstraint(fields=('audit', 'position'), name='trace_line_unique_position'),
+            model_name="traceline",
+            constraint=models.UniqueConstraint(
+                fields=("audit", "position"), name="trace_line_unique_position"
+            ),
         ),
     ]

@@ -7,85 +7,137 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0001_initial'),
-        ('audits', '0001_initial'),
+        ("analyzers", "0001_initial"),
+        ("audits", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('verdict', models.CharField(choices=[('confirmed', 'Confirmed'), ('false_positive', 'false positive'), ('unsure', 'Unsure')], max_length=20)),
-                ('comment', models.TextField(blank=True, default='')),
-                ('reviewer_name', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('is_current', models.BooleanField(default=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "verdict",
+                    models.CharField(
+                        choices=[
+                            ("confirmed", "Confirmed"),
+                            ("false_positive", "false positive"),
+                            ("unsure", "Unsure"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("comment", models.TextField(blank=True, default="")),
+                ("reviewer_name", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("is_current", models.BooleanField(default=True)),
             ],
             options={
-                'ordering': ['audit', 'created_at', 'id'],
+                "ordering": ["audit", "created_at", "id"],
             },
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='claimed_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="auditrun",
+            name="claimed_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='claimed_until',
+            model_name="auditrun",
+            name="claimed_until",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='reviewed_at',
+            model_name="auditrun",
+            name="reviewed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['has_card', 'reviewed_at', 'created_at'], name='audit_review_idx'),
+            model_name="auditrun",
+            index=models.Index(
+                fields=["has_card", "reviewed_at", "created_at"], name="audit_review_idx"
+            ),
         ),
         migrations.AddField(
-            model_name='review',
-            name='annotation',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='audits.annotation'),
+            model_name="review",
+            name="annotation",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="reviews",
+                to="audits.annotation",
+            ),
         ),
         migrations.AddField(
-            model_name='review',
-            name='api_key',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reviews', to='analyzers.apikey'),
+            model_name="review",
+            name="api_key",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="reviews",
+                to="analyzers.apikey",
+            ),
         ),
         migrations.AddField(
-            model_name='review',
-            name='audit',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='audits.auditrun'),
+            model_name="review",
+            name="audit",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="reviews",
+                to="audits.auditrun",
+            ),
         ),
         migrations.AddField(
-            model_name='review',
-            name='reviewer',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_reviews', to=settings.AUTH_USER_MODEL),
+            model_name="review",
+            name="reviewer",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="audit_reviews",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(fields=['audit', 'is_current'], name='review_audit_idx'),
+            model_name="review",
+            index=models.Index(fields=["audit", "is_current"], name="review_audit_idx"),
         ),
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(fields=['verdict', 'is_current'], name='review_verdict_idx'),
+            model_name="review",
+            index=models.Index(fields=["verdict", "is_current"], name="review_verdict_idx"),
         ),
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(fields=['created_at'], name='review_created_idx'),
+            model_name="review",
+            index=models.Index(fields=["created_at"], name="review_created_idx"),
         ),
         migrations.AddConstraint(
-            model_name='review',
-            constraint=models.UniqueConstraint(condition=models.Q(('annotation__isnull', True), ('is_current', True)), fields=('audit',), name='review_one_current_per_audit'),
+            model_name="review",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("annotation__isnull", True), ("is_current", True)),
+                fields=("audit",),
+                name="review_one_current_per_audit",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='review',
-            constraint=models.UniqueConstraint(condition=models.Q(('annotation__isnull', False), ('is_current', True)), fields=('annotation',), name='review_one_current_per_annotation'),
+            model_name="review",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("annotation__isnull", False), ("is_current", True)),
+                fields=("annotation",),
+                name="review_one_current_per_annotation",
+            ),
         ),
     ]

@@ -6,53 +6,150 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audits', '0002_reviews'),
+        ("audits", "0002_reviews"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AlertRule',
+            name="AlertRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('enabled', models.BooleanField(default=True)),
-                ('webhook_url', models.URLField(help_text="Receives a JSON POST with a Slack-compatible `text` field. It passes the link checker's SSRF guard (private addresses only with AUDITOR_ALLOW_PRIVATE_NETWORKS).", max_length=2000)),
-                ('min_overall_score', models.FloatField(blank=True, help_text="The audit's overall score is at or above this (0 to 1).", null=True)),
-                ('annotation_type', models.CharField(blank=True, default='', help_text='An annotation of this type (blank: any).', max_length=100)),
-                ('min_severity', models.CharField(blank=True, choices=[('', 'any'), ('info', 'Info'), ('warning', 'Warning'), ('critical', 'Critical')], default='', help_text='An annotation of at least this severity.', max_length=10)),
-                ('analyzer_id', models.CharField(blank=True, default='', help_text="Only this analyzer's annotations count; alone: its result surfaced.", max_length=100)),
-                ('min_count', models.PositiveIntegerField(default=1, help_text='Fire when at least this many matching audits arrive within the window.')),
-                ('window_minutes', models.PositiveIntegerField(blank=True, help_text='Blank: every matching audit alerts. Otherwise at most one alert per window.', null=True)),
-                ('last_fired_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "webhook_url",
+                    models.URLField(
+                        help_text="Receives a JSON POST with a Slack-compatible `text` field. It passes the link checker's SSRF guard (private addresses only with AUDITOR_ALLOW_PRIVATE_NETWORKS).",
+                        max_length=2000,
+                    ),
+                ),
+                (
+                    "min_overall_score",
+                    models.FloatField(
+                        blank=True,
+                        help_text="The audit's overall score is at or above this (0 to 1).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "annotation_type",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="An annotation of this type (blank: any).",
+                        max_length=100,
+                    ),
+                ),
+                (
+                    "min_severity",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("", "any"),
+                            ("info", "Info"),
+                            ("warning", "Warning"),
+                            ("critical", "Critical"),
+                        ],
+                        default="",
+                        help_text="An annotation of at least this severity.",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "analyzer_id",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Only this analyzer's annotations count; alone: its result surfaced.",
+                        max_length=100,
+                    ),
+                ),
+                (
+                    "min_count",
+                    models.PositiveIntegerField(
+                        default=1,
+                        help_text="Fire when at least this many matching audits arrive within the window.",
+                    ),
+                ),
+                (
+                    "window_minutes",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Blank: every matching audit alerts. Otherwise at most one alert per window.",
+                        null=True,
+                    ),
+                ),
+                ("last_fired_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name', 'id'],
+                "ordering": ["name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='AlertDelivery',
+            name="AlertDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('is_test', models.BooleanField(default=False)),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('delivered', 'Delivered'), ('failed', 'Failed')], default='pending', max_length=10)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('last_http_status', models.IntegerField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('history', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('audit', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='alert_deliveries', to='audits.auditrun')),
-                ('rule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='audits.alertrule')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("is_test", models.BooleanField(default=False)),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("delivered", "Delivered"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("last_http_status", models.IntegerField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("history", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="alert_deliveries",
+                        to="audits.auditrun",
+                    ),
+                ),
+                (
+                    "rule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="audits.alertrule",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'alert deliveries',
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['rule', '-created_at'], name='alert_delivery_rule_idx')],
+                "verbose_name_plural": "alert deliveries",
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["rule", "-created_at"], name="alert_delivery_rule_idx")
+                ],
             },
         ),
     ]

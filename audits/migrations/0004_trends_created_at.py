@@ -13,7 +13,6 @@ def fill_audit_created_at(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("audits", "0003_alerts"),
     ]

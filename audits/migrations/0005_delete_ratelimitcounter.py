@@ -7,13 +7,12 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audits', '0004_trends_created_at'),
+        ("audits", "0004_trends_created_at"),
     ]
 
     operations = [
         migrations.DeleteModel(
-            name='RateLimitCounter',
+            name="RateLimitCounter",
         ),
     ]

@@ -6,27 +6,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0003_ratelimitcounter'),
-        ('audits', '0005_delete_ratelimitcounter'),
+        ("analyzers", "0003_ratelimitcounter"),
+        ("audits", "0005_delete_ratelimitcounter"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TraceDocuments',
+            name="TraceDocuments",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trace_id', models.CharField(max_length=32)),
-                ('span_id', models.CharField(max_length=16)),
-                ('start_ns', models.BigIntegerField(default=0)),
-                ('sources', models.JSONField(default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('api_key', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='analyzers.apikey')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trace_id", models.CharField(max_length=32)),
+                ("span_id", models.CharField(max_length=16)),
+                ("start_ns", models.BigIntegerField(default=0)),
+                ("sources", models.JSONField(default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="analyzers.apikey",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['created_at'], name='trace_documents_created_idx')],
-                'constraints': [models.UniqueConstraint(fields=('api_key', 'trace_id', 'span_id'), name='trace_documents_unique_span')],
+                "indexes": [
+                    models.Index(fields=["created_at"], name="trace_documents_created_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("api_key", "trace_id", "span_id"),
+                        name="trace_documents_unique_span",
+                    )
+                ],
             },
         ),
     ]

@@ -31,48 +31,68 @@ def backfill_top_scores(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0003_ratelimitcounter'),
-        ('audits', '0006_otlp_trace_documents'),
+        ("analyzers", "0003_ratelimitcounter"),
+        ("audits", "0006_otlp_trace_documents"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DashboardPreference',
+            name="DashboardPreference",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('audit_view', models.CharField(choices=[('cards', 'Cards'), ('table', 'Table')], default='cards', max_length=10)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "audit_view",
+                    models.CharField(
+                        choices=[("cards", "Cards"), ("table", "Table")],
+                        default="cards",
+                        max_length=10,
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='top_analyzer',
-            field=models.CharField(blank=True, default='', max_length=100),
+            model_name="auditrun",
+            name="top_analyzer",
+            field=models.CharField(blank=True, default="", max_length=100),
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='top_score',
+            model_name="auditrun",
+            name="top_score",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.RunPython(backfill_top_scores, migrations.RunPython.noop, elidable=True),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['top_score', 'created_at', 'id'], name='audit_top_score_idx'),
+            model_name="auditrun",
+            index=models.Index(
+                fields=["top_score", "created_at", "id"], name="audit_top_score_idx"
+            ),
         ),
         # The trends page's covering index now also covers the highest-score histogram.
         migrations.RemoveIndex(
-            model_name='auditrun',
-            name='audit_trends_idx',
+            model_name="auditrun",
+            name="audit_trends_idx",
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['created_at', 'status', 'has_card', 'overall_score', 'top_score'], name='audit_trends_idx'),
+            model_name="auditrun",
+            index=models.Index(
+                fields=["created_at", "status", "has_card", "overall_score", "top_score"],
+                name="audit_trends_idx",
+            ),
         ),
         migrations.AddField(
-            model_name='dashboardpreference',
-            name='user',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='dashboard_preference', to=settings.AUTH_USER_MODEL),
+            model_name="dashboardpreference",
+            name="user",
+            field=models.OneToOneField(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="dashboard_preference",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
     ]

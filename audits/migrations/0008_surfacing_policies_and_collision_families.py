@@ -7,62 +7,100 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0003_ratelimitcounter'),
-        ('audits', '0007_top_score_and_view_preference'),
+        ("analyzers", "0003_ratelimitcounter"),
+        ("audits", "0007_top_score_and_view_preference"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SurfacingPolicy',
+            name="SurfacingPolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=64, unique=True)),
-                ('thresholds', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=64, unique=True)),
+                ("thresholds", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'verbose_name_plural': 'surfacing policies',
+                "verbose_name_plural": "surfacing policies",
             },
         ),
         migrations.AddField(
-            model_name='collisiondigest',
-            name='first_family',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="collisiondigest",
+            name="first_family",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
         migrations.AddField(
-            model_name='collisiondigest',
-            name='shared',
+            model_name="collisiondigest",
+            name="shared",
             field=models.BooleanField(default=False),
         ),
         migrations.CreateModel(
-            name='ResurfaceJob',
+            name="ResurfaceJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('superseded', 'Superseded'), ('failed', 'Failed')], default='pending', max_length=12)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('processed', models.PositiveIntegerField(default=0)),
-                ('changed', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('policy', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='audits.surfacingpolicy')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("superseded", "Superseded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=12,
+                    ),
+                ),
+                ("total", models.PositiveIntegerField(default=0)),
+                ("processed", models.PositiveIntegerField(default=0)),
+                ("changed", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="audits.surfacingpolicy",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='surfacing_policy',
-            field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='audits.surfacingpolicy'),
+            model_name="auditrun",
+            name="surfacing_policy",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="audits.surfacingpolicy",
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditrun',
-            index=models.Index(fields=['status', 'surfacing_policy', 'created_at'], name='audit_surfacing_idx'),
+            model_name="auditrun",
+            index=models.Index(
+                fields=["status", "surfacing_policy", "created_at"], name="audit_surfacing_idx"
+            ),
         ),
     ]

@@ -22,8 +22,11 @@ def _single_column_indexes(schema_editor, model, column):
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, model._meta.db_table)
     return [
-        name for name, info in constraints.items()
-        if info["index"] and not info["unique"] and not info["primary_key"]
+        name
+        for name, info in constraints.items()
+        if info["index"]
+        and not info["unique"]
+        and not info["primary_key"]
         and info["columns"] == [column]
     ]
 
@@ -44,31 +47,42 @@ def create_audit_indexes(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audits', '0008_surfacing_policies_and_collision_families'),
+        ("audits", "0008_surfacing_policies_and_collision_families"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='analyzerrunrecord',
-            name='result_analyzer_idx',
+            model_name="analyzerrunrecord",
+            name="result_analyzer_idx",
         ),
         migrations.AddIndex(
-            model_name='analyzerrunrecord',
-            index=models.Index(fields=['audit', 'analyzer_id', 'surfaced'], name='result_audit_idx'),
+            model_name="analyzerrunrecord",
+            index=models.Index(
+                fields=["audit", "analyzer_id", "surfaced"], name="result_audit_idx"
+            ),
         ),
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AlterField(
-                    model_name='analyzerrunrecord',
-                    name='audit',
-                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='results', to='audits.auditrun'),
+                    model_name="analyzerrunrecord",
+                    name="audit",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="audits.auditrun",
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='traceline',
-                    name='audit',
-                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='trace_lines', to='audits.auditrun'),
+                    model_name="traceline",
+                    name="audit",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="trace_lines",
+                        to="audits.auditrun",
+                    ),
                 ),
             ],
             database_operations=[

@@ -18,7 +18,9 @@ class Migration(migrations.Migration):
                     model_name="auditrun",
                     name="id",
                     field=models.UUIDField(
-                        default=audits.ids.new_audit_id, editable=False, primary_key=True,
+                        default=audits.ids.new_audit_id,
+                        editable=False,
+                        primary_key=True,
                         serialize=False,
                     ),
                 ),

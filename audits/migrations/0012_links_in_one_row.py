@@ -15,7 +15,9 @@ def pack(apps, schema_editor):
     LinkCheck = apps.get_model("audits", "LinkCheck")
     AuditLinks = apps.get_model("audits", "AuditLinks")
     audit_ids = (
-        LinkCheck.objects.using(db).order_by("audit_id").values_list("audit_id", flat=True)
+        LinkCheck.objects.using(db)
+        .order_by("audit_id")
+        .values_list("audit_id", flat=True)
         .distinct()
     )
     pending = []
@@ -31,8 +33,10 @@ def pack(apps, schema_editor):
 def _pack(LinkCheck, AuditLinks, db, audit_ids):
     tables = {audit_id: [] for audit_id in audit_ids}
     for link in (
-        LinkCheck.objects.using(db).filter(audit_id__in=audit_ids)
-        .order_by("audit_id", "position", "id").values("audit_id", *FIELDS)
+        LinkCheck.objects.using(db)
+        .filter(audit_id__in=audit_ids)
+        .order_by("audit_id", "position", "id")
+        .values("audit_id", *FIELDS)
     ):
         tables[link.pop("audit_id")].append(link)
     AuditLinks.objects.using(db).bulk_create(
@@ -47,14 +51,14 @@ def unpack(apps, schema_editor):
     AuditLinks = apps.get_model("audits", "AuditLinks")
     for table in AuditLinks.objects.using(db).iterator(chunk_size=BATCH):
         LinkCheck.objects.using(db).bulk_create(
-            LinkCheck(audit_id=table.audit_id, position=i,
-                      **{name: link.get(name) for name in FIELDS})
+            LinkCheck(
+                audit_id=table.audit_id, position=i, **{name: link.get(name) for name in FIELDS}
+            )
             for i, link in enumerate(json.loads(table.rows))
         )
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("audits", "0011_trace_lines_without_breaks"),
     ]
@@ -63,7 +67,16 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="AuditLinks",
             fields=[
-                ("audit", models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name="link_table", serialize=False, to="audits.auditrun")),
+                (
+                    "audit",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="link_table",
+                        serialize=False,
+                        to="audits.auditrun",
+                    ),
+                ),
                 ("rows", models.TextField()),
             ],
             options={

@@ -19,7 +19,6 @@ def count_kinds(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("audits", "0012_links_in_one_row"),
     ]
@@ -28,16 +27,33 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="AnnotationKind",
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False,
-                                           verbose_name="ID")),
-                ("audit", models.ForeignKey(db_index=False,
-                                            on_delete=django.db.models.deletion.CASCADE,
-                                            related_name="annotation_kinds",
-                                            to="audits.auditrun")),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="annotation_kinds",
+                        to="audits.auditrun",
+                    ),
+                ),
                 ("type", models.CharField(max_length=100)),
-                ("severity", models.CharField(choices=[("info", "Info"), ("warning", "Warning"),
-                                                       ("critical", "Critical")],
-                                              max_length=10)),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("info", "Info"),
+                            ("warning", "Warning"),
+                            ("critical", "Critical"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
                 ("count", models.PositiveIntegerField()),
                 ("audit_created_at", models.DateTimeField(editable=False)),
             ],
@@ -45,12 +61,15 @@ class Migration(migrations.Migration):
                 "indexes": [
                     models.Index(fields=["type", "audit"], name="kind_type_idx"),
                     models.Index(fields=["severity", "audit"], name="kind_severity_idx"),
-                    models.Index(fields=["audit_created_at", "type", "severity", "count"],
-                                 name="kind_trends_idx"),
+                    models.Index(
+                        fields=["audit_created_at", "type", "severity", "count"],
+                        name="kind_trends_idx",
+                    ),
                 ],
                 "constraints": [
-                    models.UniqueConstraint(fields=("audit", "type", "severity"),
-                                            name="kind_per_audit"),
+                    models.UniqueConstraint(
+                        fields=("audit", "type", "severity"), name="kind_per_audit"
+                    ),
                 ],
             },
         ),

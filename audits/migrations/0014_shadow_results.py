@@ -6,30 +6,60 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('analyzers', '0004_candidate_configurations'),
-        ('audits', '0013_annotation_kinds'),
+        ("analyzers", "0004_candidate_configurations"),
+        ("audits", "0013_annotation_kinds"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ShadowResult',
+            name="ShadowResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('shadow', 'Shadow'), ('replay', 'Replay')], default='shadow', max_length=10)),
-                ('score', models.FloatField(blank=True, null=True)),
-                ('surfaced', models.BooleanField(default=False)),
-                ('findings', models.JSONField(blank=True, default=list)),
-                ('results', models.JSONField(blank=True, default=list)),
-                ('left_out', models.JSONField(blank=True, default=list)),
-                ('cleaned_digest', models.CharField(blank=True, default='', max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('audit', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shadow_results', to='audits.auditrun')),
-                ('candidate', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='shadow_results', to='analyzers.candidateconfig')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("shadow", "Shadow"), ("replay", "Replay")],
+                        default="shadow",
+                        max_length=10,
+                    ),
+                ),
+                ("score", models.FloatField(blank=True, null=True)),
+                ("surfaced", models.BooleanField(default=False)),
+                ("findings", models.JSONField(blank=True, default=list)),
+                ("results", models.JSONField(blank=True, default=list)),
+                ("left_out", models.JSONField(blank=True, default=list)),
+                ("cleaned_digest", models.CharField(blank=True, default="", max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "audit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="shadow_results",
+                        to="audits.auditrun",
+                    ),
+                ),
+                (
+                    "candidate",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="shadow_results",
+                        to="analyzers.candidateconfig",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('candidate', 'audit'), name='shadow_unique_per_audit')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("candidate", "audit"), name="shadow_unique_per_audit"
+                    )
+                ],
             },
         ),
     ]

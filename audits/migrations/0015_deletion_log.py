@@ -5,24 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audits', '0014_shadow_results'),
+        ("audits", "0014_shadow_results"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DeletionLog',
+            name="DeletionLog",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('actor', models.CharField(max_length=200)),
-                ('source', models.CharField(max_length=20)),
-                ('filter', models.JSONField(blank=True, default=dict)),
-                ('count', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("actor", models.CharField(max_length=200)),
+                ("source", models.CharField(max_length=20)),
+                ("filter", models.JSONField(blank=True, default=dict)),
+                ("count", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

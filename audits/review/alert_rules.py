@@ -129,7 +129,7 @@ def audit_facts(audit_id: Any) -> AuditFacts | None:
 def severities_at_or_above(minimum: str) -> tuple[str, ...]:
     if minimum not in SEVERITIES:
         return SEVERITIES
-    return SEVERITIES[SEVERITIES.index(minimum):]
+    return SEVERITIES[SEVERITIES.index(minimum) :]
 
 
 def _has_annotation_condition(rule: AlertRule) -> bool:
@@ -168,9 +168,7 @@ def matching_audits(rule: AlertRule, since: datetime) -> QuerySet[AuditRun]:
         if rule.annotation_type:
             annotations = annotations.filter(type=rule.annotation_type)
         if rule.min_severity:
-            annotations = annotations.filter(
-                severity__in=severities_at_or_above(rule.min_severity)
-            )
+            annotations = annotations.filter(severity__in=severities_at_or_above(rule.min_severity))
         if rule.analyzer_id:
             annotations = annotations.filter(analyzer_id=rule.analyzer_id)
         qs = qs.filter(Exists(annotations))
@@ -381,9 +379,7 @@ async def _post(url: str, body: bytes, timeout_s: float) -> Attempt:
         return Attempt(status, "")
     retryable = status in RETRYABLE or status >= 500
     error = f"HTTP {status}" + (" (redirects are not followed)" if 300 <= status < 400 else "")
-    return Attempt(
-        status, error, parse_retry_after(response.headers.get("retry-after")), retryable
-    )
+    return Attempt(status, error, parse_retry_after(response.headers.get("retry-after")), retryable)
 
 
 def _delay(attempt_no: int, retry_after: float | None) -> float:
@@ -459,7 +455,11 @@ def deliver(delivery_id: Any) -> AlertDelivery | None:
         try:
             delivery.save(
                 update_fields=[
-                    "status", "attempts", "last_http_status", "last_error", "history",
+                    "status",
+                    "attempts",
+                    "last_http_status",
+                    "last_error",
+                    "history",
                     "delivered_at",
                 ]
             )

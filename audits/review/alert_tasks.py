@@ -78,10 +78,6 @@ def on_recovery_started(sender: Any, **kwargs: Any) -> int:
     return recover_pending_deliveries()
 
 
-
-
-
-
 @task()
 def evaluate_alerts(audit_id: str) -> int:
     """Match a finished audit against the alert rules; queue one delivery per rule fired."""

@@ -70,7 +70,9 @@ def candidates(
 def current_claim(user, now: datetime | None = None) -> AuditRun | None:
     """The unreviewed audit this user holds a live claim on, if any."""
     now = now or timezone.now()
-    return unreviewed().filter(claimed_by=user, claimed_until__gt=now).order_by("created_at").first()
+    return (
+        unreviewed().filter(claimed_by=user, claimed_until__gt=now).order_by("created_at").first()
+    )
 
 
 def _try_claim(pk: Any, user, now: datetime) -> bool:
@@ -90,9 +92,7 @@ def _try_claim(pk: Any, user, now: datetime) -> bool:
     return bool(won)
 
 
-def claim_next(
-    user, order: str = DEFAULT_ORDER, skip_ids: Iterable[Any] = ()
-) -> AuditRun | None:
+def claim_next(user, order: str = DEFAULT_ORDER, skip_ids: Iterable[Any] = ()) -> AuditRun | None:
     """Claim (or renew) the audit this reviewer should look at now; None when none is left.
 
     The reviewer's own live claim comes first (a reload shows the same audit), unless it was
@@ -107,7 +107,9 @@ def claim_next(
     for _round in range(MAX_ROUNDS):
         pks = [
             pk
-            for pk in candidates(user, order, skip | tried, now).values_list("pk", flat=True)[:BATCH]
+            for pk in candidates(user, order, skip | tried, now).values_list("pk", flat=True)[
+                :BATCH
+            ]
         ]
         if not pks:
             break

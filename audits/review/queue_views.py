@@ -56,7 +56,8 @@ def _audit_context(run: AuditRun) -> dict[str, Any]:
     return {
         "audit": run,
         "headline": scoring.headline(
-            run, results, severities, policies.applied_thresholds(run).for_analyzer),
+            run, results, severities, policies.applied_thresholds(run).for_analyzer
+        ),
         "surfaced_results": results,
         "highlights": highlight_segments(run.response, annotations),
     }

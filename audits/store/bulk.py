@@ -27,11 +27,22 @@ from django.db import connections, router
 from django.db.models import Model
 
 # Field types whose Python values the drivers take as they are (str, int, float, bool, None).
-_PLAIN = frozenset({
-    "AutoField", "BigAutoField", "BigIntegerField", "BooleanField", "CharField",
-    "FloatField", "IntegerField", "PositiveBigIntegerField", "PositiveIntegerField",
-    "PositiveSmallIntegerField", "SmallIntegerField", "TextField",
-})
+_PLAIN = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "FloatField",
+        "IntegerField",
+        "PositiveBigIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
 
 
 def converter(field, connection):
@@ -103,12 +114,15 @@ def prepare_insert(
     if meta.pk.attname not in given and meta.pk is not meta.auto_field:
         raise ValueError(f"{model.__name__}: pass the primary key (it has no database default)")
     rest = [
-        field for field in meta.concrete_fields
+        field
+        for field in meta.concrete_fields
         if field.attname not in given and field is not meta.auto_field
     ]
     defaults = [field.get_db_prep_save(field.get_default(), connection) for field in rest]
-    converters = [None if name in prepared else converter(field, connection)
-                  for name, field in zip(columns, fields, strict=True)]
+    converters = [
+        None if name in prepared else converter(field, connection)
+        for name, field in zip(columns, fields, strict=True)
+    ]
     pairs = [(i, c) for i, c in enumerate(converters) if c is not None]
     values = []
     for row in rows:
@@ -137,7 +151,7 @@ def run_statement(statement: Statement) -> int:
         limit = connection.features.max_query_params or MAX_ROWS_PER_INSERT * len(rows[0])
         per = max(1, min(MAX_ROWS_PER_INSERT, limit // len(rows[0])))
         for start in range(0, len(rows), per):
-            chunk = rows[start:start + per]
+            chunk = rows[start : start + per]
             cursor.execute(
                 statement.sql + ", ".join([statement.row_group] * len(chunk)) + statement.tail,
                 [value for row in chunk for value in row],
@@ -145,8 +159,9 @@ def run_statement(statement: Statement) -> int:
     return len(rows)
 
 
-def insert_rows(model: type[Model], columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                **options: Any) -> int:
+def insert_rows(
+    model: type[Model], columns: Sequence[str], rows: Iterable[Sequence[Any]], **options: Any
+) -> int:
     """INSERT `rows` now (`prepare_insert` with its `using` and `prepared`, then
     `run_statement`); returns how many."""
     return run_statement(prepare_insert(model, columns, rows, **options))

@@ -175,7 +175,7 @@ class CollisionBatch:
             created = conn.ops.adapt_datetimefield_value(timezone.now())
             keys = list(self.inserted)
             for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
+                chunk = keys[start : start + 500]
                 rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
                 params: list[Any] = []
                 for key in chunk:

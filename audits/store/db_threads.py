@@ -59,7 +59,11 @@ def _tidy_connections() -> None:
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
             continue
-        if too_old or conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+        if (
+            too_old
+            or conn.in_atomic_block
+            or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]
+        ):
             conn.close()
         elif conn.errors_occurred:
             if conn.is_usable():

@@ -40,9 +40,17 @@ _IN_LINK_ROW_JSON = json.dumps({"links": IN_LINK_ROW})[1:-1]  # '"links": "@link
 
 def contract_dicts(links: Iterable[Any]) -> list[dict[str, Any]]:
     """The contract's link objects of `links` (e.g. the engine's `LinkRecord`s)."""
-    return [{"url": link.url, "label": link.label, "decision": link.decision,
-             "reason": link.reason, "http_status": link.http_status, "healthy": link.healthy}
-            for link in links]
+    return [
+        {
+            "url": link.url,
+            "label": link.label,
+            "decision": link.decision,
+            "reason": link.reason,
+            "http_status": link.http_status,
+            "healthy": link.healthy,
+        }
+        for link in links
+    ]
 
 
 def packed(links: Iterable[Any]) -> str:
@@ -55,12 +63,15 @@ def row_json(dicts: list[dict[str, Any]]) -> str:
     return json.dumps(dicts, separators=(",", ":"))
 
 
-def stored_supplementary(analyzer_id: str, supplementary: Any,
-                         links: list[dict[str, Any]]) -> Any:
+def stored_supplementary(analyzer_id: str, supplementary: Any, links: list[dict[str, Any]]) -> Any:
     """What is stored of a result's `supplementary` beside the audit's link row holding
     `links` (`contract_dicts`): the links analyzer's copy of that list is left out."""
-    if (analyzer_id == "links" and links and isinstance(supplementary, dict)
-            and supplementary.get("links") == links):
+    if (
+        analyzer_id == "links"
+        and links
+        and isinstance(supplementary, dict)
+        and supplementary.get("links") == links
+    ):
         return {**supplementary, "links": IN_LINK_ROW}
     return supplementary
 
@@ -88,8 +99,9 @@ def link_dicts(text: str | None) -> list[dict[str, Any]]:
 
 
 def stored_links(text: str | None) -> list[StoredLink]:
-    return [StoredLink._make(link.get(name) for name in StoredLink._fields)
-            for link in link_dicts(text)]
+    return [
+        StoredLink._make(link.get(name) for name in StoredLink._fields) for link in link_dicts(text)
+    ]
 
 
 def row_text(run: Any) -> str | None:

@@ -125,7 +125,5 @@ def after(qs: QuerySet, sort: str, cursor: str | None) -> QuerySet:
         return qs.filter(top_score__isnull=True).filter(_after_time(c, descending))
     beyond = Q(top_score__lt=c.score) if descending else Q(top_score__gt=c.score)
     return qs.filter(
-        beyond
-        | Q(top_score__isnull=True)
-        | (Q(top_score=c.score) & _after_time(c, descending))
+        beyond | Q(top_score__isnull=True) | (Q(top_score=c.score) & _after_time(c, descending))
     )

@@ -80,7 +80,9 @@ def metadata_filter(key: str, value: str) -> Q:
     return q
 
 
-def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -> QuerySet[AuditRun]:
+def filter_audits(
+    filters: AuditFilters, qs: QuerySet[AuditRun] | None = None
+) -> QuerySet[AuditRun]:
     qs = AuditRun.objects.all() if qs is None else qs
     f = filters
     if f.min_score is not None:
@@ -122,9 +124,7 @@ def filter_audits(filters: AuditFilters, qs: QuerySet[AuditRun] | None = None) -
         qs = qs.filter(metadata_filter(*parse_meta_filter(pair)))
     if f.q:
         qs = qs.filter(
-            Q(user_input__icontains=f.q)
-            | Q(response__icontains=f.q)
-            | Q(external_id=f.q)
+            Q(user_input__icontains=f.q) | Q(response__icontains=f.q) | Q(external_id=f.q)
         )
     return qs
 
@@ -147,10 +147,29 @@ def after_cursor(
 
 
 RUN_FIELDS = (
-    "id", "external_id", "created_at", "started_at", "finished_at", "status", "incomplete",
-    "error", "attempts", "rerun_of_id", "user_input", "response", "cleaned_response",
-    "sources", "metadata", "collision_key", "options", "threshold", "overall_score", "has_card",
-    "reviewed_at", "top_score", "top_analyzer",
+    "id",
+    "external_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "status",
+    "incomplete",
+    "error",
+    "attempts",
+    "rerun_of_id",
+    "user_input",
+    "response",
+    "cleaned_response",
+    "sources",
+    "metadata",
+    "collision_key",
+    "options",
+    "threshold",
+    "overall_score",
+    "has_card",
+    "reviewed_at",
+    "top_score",
+    "top_analyzer",
 )
 
 
@@ -176,11 +195,22 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ids = [r["id"] for r in rows]
     results: dict[Any, list[dict]] = {i: [] for i in ids}
     by_result: dict[int, dict] = {}
-    for r in AnalyzerRunRecord.objects.filter(audit_id__in=ids).order_by(
-        "audit_id", "position", "id"
-    ).values(
-        "id", "audit_id", "analyzer_id", "category", "score", "should_surface",
-        "supplementary", "status", "error", "duration_ms", "surfaced",
+    for r in (
+        AnalyzerRunRecord.objects.filter(audit_id__in=ids)
+        .order_by("audit_id", "position", "id")
+        .values(
+            "id",
+            "audit_id",
+            "analyzer_id",
+            "category",
+            "score",
+            "should_surface",
+            "supplementary",
+            "status",
+            "error",
+            "duration_ms",
+            "surfaced",
+        )
     ):
         item = {
             "analyzer_id": r["analyzer_id"],
@@ -197,19 +227,30 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_result[r["id"]] = item
         results[r["audit_id"]].append(item)
     if by_result:
-        for a in Annotation.objects.filter(audit_id__in=ids).order_by(
-            "result_id", "position", "id"
-        ).values(
-            "result_id", "id", "type", "label", "severity", "description", "evidence", "start",
-            "end",
+        for a in (
+            Annotation.objects.filter(audit_id__in=ids)
+            .order_by("result_id", "position", "id")
+            .values(
+                "result_id",
+                "id",
+                "type",
+                "label",
+                "severity",
+                "description",
+                "evidence",
+                "start",
+                "end",
+            )
         ):
             owner = by_result.get(a.pop("result_id"))
             if owner is not None:
                 owner["annotations"].append(a)
     trace: dict[Any, list[str]] = {i: [] for i in ids}
-    for audit_id, line in texts_of(TraceLine.objects.filter(audit_id__in=ids).order_by(
-        "audit_id", "position"
-    ).values_list("audit_id", "text")):
+    for audit_id, line in texts_of(
+        TraceLine.objects.filter(audit_id__in=ids)
+        .order_by("audit_id", "position")
+        .values_list("audit_id", "text")
+    ):
         trace[audit_id].append(line)
     links: dict[Any, list[dict]] = {i: [] for i in ids}
     for audit_id, text in AuditLinks.objects.filter(audit_id__in=ids).values_list(
@@ -221,9 +262,19 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if item["analyzer_id"] == "links":
                 item["supplementary"] = with_links(item["supplementary"], links[audit_id])
     reviews: dict[Any, list[dict]] = {i: [] for i in ids}
-    for review in Review.objects.filter(audit_id__in=ids).order_by("created_at", "id").values(
-        "audit_id", "id", "annotation_id", "verdict", "comment", "reviewer_name", "created_at",
-        "is_current",
+    for review in (
+        Review.objects.filter(audit_id__in=ids)
+        .order_by("created_at", "id")
+        .values(
+            "audit_id",
+            "id",
+            "annotation_id",
+            "verdict",
+            "comment",
+            "reviewer_name",
+            "created_at",
+            "is_current",
+        )
     ):
         reviews[review["audit_id"]].append(
             {

@@ -45,8 +45,11 @@ STORE_CHUNK = 8  # audits written between two looks at requests waiting for the 
 
 
 def write_reports(
-    pairs: list[tuple[AuditRun, AuditReport]], surfaced: dict[Any, list[bool]], *,
-    fresh: bool = False, collisions: CollisionBatch | None = None,
+    pairs: list[tuple[AuditRun, AuditReport]],
+    surfaced: dict[Any, list[bool]],
+    *,
+    fresh: bool = False,
+    collisions: CollisionBatch | None = None,
 ) -> None:
     """The engine's reports on `pairs` written to their runs and child rows (`surfaced`:
     each run's results' surfacing flags, decided by the caller). One statement per table
@@ -72,7 +75,7 @@ def write_reports(
         run.error = ""
     finished = _finished_update(runs, using)
     # Each statement's rows, per chunk of runs (the rows come in the runs' order).
-    chunks = [audit_ids[i:i + STORE_CHUNK] for i in range(0, len(audit_ids), STORE_CHUNK)]
+    chunks = [audit_ids[i : i + STORE_CHUNK] for i in range(0, len(audit_ids), STORE_CHUNK)]
     chunk_of = {audit_id: i // STORE_CHUNK for i, audit_id in enumerate(audit_ids)}
     pieces = [
         _rows_by_chunk(statement, chunk_of, len(chunks), key)
@@ -85,15 +88,21 @@ def write_reports(
                 collisions.flush()
             while done < len(chunks):
                 start = done * STORE_CHUNK
-                _write_chunk(runs[start:start + STORE_CHUNK], chunks[done],
-                             [piece[done] for piece in pieces], fresh, using)
+                _write_chunk(
+                    runs[start : start + STORE_CHUNK],
+                    chunks[done],
+                    [piece[done] for piece in pieces],
+                    fresh,
+                    using,
+                )
                 done += 1
                 if lock_wait.requests_waiting():
                     break
 
 
-def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[Statement],
-                 fresh: bool, using: str) -> None:
+def _write_chunk(
+    runs: list[AuditRun], audit_ids: list[Any], statements: list[Statement], fresh: bool, using: str
+) -> None:
     """The rows of a chunk of runs' reports (`store_reports`), inside its transaction."""
     if not fresh:
         # A retried run starts from a clean slate.
@@ -113,29 +122,39 @@ def _write_chunk(runs: list[AuditRun], audit_ids: list[Any], statements: list[St
     run_statement(finished)
 
 
-def _rows_by_chunk(statement: Statement, chunk_of: dict[Any, int], chunks: int,
-                   key: int) -> list[Statement]:
+def _rows_by_chunk(
+    statement: Statement, chunk_of: dict[Any, int], chunks: int, key: int
+) -> list[Statement]:
     """`statement` split into one statement per chunk (`chunk_of`: an audit id's chunk;
     `key`: the column of a row's audit id; rows in the chunks' order)."""
     of_row = [chunk_of[row[key]] for row in statement.rows]
     if of_row != sorted(of_row):  # never write a row with the wrong chunk
         raise ValueError("rows are not in the runs' order")
     bounds = [bisect.bisect_left(of_row, i) for i in range(chunks + 1)]
-    return [statement.with_rows(statement.rows[start:end])
-            for start, end in itertools.pairwise(bounds)]
+    return [
+        statement.with_rows(statement.rows[start:end]) for start, end in itertools.pairwise(bounds)
+    ]
 
 
 def _report_rows(
-    pairs: list[tuple[AuditRun, AuditReport]], surfaced: dict[Any, list[bool]], using: str,
+    pairs: list[tuple[AuditRun, AuditReport]],
+    surfaced: dict[Any, list[bool]],
+    using: str,
 ) -> tuple[list[Any], Statement, Statement, Statement, Statement, Statement]:
     """The stored audit ids and the INSERTs of the reports' results, annotations, their
     kinds, trace lines and links, built before the transaction (its write lock holds the
     other writers and the requests). An annotation's `result_id` is its result's (audit
     id, position) until the new results' ids are read."""
     # Each audit's id and creation time converted once, not once per row and table.
-    keys = [(run, report, db_value(AuditRun, "id", run.pk, using=using),
-             db_value(AuditRun, "created_at", run.created_at, using=using))
-            for run, report in pairs]
+    keys = [
+        (
+            run,
+            report,
+            db_value(AuditRun, "id", run.pk, using=using),
+            db_value(AuditRun, "created_at", run.created_at, using=using),
+        )
+        for run, report in pairs
+    ]
     results: list[tuple[Any, ...]] = []
     annotations: list[tuple[Any, ...]] = []
     kinds: list[tuple[Any, ...]] = []
@@ -149,48 +168,110 @@ def _report_rows(
         shown = surfaced[run.pk]
         for i, r in enumerate(report.results):
             results.append(
-                (audit_id, i, r.analyzer_id, r.category, r.status, r.error, r.duration_ms,
-                 r.score, r.should_surface, shown[i],
-                 link_rows.stored_supplementary(r.analyzer_id, r.supplementary, table),
-                 created_at))
+                (
+                    audit_id,
+                    i,
+                    r.analyzer_id,
+                    r.category,
+                    r.status,
+                    r.error,
+                    r.duration_ms,
+                    r.score,
+                    r.should_surface,
+                    shown[i],
+                    link_rows.stored_supplementary(r.analyzer_id, r.supplementary, table),
+                    created_at,
+                )
+            )
             annotations.extend(
-                (audit_id, (audit_id, i), j, r.analyzer_id, a.type, a.label, a.severity,
-                 a.description, a.evidence, a.start, a.end, created_at)
+                (
+                    audit_id,
+                    (audit_id, i),
+                    j,
+                    r.analyzer_id,
+                    a.type,
+                    a.label,
+                    a.severity,
+                    a.description,
+                    a.evidence,
+                    a.start,
+                    a.end,
+                    created_at,
+                )
                 for j, a in enumerate(r.annotations)
             )
         counted = AnnotationKind.counted(a for r in report.results for a in r.annotations)
-        kinds.extend((audit_id, type_, severity, n, created_at)
-                     for (type_, severity), n in counted.items())
+        kinds.extend(
+            (audit_id, type_, severity, n, created_at) for (type_, severity), n in counted.items()
+        )
         if report.trace:  # one row: audits.store.trace_rows
             trace.append((audit_id, 0, packed(report.trace)))
     return (
         [audit_id for _, _, audit_id, _ in keys],
-        prepare_insert(AnalyzerRunRecord, RESULT_COLUMNS, results, using=using,
-                       prepared=PREPARED),
-        prepare_insert(Annotation, ANNOTATION_COLUMNS, annotations, using=using,
-                       prepared=(*PREPARED, "result_id")),
-        prepare_insert(AnnotationKind, ("audit_id", "type", "severity", "count",
-                                        "audit_created_at"), kinds, using=using,
-                       prepared=PREPARED),
-        prepare_insert(TraceLine, ("audit_id", "position", "text"), trace, using=using,
-                       prepared=PREPARED),
-        prepare_insert(AuditLinks, ("audit_id", "rows"), links, using=using,
-                       prepared=("audit_id",)),
+        prepare_insert(AnalyzerRunRecord, RESULT_COLUMNS, results, using=using, prepared=PREPARED),
+        prepare_insert(
+            Annotation,
+            ANNOTATION_COLUMNS,
+            annotations,
+            using=using,
+            prepared=(*PREPARED, "result_id"),
+        ),
+        prepare_insert(
+            AnnotationKind,
+            ("audit_id", "type", "severity", "count", "audit_created_at"),
+            kinds,
+            using=using,
+            prepared=PREPARED,
+        ),
+        prepare_insert(
+            TraceLine, ("audit_id", "position", "text"), trace, using=using, prepared=PREPARED
+        ),
+        prepare_insert(
+            AuditLinks, ("audit_id", "rows"), links, using=using, prepared=("audit_id",)
+        ),
     )
 
 
 PREPARED = ("audit_id", "audit_created_at")  # converted once per audit (db_value)
 RESULT_COLUMNS = (
-    "audit_id", "position", "analyzer_id", "category", "status", "error", "duration_ms",
-    "score", "should_surface", "surfaced", "supplementary", "audit_created_at",
+    "audit_id",
+    "position",
+    "analyzer_id",
+    "category",
+    "status",
+    "error",
+    "duration_ms",
+    "score",
+    "should_surface",
+    "surfaced",
+    "supplementary",
+    "audit_created_at",
 )
 ANNOTATION_COLUMNS = (
-    "audit_id", "result_id", "position", "analyzer_id", "type", "label", "severity",
-    "description", "evidence", "start", "end", "audit_created_at",
+    "audit_id",
+    "result_id",
+    "position",
+    "analyzer_id",
+    "type",
+    "label",
+    "severity",
+    "description",
+    "evidence",
+    "start",
+    "end",
+    "audit_created_at",
 )
 _FINISHED_FIELDS = (
-    "cleaned_response", "threshold", "overall_score", "has_card", "top_score", "top_analyzer",
-    "surfacing_policy", "status", "finished_at", "error",
+    "cleaned_response",
+    "threshold",
+    "overall_score",
+    "has_card",
+    "top_score",
+    "top_analyzer",
+    "surfacing_policy",
+    "status",
+    "finished_at",
+    "error",
     "started_at",  # the start again (heartbeats refreshed it while running)
 )
 
@@ -224,12 +305,17 @@ def _finished_update(runs: list[AuditRun], using: str) -> Statement:
         # back and forth once per run while the write lock is held (see audits.store.bulk).
         sets = ", ".join(f"{quote(f.column)} = v.column{i}" for i, f in enumerate(fields, 1))
         return Statement(
-            f"UPDATE {table} SET {sets} FROM (VALUES ", _finished_rows(runs, fields, connection),
-            using, row_group=row_group(len(fields) + 1),
+            f"UPDATE {table} SET {sets} FROM (VALUES ",
+            _finished_rows(runs, fields, connection),
+            using,
+            row_group=row_group(len(fields) + 1),
             tail=f") AS v WHERE {table}.{pk} = v.column{len(fields) + 1}",
         )
-    sql = (f"UPDATE {table} SET " + ", ".join(f"{quote(f.column)} = %s" for f in fields)
-           + f" WHERE {pk} = %s")
+    sql = (
+        f"UPDATE {table} SET "
+        + ", ".join(f"{quote(f.column)} = %s" for f in fields)
+        + f" WHERE {pk} = %s"
+    )
     return Statement(sql, _finished_rows(runs, fields, connection), using)
 
 
@@ -239,9 +325,12 @@ def _finished_rows(runs: list[AuditRun], fields: list[Any], connection: Any) -> 
     # value (the batch's finish time) once.
     converters = [converter(f, connection) for f in [*fields, AuditRun._meta.pk]]
     rows = [
-        [value if convert is None else convert(value)
-         for value, convert in zip(
-             [*(getattr(run, f.attname) for f in fields), run.pk], converters, strict=True)]
+        [
+            value if convert is None else convert(value)
+            for value, convert in zip(
+                [*(getattr(run, f.attname) for f in fields), run.pk], converters, strict=True
+            )
+        ]
         for run in runs
     ]
     return rows
@@ -252,6 +341,12 @@ def mark_failed(run_id: Any, error: str) -> None:
         status=AuditRun.Status.FAILED, error=error[:10_000], finished_at=timezone.now()
     )
     publish(
-        {"type": "audit_finished", "audit_id": str(run_id), "status": "failed",
-         "overall_score": None, "has_card": False, "error": error[:500]}
+        {
+            "type": "audit_finished",
+            "audit_id": str(run_id),
+            "status": "failed",
+            "overall_score": None,
+            "has_card": False,
+            "error": error[:500],
+        }
     )

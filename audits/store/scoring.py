@@ -74,4 +74,3 @@ def headline(
         worst = max(severities, key=lambda s: SEVERITY_RANK.get(s, 0), default="info")
         tone = SEVERITY_TONES.get(worst, "score-info")
     return Headline(run.top_score, run.top_analyzer, forced_by(surfaced, threshold_for), tone)
-

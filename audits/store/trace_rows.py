@@ -73,11 +73,11 @@ def first_lines(rows: QuerySet, limit: int) -> list[Line]:
 def lines_after(rows: QuerySet, after: int, limit: int) -> list[Line]:
     """At most `limit` lines of an audit's rows after position `after`, in order: those of
     the rows that start after it, and the rest of the row it falls in."""
-    before = rows.filter(position__lte=after).order_by("-position").values_list(
-        "position", "text"
-    )[:1]
-    later = rows.filter(position__gt=after).order_by("position").values_list(
-        "position", "text"
-    )[:limit]
+    before = (
+        rows.filter(position__lte=after).order_by("-position").values_list("position", "text")[:1]
+    )
+    later = (
+        rows.filter(position__gt=after).order_by("position").values_list("position", "text")[:limit]
+    )
     lines = (line for line in lines_of([*before, *later]) if line.position > after)
     return list(islice(lines, limit))

@@ -46,9 +46,10 @@ def record_review(
         audit = AuditRun.objects.select_for_update().only("pk").filter(pk=audit_id).first()
         if audit is None:
             raise AuditRun.DoesNotExist(audit_id)
-        if annotation_id is not None and not Annotation.objects.filter(
-            pk=annotation_id, audit_id=audit.pk
-        ).exists():
+        if (
+            annotation_id is not None
+            and not Annotation.objects.filter(pk=annotation_id, audit_id=audit.pk).exists()
+        ):
             raise ReviewError(f"annotation {annotation_id} is not part of audit {audit.pk}")
         Review.objects.filter(
             audit_id=audit.pk, annotation_id=annotation_id, is_current=True
@@ -83,10 +84,7 @@ def reviewer_name(user=None, api_key=None) -> str:
 
 def current_verdicts(audit_id: Any) -> dict[int | None, Review]:
     """The current verdict per target of one audit: `None` is the whole audit."""
-    return {
-        r.annotation_id: r
-        for r in Review.objects.filter(audit_id=audit_id, is_current=True)
-    }
+    return {r.annotation_id: r for r in Review.objects.filter(audit_id=audit_id, is_current=True)}
 
 
 def review_to_dict(review: Review) -> dict[str, Any]:

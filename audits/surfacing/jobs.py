@@ -113,10 +113,14 @@ def _after_threshold_commit() -> None:
 
 def requeue_abandoned(**kwargs: Any) -> int:
     """At recovery start: queue again the active jobs a dead process left behind."""
-    stalled = ResurfaceJob.objects.filter(
-        status__in=[ResurfaceJob.Status.PENDING, ResurfaceJob.Status.RUNNING],
-        updated_at__lt=timezone.now() - STALL_AFTER,
-    ).order_by("-id").first()
+    stalled = (
+        ResurfaceJob.objects.filter(
+            status__in=[ResurfaceJob.Status.PENDING, ResurfaceJob.Status.RUNNING],
+            updated_at__lt=timezone.now() - STALL_AFTER,
+        )
+        .order_by("-id")
+        .first()
+    )
     if stalled is None or ResurfaceJob.objects.filter(pk__gt=stalled.pk).exists():
         return 0
     enqueue(stalled.pk)
@@ -136,8 +140,12 @@ def run_job(job_id: int) -> str:
     now = timezone.now()
     total = staleness(policy).count
     ResurfaceJob.objects.filter(pk=job.pk).update(
-        status=ResurfaceJob.Status.RUNNING, started_at=now, updated_at=now, total=total,
-        processed=0, changed=0,
+        status=ResurfaceJob.Status.RUNNING,
+        started_at=now,
+        updated_at=now,
+        total=total,
+        processed=0,
+        changed=0,
     )
     thresholds = thresholds_of(policy)
     try:
@@ -191,9 +199,7 @@ def _stale_batch(
     )
     params: list[Any] = []
     if after is not None:
-        sql += (
-            f" WHERE {q('created_at')} <= %s AND ({q('created_at')} < %s OR {q('id')} < %s)"
-        )
+        sql += f" WHERE {q('created_at')} <= %s AND ({q('created_at')} < %s OR {q('id')} < %s)"
         params = [after[0], after[0], after[1]]
     sql += f" ORDER BY {q('created_at')} DESC, {q('id')} DESC LIMIT %s"
     with _connection().cursor() as cursor:
@@ -256,7 +262,9 @@ def _update(cursor, table: str, sets: dict[str, Any], ids: list[Any]) -> None:
 
 
 def _resurface_batch(
-    job: ResurfaceJob, policy: SurfacingPolicy, thresholds: Thresholds,
+    job: ResurfaceJob,
+    policy: SurfacingPolicy,
+    thresholds: Thresholds,
     rows: list[tuple[Any, dict, bool]],
 ) -> bool:
     """Re-surface one batch; False (nothing written) when a newer job exists."""
@@ -267,7 +275,9 @@ def _resurface_batch(
     to_false: list[int] = []
     for pk, key, analyzer_id, status, score, should_surface, old in _result_rows(list(own)):
         new = own[key].surfaced(
-            analyzer_id=analyzer_id, status=status, score=score,
+            analyzer_id=analyzer_id,
+            status=status,
+            score=score,
             should_surface=bool(should_surface),
         )
         if new:
@@ -290,7 +300,8 @@ def _resurface_batch(
         _update(cursor, results, {"surfaced": True}, to_true)
         _update(cursor, results, {"surfaced": False}, to_false)
         ResurfaceJob.objects.filter(pk=job.pk).update(
-            processed=F("processed") + len(rows), changed=F("changed") + len(gained) + len(lost),
+            processed=F("processed") + len(rows),
+            changed=F("changed") + len(gained) + len(lost),
             updated_at=timezone.now(),
         )
     return True

@@ -58,7 +58,9 @@ def apply_current(run: AuditRun, results: list[Any], policy: SurfacingPolicy) ->
     thresholds = thresholds_of(policy).with_options(run.options)
     flags = [
         thresholds.surfaced(
-            analyzer_id=r.analyzer_id, status=r.status, score=r.score,
+            analyzer_id=r.analyzer_id,
+            status=r.status,
+            score=r.score,
             should_surface=r.should_surface,
         )
         for r in results

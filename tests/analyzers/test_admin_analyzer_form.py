@@ -46,8 +46,15 @@ def form_data(page: str) -> dict[str, str]:
 def test_redflag_shows_one_field_per_setting_with_default_and_help(admin_client):
     config = AnalyzerConfig.objects.create(analyzer_id="redflag", settings={"max_chars": 100})
     page = admin_client.get(change_url(config)).content.decode()
-    for key in ("max_chars", "max_tokens", "token_spike_threshold", "require_json",
-                "required_fields", "detect_self_contradiction", "track_collisions"):
+    for key in (
+        "max_chars",
+        "max_tokens",
+        "token_spike_threshold",
+        "require_json",
+        "required_fields",
+        "detect_self_contradiction",
+        "track_collisions",
+    ):
         assert f'name="setting__{key}"' in page, key
     assert 'name="threshold"' in page
     assert re.search(r'name="setting__max_chars"[^>]*value="100"', page)  # the stored value
@@ -68,15 +75,25 @@ def test_saving_the_form_untouched_keeps_the_settings_as_they_were(admin_client)
 def test_changed_fields_are_stored_with_their_types(admin_client):
     config = AnalyzerConfig.objects.create(analyzer_id="redflag", settings={})
     data = form_data(admin_client.get(change_url(config)).content.decode())
-    data.update({"setting__require_json": "true", "setting__required_fields": "move\nnext.peg\n",
-                 "setting__max_tokens": "", "threshold": "0.45", "setting__track_collisions": "false",
-                 "setting__detect_self_contradiction": "true"})  # the default: not stored
+    data.update(
+        {
+            "setting__require_json": "true",
+            "setting__required_fields": "move\nnext.peg\n",
+            "setting__max_tokens": "",
+            "threshold": "0.45",
+            "setting__track_collisions": "false",
+            "setting__detect_self_contradiction": "true",
+        }
+    )  # the default: not stored
     r = admin_client.post(change_url(config), data)
     assert r.status_code == 302, r.content.decode()[:3000]
     config.refresh_from_db()
     assert config.settings == {
-        "require_json": True, "required_fields": ["move", "next.peg"], "max_tokens": None,
-        "track_collisions": False, "threshold": 0.45,
+        "require_json": True,
+        "required_fields": ["move", "next.peg"],
+        "max_tokens": None,
+        "track_collisions": False,
+        "threshold": 0.45,
     }
     assert ConfigChange.objects.filter(summary__contains="analyzers.redflag").exists()
 
@@ -88,7 +105,7 @@ def test_invalid_values_are_refused_on_their_field(admin_client):
     r = admin_client.post(change_url(config), data)
     assert r.status_code == 200
     page = r.content.decode()
-    assert re.search(r'errorlist[^<]*<li>[^<]*(less than or equal to 10)', page)
+    assert re.search(r"errorlist[^<]*<li>[^<]*(less than or equal to 10)", page)
     config.refresh_from_db()
     assert config.settings == {}
 
@@ -117,8 +134,9 @@ def test_prompt_leak_patterns_stay_on_their_own_screen(admin_client):
 
 
 def test_a_custom_judge_has_the_threshold_field(admin_client):
-    CustomJudge.objects.create(analyzer_id="politeness", name="Politeness",
-                               prompt_template="Rate $response")
+    CustomJudge.objects.create(
+        analyzer_id="politeness", name="Politeness", prompt_template="Rate $response"
+    )
     config = AnalyzerConfig.objects.create(analyzer_id="politeness", settings={})
     page = admin_client.get(change_url(config)).content.decode()
     assert 'name="threshold"' in page
@@ -126,7 +144,9 @@ def test_a_custom_judge_has_the_threshold_field(admin_client):
 
 def test_a_custom_judge_form_has_one_field_per_mapping_key(admin_client):
     judge = CustomJudge.objects.create(
-        analyzer_id="politeness", name="Politeness", prompt_template="Rate $response",
+        analyzer_id="politeness",
+        name="Politeness",
+        prompt_template="Rate $response",
         mapping={"score_field": "risk", "score_scale": 10},
     )
     url = f"/admin/analyzers/customjudge/{judge.pk}/change/"

@@ -37,8 +37,9 @@ def test_import_stores_every_section_in_its_table(tmp_path):
     assert GlobalSettings.load().threshold == 0.3
     assert list(AllowedHost.objects.values_list("host", flat=True)) == sample()["allowed_hosts"]
     assert KnownCustomer.objects.get(slug="pccomponentes").aliases == ["PC Componentes"]
-    assert list(PromptLeakPattern.objects.values_list("pattern", flat=True)) == (
-        sample()["analyzers"]["prompt_leak"]["patterns"]
+    assert (
+        list(PromptLeakPattern.objects.values_list("pattern", flat=True))
+        == (sample()["analyzers"]["prompt_leak"]["patterns"])
     )
     assert AnalyzerConfig.objects.get(analyzer_id="links").settings["check_health"] is False
     assert "patterns" not in AnalyzerConfig.objects.get(analyzer_id="prompt_leak").settings
@@ -142,9 +143,15 @@ def test_llm_never_stores_a_key_only_the_env_var_name():
 def test_custom_judges_round_trip():
     data = sample()
     data["custom_judges"] = [
-        {"analyzer_id": "politeness", "name": "Politeness", "category": "communication",
-         "prompt_template": "Is this polite? {response}", "mapping": {}, "enabled": True,
-         "settings": {}}
+        {
+            "analyzer_id": "politeness",
+            "name": "Politeness",
+            "category": "communication",
+            "prompt_template": "Is this polite? {response}",
+            "mapping": {},
+            "enabled": True,
+            "settings": {},
+        }
     ]
     save_config(data, actor="test")
     assert export_config()["custom_judges"] == data["custom_judges"]
@@ -230,8 +237,9 @@ class TestUnknownAnalyzers:
     def test_a_custom_judge_of_the_same_file_is_known(self, api_client, admin_key):
         data = sample()
         data["analyzers"]["legal"] = {"enabled": False}
-        data["custom_judges"] = [{"analyzer_id": "legal", "name": "Legal",
-                                  "prompt_template": "Rate $response"}]
+        data["custom_judges"] = [
+            {"analyzer_id": "legal", "name": "Legal", "prompt_template": "Rate $response"}
+        ]
         assert api_client.put("/api/config", data, key=admin_key).status_code == 200
 
     def test_the_admin_refuses_an_unknown_analyzer(self, staff_user):
@@ -239,9 +247,10 @@ class TestUnknownAnalyzers:
 
         client = Client()
         client.force_login(staff_user)
-        page = client.post("/admin/analyzers/analyzerconfig/add/",
-                           {"analyzer_id": "nope", "enabled": "on", "position": "0",
-                            "settings": "{}"})
+        page = client.post(
+            "/admin/analyzers/analyzerconfig/add/",
+            {"analyzer_id": "nope", "enabled": "on", "position": "0", "settings": "{}"},
+        )
         assert page.status_code == 200
         assert "unknown analyzer" in str(page.context["adminform"].form.errors["analyzer_id"])
         assert not AnalyzerConfig.objects.filter(analyzer_id="nope").exists()

@@ -66,13 +66,24 @@ def test_a_judge_audits_through_the_configured_model(staff_user, monkeypatch, se
         save_config(config, actor="test")
         monkeypatch.setenv("AUDITOR_LLM_API_KEY", "sk-test")
         server.enqueue(
-            Reply(content={"risk": 8, "summary": "Promises an outcome.",
-                           "issues": [{"type": "guarantee", "severity": "critical",
-                                       "description": "Guarantees a legal result.",
-                                       "evidence": "you will win"}]})
+            Reply(
+                content={
+                    "risk": 8,
+                    "summary": "Promises an outcome.",
+                    "issues": [
+                        {
+                            "type": "guarantee",
+                            "severity": "critical",
+                            "description": "Guarantees a legal result.",
+                            "evidence": "you will win",
+                        }
+                    ],
+                }
+            )
         )
-        run = submit_audit(user_input="Will I win my case?", response="Yes, you will win.",
-                           enqueue=False)
+        run = submit_audit(
+            user_input="Will I win my case?", response="Yes, you will win.", enqueue=False
+        )
         execute_run(run.pk)
         [request] = server.requests
     run.refresh_from_db()
@@ -80,6 +91,9 @@ def test_a_judge_audits_through_the_configured_model(staff_user, monkeypatch, se
     assert result.status == "ok" and result.score == pytest.approx(0.8) and result.surfaced
     annotation = result.annotations.get()
     assert (annotation.type, annotation.severity, annotation.evidence) == (
-        "guarantee", "critical", "you will win")
+        "guarantee",
+        "critical",
+        "you will win",
+    )
     assert "Yes, you will win." in str(request.json["messages"])
     assert request.headers.get("Authorization") == "Bearer sk-test"

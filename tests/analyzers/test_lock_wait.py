@@ -51,8 +51,7 @@ def test_a_transaction_gives_up_at_its_bound_and_other_statements_keep_theirs():
     thread.start()
     holding.wait(5)
     began = time.monotonic()
-    with (pytest.raises(OperationalError, match="locked"), waiting_at_most(60),
-          transaction.atomic()):
+    with pytest.raises(OperationalError, match="locked"), waiting_at_most(60), transaction.atomic():
         AuditRun.objects.create(user_input="q", response="r")
     waited = time.monotonic() - began
     assert 0.055 <= waited < 0.4
@@ -107,9 +106,7 @@ def test_a_request_waiting_for_the_lock_is_counted_where_the_analysis_sees_it(sh
     assert seen == [1, 0]
 
 
-def test_an_analysis_process_lets_waiting_requests_go_first_for_a_bounded_time(
-    shared, monkeypatch
-):
+def test_an_analysis_process_lets_waiting_requests_go_first_for_a_bounded_time(shared, monkeypatch):
     from analyzers import lock_wait
 
     monkeypatch.setattr(lock_wait, "_deferring", True)

@@ -19,16 +19,23 @@ def with_proxy(**proxy):
 
 
 def test_the_defaults_are_exported(db):
-    assert export_config()["proxy"] == {"base_url": None, "api_key_env": "AUDITOR_UPSTREAM_API_KEY",
-                                        "timeout_s": 60.0, "mode": "clean",
-                                        "extra_text": "audit", "max_held_bytes": 1_000_000}
+    assert export_config()["proxy"] == {
+        "base_url": None,
+        "api_key_env": "AUDITOR_UPSTREAM_API_KEY",
+        "timeout_s": 60.0,
+        "mode": "clean",
+        "extra_text": "audit",
+        "max_held_bytes": 1_000_000,
+    }
 
 
 def test_a_saved_section_round_trips(db):
-    save_config(with_proxy(base_url="https://api.openai.com/v1", mode="observe", timeout_s=12),
-                actor="test")
-    assert load_proxy_config() == ProxyConfig(base_url="https://api.openai.com/v1",
-                                              mode="observe", timeout_s=12)
+    save_config(
+        with_proxy(base_url="https://api.openai.com/v1", mode="observe", timeout_s=12), actor="test"
+    )
+    assert load_proxy_config() == ProxyConfig(
+        base_url="https://api.openai.com/v1", mode="observe", timeout_s=12
+    )
     exported = export_config()
     save_config(exported, actor="test")
     assert export_config() == exported
@@ -47,9 +54,17 @@ def test_the_operator_can_allow_other_key_variables(db, settings):
     assert load_proxy_config().api_key_env == "OPENAI_API_KEY"
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "http://10.0.0.5/v1",
-                                 "http://localhost/v1", "http://169.254.169.254/latest",
-                                 "ftp://api.example.com/v1", "https://user:pw@api.example.com/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/v1",
+        "http://10.0.0.5/v1",
+        "http://localhost/v1",
+        "http://169.254.169.254/latest",
+        "ftp://api.example.com/v1",
+        "https://user:pw@api.example.com/v1",
+    ],
+)
 def test_private_or_odd_upstream_urls_are_refused(db, url):
     with pytest.raises(ConfigError) as caught:
         save_config(with_proxy(base_url=url), actor="test")
@@ -68,8 +83,9 @@ def test_a_bad_mode_is_refused(db):
     assert "proxy.mode" in caught.value.errors
 
 
-@pytest.mark.parametrize(("name", "value"), [("extra_text", "relay"), ("max_held_bytes", 10),
-                                             ("max_held_bytes", 10**9)])
+@pytest.mark.parametrize(
+    ("name", "value"), [("extra_text", "relay"), ("max_held_bytes", 10), ("max_held_bytes", 10**9)]
+)
 def test_extra_text_and_the_held_bytes_bound_are_validated(db, name, value):
     with pytest.raises(ConfigError) as caught:
         save_config(with_proxy(**{name: value}), actor="test")
@@ -97,10 +113,19 @@ def test_the_admin_edits_the_section(admin_client):
     url = "/admin/analyzers/globalsettings/1/change/"
     page = admin_client.get(url)
     assert b"proxy_base_url" in page.content
-    form = {"threshold": "0.3", "max_concurrency": "4", "analyzer_timeout_s": "10", "extra": "{}",
-            "otel_trace_url_template": "", "proxy_base_url": "https://api.openai.com/v1",
-            "proxy_api_key_env": "AUDITOR_UPSTREAM_KEY", "proxy_timeout_s": "30",
-            "proxy_mode": "observe", "proxy_extra_text": "drop", "proxy_max_held_bytes": "50000"}
+    form = {
+        "threshold": "0.3",
+        "max_concurrency": "4",
+        "analyzer_timeout_s": "10",
+        "extra": "{}",
+        "otel_trace_url_template": "",
+        "proxy_base_url": "https://api.openai.com/v1",
+        "proxy_api_key_env": "AUDITOR_UPSTREAM_KEY",
+        "proxy_timeout_s": "30",
+        "proxy_mode": "observe",
+        "proxy_extra_text": "drop",
+        "proxy_max_held_bytes": "50000",
+    }
     response = admin_client.post(url, form)
     assert response.status_code == 302, response.content[:2000]
     config = load_proxy_config()

@@ -49,8 +49,11 @@ def error_paths(response) -> set[str]:
 
 
 def test_the_reported_attack_is_a_422_naming_both_fields(api_client, admin_key):
-    r = put(api_client, admin_key, with_llm(
-        base_url="http://127.0.0.1:8999/v1", model="m", api_key_env="DATABASE_URL"))
+    r = put(
+        api_client,
+        admin_key,
+        with_llm(base_url="http://127.0.0.1:8999/v1", model="m", api_key_env="DATABASE_URL"),
+    )
     assert r.status_code == 422
     assert error_paths(r) == {"llm.base_url", "llm.api_key_env"}
     assert LLMProvider.load().api_key_env == "AUDITOR_LLM_API_KEY"
@@ -94,8 +97,12 @@ def test_a_local_model_server_is_an_explicit_setting(api_client, admin_key, sett
     assert put(api_client, admin_key, config).status_code == 422
     settings.AUDITOR_LLM_ALLOW_PRIVATE = True
     assert put(api_client, admin_key, config).status_code == 200
-    assert put(api_client, admin_key, with_llm(
-        base_url="https://api.example.com/v1", model="m")).status_code == 200
+    assert (
+        put(
+            api_client, admin_key, with_llm(base_url="https://api.example.com/v1", model="m")
+        ).status_code
+        == 200
+    )
 
 
 def test_import_config_refuses_a_secret_key_variable(tmp_path):
@@ -108,10 +115,18 @@ def test_import_config_refuses_a_secret_key_variable(tmp_path):
 def test_the_admin_form_refuses_them_too(staff_user):
     client = Client()
     client.force_login(staff_user)
-    page = client.post("/admin/analyzers/llmprovider/add/", {
-        "base_url": "http://127.0.0.1:8999/v1", "model": "m", "api_key_env": "DATABASE_URL",
-        "timeout_s": "30", "max_concurrency": "4", "max_retries": "3", "extra": "{}",
-    })
+    page = client.post(
+        "/admin/analyzers/llmprovider/add/",
+        {
+            "base_url": "http://127.0.0.1:8999/v1",
+            "model": "m",
+            "api_key_env": "DATABASE_URL",
+            "timeout_s": "30",
+            "max_concurrency": "4",
+            "max_retries": "3",
+            "extra": "{}",
+        },
+    )
     assert page.status_code == 200  # the form again, with errors
     errors = page.context["adminform"].form.errors
     assert set(errors) == {"base_url", "api_key_env"}
@@ -127,8 +142,11 @@ def judged_audit(server, *, api_key_env: str):
         pk=1, defaults={"base_url": server.base_url, "model": "judge", "api_key_env": api_key_env}
     )
     CustomJudge.objects.create(
-        analyzer_id="judge", name="Judge", category="compliance",
-        prompt_template="Rate: $response", mapping={"score_field": "risk"},
+        analyzer_id="judge",
+        name="Judge",
+        category="compliance",
+        prompt_template="Rate: $response",
+        mapping={"score_field": "risk"},
     )
     for analyzer_id in ("bias", "tone"):  # only the judge calls the model
         AnalyzerConfig.objects.create(analyzer_id=analyzer_id, enabled=False)
@@ -171,8 +189,7 @@ def test_an_allowed_local_model_is_called_with_its_key(settings, monkeypatch):
 
 def with_validators(paths: list[str]) -> dict:
     config = export_config()
-    config["analyzers"]["redflag"] = {**config["analyzers"].get("redflag", {}),
-                                      "validators": paths}
+    config["analyzers"]["redflag"] = {**config["analyzers"].get("redflag", {}), "validators": paths}
     return config
 
 
@@ -192,10 +209,15 @@ def test_validators_under_the_allowed_modules_are_accepted(api_client, admin_key
 def test_the_admin_refuses_a_validator_outside_the_allowed_modules(staff_user):
     client = Client()
     client.force_login(staff_user)
-    page = client.post("/admin/analyzers/analyzerconfig/add/", {
-        "analyzer_id": "redflag", "enabled": "on", "position": "0",
-        "settings": json.dumps({"validators": ["os.system"]}),
-    })
+    page = client.post(
+        "/admin/analyzers/analyzerconfig/add/",
+        {
+            "analyzer_id": "redflag",
+            "enabled": "on",
+            "position": "0",
+            "settings": json.dumps({"validators": ["os.system"]}),
+        },
+    )
     assert page.status_code == 200
     assert "AUDITOR_VALIDATOR_MODULES" in str(page.context["adminform"].form.errors)
 
@@ -225,8 +247,7 @@ def test_a_stored_validator_outside_the_allowed_modules_is_never_imported(settin
 def test_validators_in_per_audit_options_are_a_422(api_client, ingest_key):
     r = api_client.post(
         "/api/audits",
-        {"user_input": "q", "response": "a",
-         "options": {"redflag": {"validators": ["os.system"]}}},
+        {"user_input": "q", "response": "a", "options": {"redflag": {"validators": ["os.system"]}}},
         key=ingest_key,
     )
     assert r.status_code == 422

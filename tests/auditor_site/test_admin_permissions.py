@@ -20,7 +20,8 @@ pytestmark = pytest.mark.django_db
 def staff_with(django_user_model, client, *codenames: str):
     """A logged-in client of a staff user (not superuser) holding exactly `codenames`."""
     user = django_user_model.objects.create_user(
-        f"staff-{len(codenames)}-{'-'.join(codenames)}"[:150], password="pw-1234567",
+        f"staff-{len(codenames)}-{'-'.join(codenames)}"[:150],
+        password="pw-1234567",
         is_staff=True,
     )
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
@@ -50,11 +51,13 @@ def run_action(client, path: str, action: str, pk) -> None:
 
 def test_a_view_only_staff_user_sees_the_lists_but_no_actions(viewer, rule, read_key):
     make_audit(results=[result("redflag", 0.9)])
-    for path, action in [("/admin/audits/auditrun/", "rerun"),
-                         ("/admin/audits/alertrule/", "send_test_alert"),
-                         ("/admin/audits/alertrule/", "enable"),
-                         ("/admin/audits/alertrule/", "disable"),
-                         ("/admin/analyzers/apikey/", "revoke")]:
+    for path, action in [
+        ("/admin/audits/auditrun/", "rerun"),
+        ("/admin/audits/alertrule/", "send_test_alert"),
+        ("/admin/audits/alertrule/", "enable"),
+        ("/admin/audits/alertrule/", "disable"),
+        ("/admin/analyzers/apikey/", "revoke"),
+    ]:
         page = viewer.get(path)
         assert page.status_code == 200, path
         assert f'value="{action}"' not in page.content.decode(), (path, action)
@@ -88,8 +91,9 @@ def test_a_view_only_staff_user_cannot_run_any_admin_action(
 def test_staff_with_the_right_permissions_run_the_actions(
     client, django_user_model, rule, read_key, django_capture_on_commit_callbacks
 ):
-    editor = staff_with(django_user_model, client, *VIEW_ONLY, "add_auditrun",
-                        "change_alertrule", "change_apikey")
+    editor = staff_with(
+        django_user_model, client, *VIEW_ONLY, "add_auditrun", "change_alertrule", "change_apikey"
+    )
     original = make_audit(results=[result("redflag", 0.9)])
     with django_capture_on_commit_callbacks(execute=True):
         run_action(editor, "/admin/audits/auditrun/", "rerun", original.pk)

@@ -19,8 +19,18 @@ def admin_client(client, staff_user):
 
 
 def test_every_configuration_screen_renders(admin_client):
-    for name in ("globalsettings", "brand", "llmprovider", "analyzerconfig", "allowedhost",
-                 "knowncustomer", "promptleakpattern", "customjudge", "configchange", "apikey"):
+    for name in (
+        "globalsettings",
+        "brand",
+        "llmprovider",
+        "analyzerconfig",
+        "allowedhost",
+        "knowncustomer",
+        "promptleakpattern",
+        "customjudge",
+        "configchange",
+        "apikey",
+    ):
         assert admin_client.get(f"/admin/analyzers/{name}/").status_code == 200, name
         if name != "configchange":
             assert admin_client.get(f"/admin/analyzers/{name}/add/").status_code == 200, name
@@ -29,8 +39,12 @@ def test_every_configuration_screen_renders(admin_client):
 def test_invalid_analyzer_settings_are_rejected_with_a_message(admin_client):
     r = admin_client.post(
         "/admin/analyzers/analyzerconfig/add/",
-        {"analyzer_id": "redflag", "enabled": "on", "settings": '{"max_chars": "lots"}',
-         "position": 0},
+        {
+            "analyzer_id": "redflag",
+            "enabled": "on",
+            "settings": '{"max_chars": "lots"}',
+            "position": 0,
+        },
     )
     assert r.status_code == 200
     assert "max_chars" in r.content.decode()
@@ -40,8 +54,7 @@ def test_invalid_analyzer_settings_are_rejected_with_a_message(admin_client):
 def test_unknown_setting_keys_are_rejected(admin_client):
     r = admin_client.post(
         "/admin/analyzers/analyzerconfig/add/",
-        {"analyzer_id": "redflag", "enabled": "on", "settings": '{"max_charz": 3}',
-         "position": 0},
+        {"analyzer_id": "redflag", "enabled": "on", "settings": '{"max_charz": 3}', "position": 0},
     )
     assert r.status_code == 200
     assert "max_charz" in r.content.decode()
@@ -51,8 +64,12 @@ def test_unknown_setting_keys_are_rejected(admin_client):
 def test_valid_analyzer_settings_are_saved_and_logged(admin_client, staff_user):
     r = admin_client.post(
         "/admin/analyzers/analyzerconfig/add/",
-        {"analyzer_id": "redflag", "enabled": "on", "settings": '{"max_chars": 100}',
-         "position": 0},
+        {
+            "analyzer_id": "redflag",
+            "enabled": "on",
+            "settings": '{"max_chars": 100}',
+            "position": 0,
+        },
     )
     assert r.status_code == 302, r.content.decode()[:2000]
     assert AnalyzerConfig.objects.get().settings == {"max_chars": 100}
@@ -86,15 +103,16 @@ def test_a_new_api_key_is_shown_once_and_stored_hashed(admin_client):
     texts = [str(m) for m in get_messages(r.wsgi_request)] or [r.content.decode()]
     key = ApiKey.objects.get(name="ci")
     shown = next(t for t in texts if f"ra_{key.prefix}_" in t)
-    raw = shown[shown.index("ra_"):].split()[0]
+    raw = shown[shown.index("ra_") :].split()[0]
     assert ApiKey.authenticate(raw) == key
     assert raw.split("_", 2)[2] not in key.secret_hash
 
 
 def test_revoke_action(admin_client, read_key):
     key = ApiKey.objects.get()
-    admin_client.post("/admin/analyzers/apikey/",
-                      {"action": "revoke", "_selected_action": [key.pk]})
+    admin_client.post(
+        "/admin/analyzers/apikey/", {"action": "revoke", "_selected_action": [key.pk]}
+    )
     assert ApiKey.authenticate(read_key) is None
 
 
@@ -119,8 +137,9 @@ def test_audit_runs_are_read_only_with_details_inline(admin_client):
 def test_rerun_action_creates_a_new_linked_run(admin_client, django_capture_on_commit_callbacks):
     original = make_audit(results=[result("redflag", 0.9)])
     with django_capture_on_commit_callbacks(execute=True):
-        admin_client.post("/admin/audits/auditrun/",
-                          {"action": "rerun", "_selected_action": [original.pk]})
+        admin_client.post(
+            "/admin/audits/auditrun/", {"action": "rerun", "_selected_action": [original.pk]}
+        )
     rerun = AuditRun.objects.get(rerun_of=original)
     assert rerun.status == "complete"  # ran with the current configuration
     assert rerun.user_input == original.user_input

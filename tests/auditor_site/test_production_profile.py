@@ -33,8 +33,11 @@ PRODUCTION_ENV = {
 
 
 def manage(*args: str, env: dict[str, str], db: Path) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items()
-            if k not in {"DEBUG", "SECRET_KEY", "AUDITOR_HTTPS"} and not k.startswith("SECURE_")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DEBUG", "SECRET_KEY", "AUDITOR_HTTPS"} and not k.startswith("SECURE_")
+    }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=BASE_DIR,
@@ -67,9 +70,13 @@ def test_debug_is_off_unless_the_environment_turns_it_on(tmp_path):
 def test_a_bare_start_without_a_secret_key_refuses_to_run(tmp_path):
     base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
     out = subprocess.run(
-        [sys.executable, "-m", "auditor_site.serve", "--port", "0"], cwd=BASE_DIR,
+        [sys.executable, "-m", "auditor_site.serve", "--port", "0"],
+        cwd=BASE_DIR,
         env={**base, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"},
-        capture_output=True, text=True, timeout=120)
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0 and "SECRET_KEY must be set" in out.stderr
     assert "Traceback" not in out.stderr
 
@@ -81,13 +88,21 @@ def test_https_settings_come_from_the_environment(tmp_path):
     assert https["SESSION_COOKIE_SECURE"] and https["CSRF_COOKIE_SECURE"]
     assert https["SECURE_SSL_REDIRECT"] and https["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
     assert https["SECURE_HSTS_SECONDS"] == 31_536_000
-    assert probe({**PRODUCTION_ENV, "SECURE_HSTS_SECONDS": "3600"}, tmp_path)[
-        "SECURE_HSTS_SECONDS"] == 3600
+    assert (
+        probe({**PRODUCTION_ENV, "SECURE_HSTS_SECONDS": "3600"}, tmp_path)["SECURE_HSTS_SECONDS"]
+        == 3600
+    )
 
 
 def test_check_deploy_is_clean_under_the_documented_production_settings(tmp_path):
-    out = manage("check", "--deploy", "--fail-level", "WARNING",
-                 env=PRODUCTION_ENV, db=tmp_path / "db.sqlite3")
+    out = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env=PRODUCTION_ENV,
+        db=tmp_path / "db.sqlite3",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "no issues" in out.stdout
 
@@ -153,8 +168,7 @@ def test_logins_are_throttled_per_username_and_address(staff_user, settings):
     for _ in range(3):
         failed = client.post("/accounts/login/", {"username": "staff", "password": "wrong"})
         assert failed.status_code in (200, 429)
-    locked = client.post("/accounts/login/",
-                         {"username": "staff", "password": "staff-password-1"})
+    locked = client.post("/accounts/login/", {"username": "staff", "password": "staff-password-1"})
     assert locked.status_code == 429
     assert "_auth_user_id" not in client.session
     elsewhere = Client(REMOTE_ADDR="198.51.100.9")
@@ -168,17 +182,23 @@ def test_password_reset_is_off_without_email(staff_user, settings):
 
     assert not settings.AUDITOR_PASSWORD_RESET
     client = Client()
-    for path in ("/accounts/password_reset/", "/accounts/password_reset/done/",
-                 "/accounts/reset/done/", "/accounts/reset/MQ/set-password/"):
+    for path in (
+        "/accounts/password_reset/",
+        "/accounts/password_reset/done/",
+        "/accounts/reset/done/",
+        "/accounts/reset/MQ/set-password/",
+    ):
         assert client.get(path).status_code == 404, path
-    assert client.post("/accounts/password_reset/",
-                       {"email": "staff@example.com"}).status_code == 404
+    assert (
+        client.post("/accounts/password_reset/", {"email": "staff@example.com"}).status_code == 404
+    )
 
     # With e-mail configured (EMAIL_HOST sets both), the pages work and mail is sent.
     settings.AUDITOR_PASSWORD_RESET = True
     settings.MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
     mail.outbox = []
     assert client.get("/accounts/password_reset/").status_code == 200
-    assert client.post("/accounts/password_reset/",
-                       {"email": "staff@example.com"}).status_code == 302
+    assert (
+        client.post("/accounts/password_reset/", {"email": "staff@example.com"}).status_code == 302
+    )
     assert len(mail.outbox) == 1

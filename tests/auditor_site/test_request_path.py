@@ -125,8 +125,9 @@ async def test_other_receivers_of_the_request_signals_are_called(pool, ingest_ke
     request_started.connect(started)
     request_finished.connect(finished)
     try:
-        response = await asgi("POST", "/api/audits", json=AUDIT,
-                              headers={"Authorization": f"Bearer {ingest_key}"})
+        response = await asgi(
+            "POST", "/api/audits", json=AUDIT, headers={"Authorization": f"Bearer {ingest_key}"}
+        )
     finally:
         request_started.disconnect(started)
         request_finished.disconnect(finished)
@@ -201,8 +202,9 @@ def test_protections_hold_over_http(tmp_path, ingest_key, staff_user):
         httpx.Client(base_url=f"http://{host}", timeout=30) as http,
         httpx.Client(base_url=f"http://{host}", timeout=30, cookies=session) as browser,
     ):
-        accepted = http.post("/api/audits", json=AUDIT,
-                             headers={"Authorization": f"Bearer {ingest_key}"})
+        accepted = http.post(
+            "/api/audits", json=AUDIT, headers={"Authorization": f"Bearer {ingest_key}"}
+        )
         assert accepted.status_code == 202, accepted.text
         assert accepted.headers["X-Content-Type-Options"] == "nosniff"
         assert accepted.headers["X-Frame-Options"] == "DENY"

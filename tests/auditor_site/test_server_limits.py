@@ -29,8 +29,9 @@ LIMIT = 100_000
 def server(django_db_setup, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    proc = start_server(port, log, os.environ.get("TEST_SERVER", "uvicorn"),
-                        AUDITOR_MAX_BODY_BYTES=str(LIMIT))
+    proc = start_server(
+        port, log, os.environ.get("TEST_SERVER", "uvicorn"), AUDITOR_MAX_BODY_BYTES=str(LIMIT)
+    )
     yield port, proc
     stop(proc)
 
@@ -61,7 +62,9 @@ def test_a_declared_length_over_the_limit_gets_413_before_any_body_is_sent(serve
 
 def test_a_chunked_body_over_the_limit_gets_413_while_it_is_still_being_sent(server, make_key):
     port, _ = server
-    key = make_key("ingest")  # without one, the head alone is refused (tests/auditor_site/test_edge_limits.py)
+    key = make_key(
+        "ingest"
+    )  # without one, the head alone is refused (tests/auditor_site/test_edge_limits.py)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
             b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -120,8 +123,9 @@ def test_a_header_that_never_ends_gets_431_and_the_server_keeps_its_memory(serve
     port, proc = server
     before = rss_kb(proc)
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sent = send_endlessly(sock, b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                    b"X-Padding: ", 64 << 20)
+        sent = send_endlessly(
+            sock, b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ", 64 << 20
+        )
         status, head = read_status(sock)
     assert status == 431
     assert b"connection: close" in head.lower()
@@ -151,7 +155,7 @@ def test_heads_within_the_limit_still_reach_the_app(server, make_key):
     assert HEAD_LIMIT - 4096 < len(big) < HEAD_LIMIT
     with socket.create_connection(("127.0.0.1", port)) as sock:
         for i in range(0, len(big), 1000):
-            sock.sendall(big[i:i + 1000])
+            sock.sendall(big[i : i + 1000])
             time.sleep(0.001)
         assert read_status(sock)[0] == 200
     with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -167,10 +171,11 @@ def test_heads_within_the_limit_still_reach_the_app(server, make_key):
     body = json.dumps({"user_input": "q", "response": "x" * 90_000}).encode()
     assert len(body) > HEAD_LIMIT
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     b"Authorization: Bearer " + key.encode() + b"\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                     % (len(body), body))
+        sock.sendall(
+            b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer " + key.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         assert read_status(sock)[0] == 202
 
 
@@ -179,9 +184,13 @@ def impatient_server(django_db_setup, tmp_path_factory):
     """A server giving a request head 1 s, whose audits take 1.5 s to analyse."""
     port = free_port()
     log = tmp_path_factory.mktemp("impatient") / "server.log"
-    proc = start_server(port, log, AUDITOR_HEAD_TIMEOUT_S="1",
-                        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
-                        SLOW_ANALYZER_SECONDS="1.5")
+    proc = start_server(
+        port,
+        log,
+        AUDITOR_HEAD_TIMEOUT_S="1",
+        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
+        SLOW_ANALYZER_SECONDS="1.5",
+    )
     yield port
     stop(proc)
 
@@ -219,10 +228,11 @@ def test_the_head_timeout_spares_slow_answers_and_idle_keep_alive(impatient_serv
     connection."""
     key = make_key("ingest")
     body = json.dumps({"user_input": "q", "response": "answer"}).encode()
-    post = (b"POST /api/audits?wait=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Authorization: Bearer " + key.encode() + b"\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(body), body))
+    post = (
+        b"POST /api/audits?wait=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer " + key.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
     with socket.create_connection(("127.0.0.1", impatient_server)) as sock:
         started = time.monotonic()
         sock.sendall(post)
@@ -235,16 +245,19 @@ def test_the_head_timeout_spares_slow_answers_and_idle_keep_alive(impatient_serv
         time.sleep(0.8)  # idle between requests (the keep-alive timeout is 5 s)
         get = b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         for i in range(0, len(get), 10):
-            sock.sendall(get[i:i + 10])
+            sock.sendall(get[i : i + 10])
             time.sleep(0.1)
         assert read_status(sock)[0] == 200
 
 
 def test_sigterm_stops_the_server_promptly_while_a_request_keeps_a_thread_busy(tmp_path, make_key):
     port = free_port()
-    proc = start_server(port, tmp_path / "server.log",
-                        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
-                        SLOW_ANALYZER_SECONDS="120")
+    proc = start_server(
+        port,
+        tmp_path / "server.log",
+        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
+        SLOW_ANALYZER_SECONDS="120",
+    )
     try:
         key = make_key("ingest")
         with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -252,7 +265,8 @@ def test_sigterm_stops_the_server_promptly_while_a_request_keeps_a_thread_busy(t
             sock.sendall(
                 b"POST /api/audits?wait=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 b"Authorization: Bearer " + key.encode() + b"\r\n"
-                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
             )
             time.sleep(1.0)  # the analysis is running in a thread of the server
             assert proc.poll() is None
@@ -311,9 +325,14 @@ async def test_the_middleware_counts_chunks_and_stops_reading_past_the_limit():
     assert sent[0]["status"] == 413
     assert len(chunks) == 98  # read two chunks (12 bytes), then refused
 
-    sent = await call(BodyLimitMiddleware(reading_app, 12), [],
-                      [{"type": "http.request", "body": b"x" * 6, "more_body": True},
-                       {"type": "http.request", "body": b"x" * 6}])
+    sent = await call(
+        BodyLimitMiddleware(reading_app, 12),
+        [],
+        [
+            {"type": "http.request", "body": b"x" * 6, "more_body": True},
+            {"type": "http.request", "body": b"x" * 6},
+        ],
+    )
     assert sent[0]["status"] == 200 and sent[1]["body"] == b"12"
 
 

@@ -27,15 +27,22 @@ def audits(staff_user) -> list[AuditRun]:
     runs = []
     for i in range(55):
         score = round(((i * 37) % 100) / 100, 2)
-        findings = [annotation(t, s) for t, s in (("PROMPT_LEAK", "critical"),
-                                                  ("LINK_UNHEALTHY", "warning"),
-                                                  ("sycophancy", "info"),
-                                                  ("dismissive", "info"))[: i % 5]]
-        runs.append(make_audit(
-            user_input=f"Question {i}: which retailers use Acme, and what did they gain? " * 3,
-            results=[result("grounding", score, findings), result("bias", score / 2)],
-            created_at=now - timedelta(minutes=i),
-        ))
+        findings = [
+            annotation(t, s)
+            for t, s in (
+                ("PROMPT_LEAK", "critical"),
+                ("LINK_UNHEALTHY", "warning"),
+                ("sycophancy", "info"),
+                ("dismissive", "info"),
+            )[: i % 5]
+        ]
+        runs.append(
+            make_audit(
+                user_input=f"Question {i}: which retailers use Acme, and what did they gain? " * 3,
+                results=[result("grounding", score, findings), result("bias", score / 2)],
+                created_at=now - timedelta(minutes=i),
+            )
+        )
     return runs
 
 
@@ -72,13 +79,17 @@ def test_sorting_by_the_highest_score_keeps_keyset_pages(page, login, audits):
     _switch_to_table(page)
     page.click("th a:has-text('Highest score')")
     page.wait_for_url(re.compile(r"sort=-top_score"))
-    scores = [float(t) for t in page.locator("#audit-table-rows .col-score .score-value")
-              .all_inner_texts()]
+    scores = [
+        float(t)
+        for t in page.locator("#audit-table-rows .col-score .score-value").all_inner_texts()
+    ]
     assert scores == sorted(scores, reverse=True)
     page.click("#load-more button")
     expect(page.locator("#audit-table-rows tr.audit-row")).to_have_count(55)
-    scores = [float(t) for t in page.locator("#audit-table-rows .col-score .score-value")
-              .all_inner_texts()]
+    scores = [
+        float(t)
+        for t in page.locator("#audit-table-rows .col-score .score-value").all_inner_texts()
+    ]
     assert scores == sorted(scores, reverse=True)
     ids = page.locator("#audit-table-rows tr.audit-row").evaluate_all("rs => rs.map(r => r.id)")
     assert len(set(ids)) == 55
@@ -88,8 +99,10 @@ def test_sorting_by_the_highest_score_keeps_keyset_pages(page, login, audits):
     page.locator("#filter-top").dispatch_event("change")
     page.wait_for_url(re.compile(r"top_score_min=0.5"))
     assert "sort=-top_score" in page.url
-    scores = [float(t) for t in page.locator("#audit-table-rows .col-score .score-value")
-              .all_inner_texts()]
+    scores = [
+        float(t)
+        for t in page.locator("#audit-table-rows .col-score .score-value").all_inner_texts()
+    ]
     assert scores and min(scores) >= 0.5 and scores == sorted(scores, reverse=True)
     assert page.errors == []
 

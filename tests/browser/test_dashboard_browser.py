@@ -23,8 +23,17 @@ def audits(staff_user):
     mild = make_audit(
         user_input="How do I set up faceting?",
         response="Everyone agrees facets are great.",
-        results=[result("bias", 0.45, [annotation("false_consensus", "warning",
-                                                  evidence="Everyone agrees", start=0, end=15)])],
+        results=[
+            result(
+                "bias",
+                0.45,
+                [
+                    annotation(
+                        "false_consensus", "warning", evidence="Everyone agrees", start=0, end=15
+                    )
+                ],
+            )
+        ],
         created_at=timezone.now() - timedelta(hours=2),
     )
     clean = make_audit(
@@ -140,15 +149,37 @@ def test_hostile_model_text_is_inert(page, login, staff_user, server_url):
             result(
                 "redflag",
                 0.9,
-                [annotation("EXCEPTION", "critical", label=HOSTILE[1], description=HOSTILE[4],
-                            evidence=HOSTILE[2], start=text.index(HOSTILE[2]),
-                            end=text.index(HOSTILE[2]) + len(HOSTILE[2]))],
+                [
+                    annotation(
+                        "EXCEPTION",
+                        "critical",
+                        label=HOSTILE[1],
+                        description=HOSTILE[4],
+                        evidence=HOSTILE[2],
+                        start=text.index(HOSTILE[2]),
+                        end=text.index(HOSTILE[2]) + len(HOSTILE[2]),
+                    )
+                ],
             )
         ],
-        sources=[{"title": HOSTILE[0], "url": "javascript:window.__xss='src'",
-                  "text": HOSTILE[3], "company": HOSTILE[5]}],
-        links=[{"url": "javascript:window.__xss='link'", "label": HOSTILE[1], "decision": "strip",
-                "reason": HOSTILE[4], "http_status": None, "healthy": None}],
+        sources=[
+            {
+                "title": HOSTILE[0],
+                "url": "javascript:window.__xss='src'",
+                "text": HOSTILE[3],
+                "company": HOSTILE[5],
+            }
+        ],
+        links=[
+            {
+                "url": "javascript:window.__xss='link'",
+                "label": HOSTILE[1],
+                "decision": "strip",
+                "reason": HOSTILE[4],
+                "http_status": None,
+                "healthy": None,
+            }
+        ],
         trace=HOSTILE,
         metadata={"x": HOSTILE[0]},
     )

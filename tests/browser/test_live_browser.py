@@ -35,9 +35,11 @@ def test_a_submitted_audit_appears_on_live_without_reload(staff_page, server_url
     page = staff_page
     page.goto("/live/")
     page.wait_for_selector("[data-live-indicator][data-state=connected]")
-    r = httpx.post(f"{server_url}/api/audits",
-                   json={"user_input": "browser live check", "response": "Acme is easy."},
-                   headers={"Authorization": f"Bearer {ingest_key}"})
+    r = httpx.post(
+        f"{server_url}/api/audits",
+        json={"user_input": "browser live check", "response": "Acme is easy."},
+        headers={"Authorization": f"Bearer {ingest_key}"},
+    )
     assert r.status_code == 202, r.text
     card = page.locator(f"#audit-card-{r.json()['id']}")
     card.wait_for()
@@ -72,14 +74,17 @@ def test_a_streaming_audit_shows_paragraphs_and_trace_lines_in_order(
 ):
     page = staff_page
     host = server_url.removeprefix("http://")
-    with connect(f"ws://{host}/ws/ingest/",
-                 additional_headers={"Authorization": f"Bearer {ingest_key}"}) as ws:
+    with connect(
+        f"ws://{host}/ws/ingest/", additional_headers={"Authorization": f"Bearer {ingest_key}"}
+    ) as ws:
         ws.send(json.dumps({"user_input": "streamed into the browser"}))
         audit_id = ingest_events(ws, "accepted")[-1][1]["id"]
         sockets: list[str] = []
         page.on("websocket", lambda socket: sockets.append(socket.url))
         page.goto(f"/audits/{audit_id}/")
-        page.wait_for_selector(f"#live-audit-{audit_id} [data-live-indicator][data-state=connected]")
+        page.wait_for_selector(
+            f"#live-audit-{audit_id} [data-live-indicator][data-state=connected]"
+        )
         text = page.locator(f"#stream-{audit_id} [data-stream-text]")
         trace = page.locator(f"#trace-{audit_id} > li[id]")
         sent_trace: list[str] = []
@@ -91,7 +96,7 @@ def test_a_streaming_audit_shows_paragraphs_and_trace_lines_in_order(
             shown = text.inner_text()
             positions = [shown.index(m) for m in MARKERS[: n + 1]]
             assert positions == sorted(positions), shown
-            assert not any(m in shown for m in MARKERS[n + 1:])  # nothing before it is audited
+            assert not any(m in shown for m in MARKERS[n + 1 :])  # nothing before it is audited
             # The trace so far, in order (more may follow this paragraph's chunk event).
             expect(trace.nth(len(sent_trace) - 1)).to_be_attached()
             assert trace.all_inner_texts()[: len(sent_trace)] == sent_trace
@@ -121,8 +126,9 @@ def run_audit_offline(user_input: str) -> str:
 
     def work() -> None:
         try:
-            run = submit.submit_audit(user_input=user_input, response="Acme is easy.",
-                                        enqueue=False)
+            run = submit.submit_audit(
+                user_input=user_input, response="Acme is easy.", enqueue=False
+            )
             execute.execute_run(run.pk)
             result.append(str(run.pk))
         finally:
@@ -164,9 +170,11 @@ def test_live_reconnects_after_a_server_restart_and_catches_up(
     page.click("button[type=submit]")
     indicator = page.locator("[data-live-indicator]")
     expect(indicator).to_have_attribute("data-state", "connected")
-    r = httpx.post(f"{url}/api/audits", json={"user_input": "before the restart",
-                                              "response": "Acme is easy."},
-                   headers={"Authorization": f"Bearer {ingest_key}"})
+    r = httpx.post(
+        f"{url}/api/audits",
+        json={"user_input": "before the restart", "response": "Acme is easy."},
+        headers={"Authorization": f"Bearer {ingest_key}"},
+    )
     before = r.json()["id"]
     page.wait_for_selector(f"#audit-card-{before}[data-status=complete]")
 
@@ -184,9 +192,11 @@ def test_live_reconnects_after_a_server_restart_and_catches_up(
     shown = page.locator("#live-rows > li").evaluate_all("els => els.map(e => e.id)")
     assert shown[:4] == [f"audit-card-{a}" for a in [*reversed(missed), before]]
     # Still live after the catch-up.
-    r = httpx.post(f"{url}/api/audits", json={"user_input": "after the restart",
-                                              "response": "Acme is easy."},
-                   headers={"Authorization": f"Bearer {ingest_key}"})
+    r = httpx.post(
+        f"{url}/api/audits",
+        json={"user_input": "after the restart", "response": "Acme is easy."},
+        headers={"Authorization": f"Bearer {ingest_key}"},
+    )
     page.wait_for_selector(f"#audit-card-{r.json()['id']}")
     # While the server was down, failed attempts were logged by Chromium ("WebSocket
     # connection ... failed") and by htmx (its htmx:wsError event, "[object Event]").
@@ -204,12 +214,15 @@ def test_a_burst_replaces_the_live_list_also_while_paused(staff_page):
     def send(ids: list[str], reset: bool) -> None:
         rows = "".join(f'<li id="audit-card-{i}">{i}</li>' for i in ids)
         marker = " data-live-reset" if reset else ""
-        page.evaluate("html => htmx.swap('#live-rows', html, {swapStyle: 'none'})",
-                      f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{rows}</div>')
+        page.evaluate(
+            "html => htmx.swap('#live-rows', html, {swapStyle: 'none'})",
+            f'<div hx-swap-oob="afterbegin:#live-rows"{marker}>{rows}</div>',
+        )
 
     def shown() -> list[str]:
         return page.eval_on_selector_all(
-            "#live-rows > li", "items => items.map(li => li.id.replace('audit-card-', ''))")
+            "#live-rows > li", "items => items.map(li => li.id.replace('audit-card-', ''))"
+        )
 
     send(["a2", "a1"], reset=False)
     assert shown()[:2] == ["a2", "a1"]

@@ -37,25 +37,49 @@ OVERFLOWING = """() => Array.from(document.querySelectorAll('main *'))
 @pytest.fixture
 def audits(staff_user):
     now = timezone.now()
-    claim = annotation("UNGROUNDED_CUSTOMER_CLAIM", "critical", evidence="Al-Futtaim", start=0, end=10)
+    claim = annotation(
+        "UNGROUNDED_CUSTOMER_CLAIM", "critical", evidence="Al-Futtaim", start=0, end=10
+    )
     flagged = make_audit(
         user_input="Which retailers use Acme?",
         response="Al-Futtaim achieved +206% revenue. See the guide.",
         results=[
             result("grounding", 1.0, [claim, dict(claim)]),
-            result("links", 0.6, [annotation("LINK_TECH_DOC_NOT_ALLOWED"),
-                                  annotation("LINK_UNSAFE_SCHEME", "critical")]),
+            result(
+                "links",
+                0.6,
+                [
+                    annotation("LINK_TECH_DOC_NOT_ALLOWED"),
+                    annotation("LINK_UNSAFE_SCHEME", "critical"),
+                ],
+            ),
         ],
         links=[
-            {"url": "javascript:alert(document.cookie)", "label": "here", "decision": "strip",
-             "reason": "LINK_UNSAFE_SCHEME", "http_status": None, "healthy": None},
-            {"url": LONG_URL, "label": "this guide", "decision": "strip",
-             "reason": "LINK_HOST_NOT_ALLOWED", "http_status": None, "healthy": None},
+            {
+                "url": "javascript:alert(document.cookie)",
+                "label": "here",
+                "decision": "strip",
+                "reason": "LINK_UNSAFE_SCHEME",
+                "http_status": None,
+                "healthy": None,
+            },
+            {
+                "url": LONG_URL,
+                "label": "this guide",
+                "decision": "strip",
+                "reason": "LINK_HOST_NOT_ALLOWED",
+                "http_status": None,
+                "healthy": None,
+            },
         ],
         created_at=now - timedelta(minutes=5),
     )
-    quiet = make_audit(user_input="Is there a free tier?", response="Yes.",
-                       results=[result("tone", 0.0)], created_at=now - timedelta(days=3))
+    quiet = make_audit(
+        user_input="Is there a free tier?",
+        response="Yes.",
+        results=[result("tone", 0.0)],
+        created_at=now - timedelta(days=3),
+    )
     streaming = AuditRun.objects.create(
         user_input="Still streaming?", response="", status=AuditRun.Status.RUNNING
     )
@@ -118,10 +142,18 @@ def test_the_detail_page_at_390_wraps_urls_and_never_scrolls_sideways(
 
 def test_trends_tables_fit_at_1366(browser, server_url, login, staff_user):
     now = timezone.now()
-    for i, kind in enumerate(["UNGROUNDED_CUSTOMER_CLAIM", "LINK_TECH_DOC_NOT_ALLOWED",
-                              "HTML_ANCHOR_CONVERTED", "LINK_LABEL_SUFFIX_NORMALIZED"]):
-        run = make_audit(results=[result("links", 0.9, [annotation(kind)])],
-                         created_at=now - timedelta(days=i + 1))
+    for i, kind in enumerate(
+        [
+            "UNGROUNDED_CUSTOMER_CLAIM",
+            "LINK_TECH_DOC_NOT_ALLOWED",
+            "HTML_ANCHOR_CONVERTED",
+            "LINK_LABEL_SUFFIX_NORMALIZED",
+        ]
+    ):
+        run = make_audit(
+            results=[result("links", 0.9, [annotation(kind)])],
+            created_at=now - timedelta(days=i + 1),
+        )
         record_review(audit_id=run.pk, verdict="confirmed", user=staff_user)
     for viewport in (LAPTOP, PHONE):
         page = _new_page(browser, server_url, viewport)
@@ -162,8 +194,9 @@ def test_the_export_menu_downloads_the_filtered_audits(browser, server_url, logi
     expect(page.locator("nav a[href='/api/docs']")).to_be_visible()
 
 
-def test_the_admin_analyzer_form_shows_its_settings_and_threshold(browser, server_url, login,
-                                                                  staff_user):
+def test_the_admin_analyzer_form_shows_its_settings_and_threshold(
+    browser, server_url, login, staff_user
+):
     from analyzers.models import AnalyzerConfig
 
     config = AnalyzerConfig.objects.create(analyzer_id="redflag", settings={"max_chars": 100})

@@ -15,12 +15,15 @@ from tests.proxy_upstream import Completion, UpstreamServer
 
 pytestmark = pytest.mark.browser
 
-ANSWER = ("Acme search is easy to set up.\n\n"
-          "See [the guide](https://evil-tracker.example.net/x) for more.\n\nThanks!")
+ANSWER = (
+    "Acme search is easy to set up.\n\n"
+    "See [the guide](https://evil-tracker.example.net/x) for more.\n\nThanks!"
+)
 
 
-def test_a_proxied_stream_appears_on_live_while_it_streams(page, staff_user, login, server_url,
-                                                           settings):
+def test_a_proxied_stream_appears_on_live_while_it_streams(
+    page, staff_user, login, server_url, settings
+):
     settings.AUDITOR_PROXY_ALLOW_PRIVATE = True
     _, key = ApiKey.create_key("proxy browser", scope="ingest")
     with UpstreamServer() as upstream:
@@ -39,8 +42,10 @@ def test_a_proxied_stream_appears_on_live_while_it_streams(page, staff_user, log
         def consume() -> None:
             client = OpenAI(base_url=f"{server_url}/v1", api_key=key, max_retries=0)
             raw = client.chat.completions.with_raw_response.create(
-                model="m", messages=[{"role": "user", "content": "proxied into the browser"}],
-                stream=True)
+                model="m",
+                messages=[{"role": "user", "content": "proxied into the browser"}],
+                stream=True,
+            )
             ids.append(raw.headers["x-auditor-audit-id"])
             for chunk in raw.parse():
                 if chunk.choices and chunk.choices[0].delta.content:

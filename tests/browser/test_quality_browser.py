@@ -69,6 +69,8 @@ def test_trends_precision_chart_survives_a_window_change(page, login, reviewed):
     assert _wait_for_charts(page, expected) == expected
 
     page.select_option("#trend-days", "7")
-    expect(page.locator("#precision-overall")).to_have_text("100.0%")  # the two newest, both confirmed
+    expect(page.locator("#precision-overall")).to_have_text(
+        "100.0%"
+    )  # the two newest, both confirmed
     assert _wait_for_charts(page, expected) == expected
     assert page.errors == []

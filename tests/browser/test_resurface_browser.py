@@ -22,9 +22,7 @@ def surfaced_cards(page) -> int:
     return page.locator("#audit-rows > li:not(.load-more)").count()
 
 
-def test_saving_a_threshold_changes_the_surfaced_count_once_the_task_ends(
-    page, login, staff_user
-):
+def test_saving_a_threshold_changes_the_surfaced_count_once_the_task_ends(page, login, staff_user):
     fabricated_claim_audit(results=[result("tone", 0.1)])
     make_audit(
         user_input="How do I set up faceting?",

@@ -119,5 +119,9 @@ def test_a_verdict_from_a_live_card_stays_on_the_page(page, login, staff_user, f
     page.screenshot(path="/tmp/verdicts-live.png")
     assert page.evaluate("window.__same_page") is True
     review = Review.objects.get()
-    assert (review.verdict, review.annotation_id, review.reviewer_name) == ("confirmed", None, "staffer")
+    assert (review.verdict, review.annotation_id, review.reviewer_name) == (
+        "confirmed",
+        None,
+        "staffer",
+    )
     assert page.errors == []

@@ -12,13 +12,49 @@ from analyzers.engine.guardrails.urls import host_allowed, parse_http_url
 MD = MarkdownIt("commonmark", {"linkify": True, "html": True}).enable("linkify")
 
 URL_ATTRIBUTES = frozenset(
-    {"href", "src", "srcset", "action", "formaction", "poster", "background", "xlink:href",
-     "data", "codebase", "cite", "longdesc", "lowsrc", "dynsrc", "ping", "manifest", "icon",
-     "usemap", "archive", "classid", "imagesrcset"}
+    {
+        "href",
+        "src",
+        "srcset",
+        "action",
+        "formaction",
+        "poster",
+        "background",
+        "xlink:href",
+        "data",
+        "codebase",
+        "cite",
+        "longdesc",
+        "lowsrc",
+        "dynsrc",
+        "ping",
+        "manifest",
+        "icon",
+        "usemap",
+        "archive",
+        "classid",
+        "imagesrcset",
+    }
 )
 FORBIDDEN_TAGS = frozenset(
-    {"script", "style", "iframe", "object", "embed", "form", "meta", "base", "link", "svg",
-     "math", "frame", "frameset", "applet", "template", "portal"}
+    {
+        "script",
+        "style",
+        "iframe",
+        "object",
+        "embed",
+        "form",
+        "meta",
+        "base",
+        "link",
+        "svg",
+        "math",
+        "frame",
+        "frameset",
+        "applet",
+        "template",
+        "portal",
+    }
 )
 
 
@@ -73,7 +109,11 @@ def problems(cleaned: str, allowed: tuple[str, ...]) -> list[str]:
             elif key == "style":
                 found.append(f"style attribute on <{tag}>")
             elif key in URL_ATTRIBUTES and value is not None:
-                values = [p.split()[0] for p in value.split(",") if p.split()] if "srcset" in key else [value]
+                values = (
+                    [p.split()[0] for p in value.split(",") if p.split()]
+                    if "srcset" in key
+                    else [value]
+                )
                 for v in values:
                     why = url_verdict(v, allowed)
                     if why:
@@ -83,5 +123,9 @@ def problems(cleaned: str, allowed: tuple[str, ...]) -> list[str]:
 
 def rendered_destinations(text: str) -> list[str]:
     """Every URL the rendered text holds in a URL attribute."""
-    return [v for _, attrs in tags(render(text)) for k, v in attrs
-            if k in URL_ATTRIBUTES and v is not None]
+    return [
+        v
+        for _, attrs in tags(render(text))
+        for k, v in attrs
+        if k in URL_ATTRIBUTES and v is not None
+    ]

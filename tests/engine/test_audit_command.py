@@ -35,9 +35,22 @@ def test_it_prints_one_audit_per_line_in_input_order(tmp_path):
     assert [a["external_id"] for a in audits] == ["first", "second"]
     first = audits[0]
     assert set(first) >= {
-        "id", "external_id", "created_at", "finished_at", "status", "user_input", "response",
-        "cleaned_response", "sources", "metadata", "threshold", "overall_score", "results",
-        "surfaced_results", "links", "trace",
+        "id",
+        "external_id",
+        "created_at",
+        "finished_at",
+        "status",
+        "user_input",
+        "response",
+        "cleaned_response",
+        "sources",
+        "metadata",
+        "threshold",
+        "overall_score",
+        "results",
+        "surfaced_results",
+        "links",
+        "trace",
     }
     types = {a["type"] for r in first["surfaced_results"] for a in r["annotations"]}
     assert "EMPTY_OUTPUT" in types
@@ -63,7 +76,10 @@ def test_options_apply_per_line(tmp_path):
         {"response": '{"move": "A"}'},
     )
     out, _ = run_audit(path)
-    flags = [{a["type"] for r in json.loads(d)["results"] for a in r["annotations"]} for d in out.splitlines()]
+    flags = [
+        {a["type"] for r in json.loads(d)["results"] for a in r["annotations"]}
+        for d in out.splitlines()
+    ]
     assert flags[0] == {"REQUIRED_FIELD_MISSING"}
     assert "REQUIRED_FIELD_MISSING" not in flags[1]
 
@@ -147,8 +163,10 @@ def test_a_line_whose_strings_hold_a_unicode_line_separator_is_one_audit(tmp_pat
     path = tmp_path / "cases.jsonl"
     line = {"response": f"First part{separator}second part.", "external_id": "one"}
     # ensure_ascii=False keeps the separator raw inside the JSON string
-    path.write_text(json.dumps(line, ensure_ascii=False) + "\r\n" + json.dumps({"response": "x"}) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps(line, ensure_ascii=False) + "\r\n" + json.dumps({"response": "x"}) + "\n",
+        encoding="utf-8",
+    )
     out, err = run_audit(path)
     assert err == ""
     audits = [json.loads(doc) for doc in out.split("\n") if doc]

@@ -69,7 +69,9 @@ def test_a_raising_analyzer_is_recorded_and_never_fails_the_audit():
 
 
 def test_a_hanging_analyzer_times_out_and_the_rest_complete():
-    auditor = make_auditor({"slow": {"mode": "hang"}, "fast": {"score": 0.9}}, analyzer_timeout_s=0.1)
+    auditor = make_auditor(
+        {"slow": {"mode": "hang"}, "fast": {"score": 0.9}}, analyzer_timeout_s=0.1
+    )
     report = audit(auditor)
     by_id = {r.analyzer_id: r for r in report.results}
     assert by_id["slow"].status == "timeout"
@@ -219,7 +221,9 @@ def test_options_reach_analyzers_that_share_configuration():
     plain = asyncio.run(auditor.audit(AuditInput(response=text)))
     assert "Secret plan:" in plain.cleaned_response
     report = asyncio.run(
-        auditor.audit(AuditInput(response=text), options={"prompt_leak": {"patterns": ["Secret plan:"]}})
+        auditor.audit(
+            AuditInput(response=text), options={"prompt_leak": {"patterns": ["Secret plan:"]}}
+        )
     )
     assert "Secret plan:" not in report.cleaned_response
     assert "Visible answer." in report.cleaned_response
@@ -227,12 +231,17 @@ def test_options_reach_analyzers_that_share_configuration():
 
 def test_an_analyzer_may_have_its_own_threshold():
     auditor = make_auditor(
-        {"strict": {"score": 0.2, "threshold": 0.1}, "lenient": {"score": 0.6, "threshold": 0.8},
-         "default": {"score": 0.3}}
+        {
+            "strict": {"score": 0.2, "threshold": 0.1},
+            "lenient": {"score": 0.6, "threshold": 0.8},
+            "default": {"score": 0.3},
+        }
     )
     report = audit(auditor)
     assert {r.analyzer_id: r.surfaced for r in report.results} == {
-        "strict": True, "lenient": False, "default": True,
+        "strict": True,
+        "lenient": False,
+        "default": True,
     }
 
 

@@ -132,14 +132,14 @@ def run_inline(specs: dict[str, dict], inline: set[str], progress=None, **config
     registry = Registry([(Inline if n in inline else Scripted)(n, log) for n in specs])
     analyzers = {name: {"enabled": True, **spec} for name, spec in specs.items()}
     auditor = Auditor(AuditorConfig(analyzers=analyzers, **config), registry)
-    report = asyncio.run(auditor.audit(AuditInput(user_input="q", response="r"),
-                                       progress=progress))
+    report = asyncio.run(auditor.audit(AuditInput(user_input="q", response="r"), progress=progress))
     return report, log
 
 
 def test_inline_and_waiting_analyzers_keep_their_order_and_interleave():
-    report, log = run_inline({"a": {"waits": 2}, "b": {}, "c": {"waits": 1}, "d": {}},
-                             inline={"b", "d"})
+    report, log = run_inline(
+        {"a": {"waits": 2}, "b": {}, "c": {"waits": 1}, "d": {}}, inline={"b", "d"}
+    )
     assert [r.analyzer_id for r in report.results] == ["a", "b", "c", "d"]
     assert log[:6] == ["a:start", "b:start", "b:end", "c:start", "d:start", "d:end"]
     assert {r.status for r in report.results} == {"ok"}
@@ -150,7 +150,8 @@ def test_an_inline_analyzer_that_waits_after_all_still_completes_or_times_out():
     assert [r.status for r in report.results] == ["ok", "ok"]
     assert log.index("x:end") < log.index("liar:end")  # it waited without holding the rest up
     report, log = run_inline(
-        {"liar": {"busy_s": 0.15, "waits": 1, "wait_s": 5}, "x": {}}, inline={"liar"},
+        {"liar": {"busy_s": 0.15, "waits": 1, "wait_s": 5}, "x": {}},
+        inline={"liar"},
         analyzer_timeout_s=0.1,
     )
     # the deadline counts from before its first step, as for any analyzer
@@ -174,9 +175,7 @@ def test_inline_analyzers_report_progress_like_the_others():
     report, _ = run_inline({"a": {}, "b": {"waits": 1}}, inline={"a"}, progress=progress)
     assert {r.status for r in report.results} == {"ok"}
     for name in ("a", "b"):
-        assert events.index(("analyzer_started", name)) < events.index(
-            ("analyzer_finished", name)
-        )
+        assert events.index(("analyzer_started", name)) < events.index(("analyzer_finished", name))
     assert events[-1] == ("audit_finished", None)
 
 
@@ -188,8 +187,7 @@ def test_the_builtins_say_they_never_wait_only_without_io():
     registry = build_registry(include_entry_points=False)
 
     def waits(config: AuditorConfig, store=None) -> dict[str, bool]:
-        context = AuditContext(config=config,
-                               collision_store=store or InMemoryCollisionStore())
+        context = AuditContext(config=config, collision_store=store or InMemoryCollisionStore())
         return {
             a.id: not a.never_waits(a.parse_settings(config.analyzer_section(a.id)), context)
             for a in registry
@@ -201,8 +199,15 @@ def test_the_builtins_say_they_never_wait_only_without_io():
 
     default = waits(AuditorConfig())
     # link health checks are on by default: links and grounding may wait
-    assert default == {"redflag": False, "bias": False, "tone": False, "links": True,
-                       "grounding": True, "prompt_leak": False, "privacy": False}
+    assert default == {
+        "redflag": False,
+        "bias": False,
+        "tone": False,
+        "links": True,
+        "grounding": True,
+        "prompt_leak": False,
+        "privacy": False,
+    }
     no_health = AuditorConfig(analyzers={"links": {"check_health": False}})
     assert not any(waits(no_health).values())
     assert waits(no_health, DatabaseStore())["redflag"] is True

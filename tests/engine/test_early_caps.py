@@ -24,15 +24,27 @@ from analyzers.engine.registry import build_registry
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "config.json"
 HOSTS = ["acme.example", "www.acme.example", "docs.acme.example"]
 
-TAGS = ("<b>x</b>", "<img src=x onerror=alert(1)>", "<script>a</script>", "<i>y</i>",
-        "<div style='background:url(https://evil.test/)'>", "<a href='https://evil.test/'>e</a>",
-        "<!-- c -->", "<span class=s>z</span>")
+TAGS = (
+    "<b>x</b>",
+    "<img src=x onerror=alert(1)>",
+    "<script>a</script>",
+    "<i>y</i>",
+    "<div style='background:url(https://evil.test/)'>",
+    "<a href='https://evil.test/'>e</a>",
+    "<!-- c -->",
+    "<span class=s>z</span>",
+)
 
 
 def bare_urls(n: int) -> str:
     return " ".join(
-        (f"https://h{i % 7}.example/p?q={i}", f"www.acme.example/{i}", f"evil{i % 3}.com",
-         f"x{i}@evil.com", f"javascript:alert({i})")[i % 5]
+        (
+            f"https://h{i % 7}.example/p?q={i}",
+            f"www.acme.example/{i}",
+            f"evil{i % 3}.com",
+            f"x{i}@evil.com",
+            f"javascript:alert({i})",
+        )[i % 5]
         for i in range(n)
     )
 
@@ -43,10 +55,14 @@ def tags(n: int) -> str:
 
 def links(n: int) -> str:
     return " ".join(
-        (f"[docs {i}](https://www.acme.example/d/{i})", f"[here](https://evil.example/{i})",
-         f"![p](http://evil.example/p{i}.png)", f"<https://evil.test/{i}>",
-         "[this article](https://www.acme.example/blog/faceting)",
-         f"[x | Acme | Acme](https://docs.acme.example/{i})")[i % 6]
+        (
+            f"[docs {i}](https://www.acme.example/d/{i})",
+            f"[here](https://evil.example/{i})",
+            f"![p](http://evil.example/p{i}.png)",
+            f"<https://evil.test/{i}>",
+            "[this article](https://www.acme.example/blog/faceting)",
+            f"[x | Acme | Acme](https://docs.acme.example/{i})",
+        )[i % 6]
         for i in range(n)
     )
 
@@ -87,8 +103,9 @@ class FlakyWeb:
 
 def report(text: str, cfg: AuditorConfig, early: bool, monkeypatch) -> dict:
     monkeypatch.setattr(guardrail_analyzers, "EARLY_CAPS", early)
-    auditor = Auditor(cfg, build_registry(include_entry_points=False),
-                      services={"link_checker": FlakyWeb()})
+    auditor = Auditor(
+        cfg, build_registry(include_entry_points=False), services={"link_checker": FlakyWeb()}
+    )
     result = asyncio.run(auditor.audit(AuditInput(user_input="q", response=text)))
     dumped = result.model_dump()
     for run in dumped["results"]:
@@ -105,12 +122,19 @@ SHAPES = {
     "info first": " ".join(f"evil{i}.com" for i in range(80)) + " https://evil.example/x",
     "one of each": bare_urls(3) + "\n\n" + tags(3) + "\n\n" + links(3),
 }
-SMALL = {"max_annotations_per_type": 3, "max_links": 5, "max_trace_lines": 7,
-         "max_supplementary_items": 4}
+SMALL = {
+    "max_annotations_per_type": 3,
+    "max_links": 5,
+    "max_trace_lines": 7,
+    "max_supplementary_items": 4,
+}
 
 
-@pytest.mark.parametrize("limits", [None, SMALL, {"max_supplementary_items": 300}],
-                         ids=["defaults", "small", "long lists"])
+@pytest.mark.parametrize(
+    "limits",
+    [None, SMALL, {"max_supplementary_items": 300}],
+    ids=["defaults", "small", "long lists"],
+)
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_early_capping_gives_the_same_report(shape, limits, monkeypatch):
     cfg = config(limits)
@@ -145,8 +169,9 @@ def test_the_reports_are_capped_at_all(monkeypatch):
 
 
 def test_the_pipeline_builds_only_what_the_limits_keep():
-    limits = Limits(max_annotations_per_type=3, max_links=5, max_trace_lines=7,
-                    max_supplementary_items=4)
+    limits = Limits(
+        max_annotations_per_type=3, max_links=5, max_trace_lines=7, max_supplementary_items=4
+    )
     gs = settings_from_config(config())
     text = SHAPES["mixed"]
     capped = audit_text(text, gs, (), limits)
@@ -175,10 +200,14 @@ def _stream(text: str, cuts: list[int], limits: Limits | None, gs):
     return pieces, auditor.result()
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 40), cuts=st.lists(st.integers(0, 4000), max_size=12),
-       max_trace=st.integers(2, 60))
+@settings(
+    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    n=st.integers(1, 40),
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+    max_trace=st.integers(2, 60),
+)
 def test_a_capped_stream_sends_what_an_uncapped_one_keeps(n, cuts, max_trace):
     """A stream session keeps the first `max_trace_lines` lines of the pieces' traces: with
     early capping the pieces carry exactly those, and the same text, for any chunking."""
@@ -205,8 +234,10 @@ def test_remembered_allowed_tags_get_the_same_verdicts():
     from analyzers.engine.guardrails import markup
 
     gs = settings_from_config(config())
-    text = ("<b>x</b> <<b>b>y</b> <b onclick=x>z</b> <abbr title='t'>a</abbr> <i>\n\n"
-            "`<b>` <b\n>w</b> </b x> <B>u</B> <b>") * 3
+    text = (
+        "<b>x</b> <<b>b>y</b> <b onclick=x>z</b> <abbr title='t'>a</abbr> <i>\n\n"
+        "`<b>` <b\n>w</b> </b x> <B>u</B> <b>"
+    ) * 3
     markup._VERBATIM.clear()
     cold = audit_text(text, gs)
     assert markup._VERBATIM  # the memo was used

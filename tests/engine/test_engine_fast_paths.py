@@ -25,8 +25,10 @@ GAPS = st.sampled_from([" ", "  ", "\n", " <", "> ", " x ", ", ", " (", ") ", "\
 
 
 @settings(max_examples=700, deadline=None)
-@given(parts=st.lists(st.tuples(CORES, GAPS), min_size=1, max_size=12),
-       prose=st.sampled_from(["", "Read this. ", "a.b ", "x `code` y ", "See: "]))
+@given(
+    parts=st.lists(st.tuples(CORES, GAPS), min_size=1, max_size=12),
+    prose=st.sampled_from(["", "Read this. ", "a.b ", "x `code` y ", "See: "]),
+)
 def test_short_texts_find_what_the_run_by_run_scan_finds(parts, prose):
     text = prose + "".join(core + gap for core, gap in parts)
     assert len(text) < autolinks.SIMPLE_RUNS_FROM
@@ -49,12 +51,23 @@ def test_a_short_text_with_bare_urls_is_judged_whole():
 # -- sources: their keys cached by URL, bounded ---------------------------------------
 
 
-URLS = st.sampled_from([
-    "https://www.acme.example/docs", "https://www.acme.example/docs/", "HTTPS://WWW.ACME.example/docs#x",
-    "https://acme.example/%7Efoo", "https://user@acme.example/", "http://0x7f.1/", "javascript:alert(1)",
-    "https://acme.example\\@evil.example/", "https://ａｃｍｅ.example/", "//acme.example/", "",
-    "https://acme.example/\t/p", "https://xn--e1a.example/",
-])
+URLS = st.sampled_from(
+    [
+        "https://www.acme.example/docs",
+        "https://www.acme.example/docs/",
+        "HTTPS://WWW.ACME.example/docs#x",
+        "https://acme.example/%7Efoo",
+        "https://user@acme.example/",
+        "http://0x7f.1/",
+        "javascript:alert(1)",
+        "https://acme.example\\@evil.example/",
+        "https://ａｃｍｅ.example/",
+        "//acme.example/",
+        "",
+        "https://acme.example/\t/p",
+        "https://xn--e1a.example/",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -130,13 +143,27 @@ MATCHING = [
     "Everyone agrees that the newest version is always the best.",
     "I couldn't agree more, you are so smart.",
 ]
-PROSE = st.sampled_from(["", " ", ". ", "!!! ", "Acme search is fast. ", "İ", "ſ", "K", "\n",
-                         "YOU ", "THIS IS ", "n't ", "’"])
+PROSE = st.sampled_from(
+    [
+        "",
+        " ",
+        ". ",
+        "!!! ",
+        "Acme search is fast. ",
+        "İ",
+        "ſ",
+        "K",
+        "\n",
+        "YOU ",
+        "THIS IS ",
+        "n't ",
+        "’",
+    ]
+)
 
 
 @settings(max_examples=600, deadline=None)
-@given(parts=st.lists(st.sampled_from(RULE_WORDS) | PROSE | st.sampled_from(MATCHING),
-                      max_size=14))
+@given(parts=st.lists(st.sampled_from(RULE_WORDS) | PROSE | st.sampled_from(MATCHING), max_size=14))
 def test_a_rule_list_finds_what_every_rule_finds_without_any_gate(parts):
     text = " ".join(parts)
     for rules in RULE_LISTS.values():
@@ -164,8 +191,7 @@ def test_a_list_changed_in_place_gets_a_new_gate():
 
 
 def test_rules_that_need_no_word_are_still_tried_when_the_gate_fails():
-    loud = rule("loud", r"[A-Z]{5,}", 0.5, "x", flags=0,
-                gate=lambda probe: b"AAAAA" in probe.shape)
+    loud = rule("loud", r"[A-Z]{5,}", 0.5, "x", flags=0, gate=lambda probe: b"AAAAA" in probe.shape)
     assert loud.literals == ()
     rules = [rule("a", r"\bapple\b", 0.5, "x"), loud]
     assert heuristics._list_gate(rules)[1] == (loud,)
@@ -178,10 +204,26 @@ def test_any_clause_is_none_when_a_pattern_needs_no_word():
 
 
 @settings(max_examples=400, deadline=None)
-@given(parts=st.lists(st.sampled_from(_words_of([]) + ["isn't right", "that is wrong",
-                                                     "actually", "in fact", "not", "correct",
-                                                     "I disagree", "however", "unsafe"])
-                      | PROSE, max_size=10))
+@given(
+    parts=st.lists(
+        st.sampled_from(
+            _words_of([])
+            + [
+                "isn't right",
+                "that is wrong",
+                "actually",
+                "in fact",
+                "not",
+                "correct",
+                "I disagree",
+                "however",
+                "unsafe",
+            ]
+        )
+        | PROSE,
+        max_size=10,
+    )
+)
 def test_corrects_user_is_the_correction_search(parts):
     text = " ".join(parts)
     assert corrects_user(Probe(text)) == (CORRECTION.search(text) is not None)
@@ -196,8 +238,7 @@ from analyzers.engine.limits import Limits, Omitted, cap_run  # noqa: E402
 @settings(max_examples=300, deadline=None)
 @given(
     types=st.lists(st.sampled_from(["A", "B", "C"]), max_size=8),
-    severities=st.lists(st.sampled_from(["info", "warning", "critical"]), min_size=8,
-                        max_size=8),
+    severities=st.lists(st.sampled_from(["info", "warning", "critical"]), min_size=8, max_size=8),
     lengths=st.lists(st.integers(0, 6), max_size=3),
     per_type=st.integers(1, 4),
     items=st.integers(1, 5),
@@ -207,9 +248,14 @@ def test_cap_run_fast_path_is_the_full_cap(types, severities, lengths, per_type,
 
     def make():
         return AnalyzerRun(
-            analyzer_id="x", category="c", status="ok", score=0.5,
-            annotations=[Annotation(type=t, label=t, severity=s, description="d")
-                         for t, s in zip(types, severities, strict=False)],
+            analyzer_id="x",
+            category="c",
+            status="ok",
+            score=0.5,
+            annotations=[
+                Annotation(type=t, label=t, severity=s, description="d")
+                for t, s in zip(types, severities, strict=False)
+            ],
             supplementary={f"list{i}": list(range(n)) for i, n in enumerate(lengths)}
             | {"count": 3},
         )
@@ -225,8 +271,10 @@ _PLAIN_BOUNDARY = re.compile(r"[.!?][.!?]*[\"')\]”’*_]*(?=\s|$)|\n")
 
 
 @settings(max_examples=1500, deadline=None)
-@given(text=st.text(alphabet=".!?\n \t\r\"')]”’*_ab\x0b\u2028\u00a0", max_size=40),
-       cut=st.tuples(st.integers(0, 40), st.integers(0, 40)))
+@given(
+    text=st.text(alphabet=".!?\n \t\r\"')]”’*_ab\x0b\u2028\u00a0", max_size=40),
+    cut=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+)
 def test_sentence_boundaries_are_those_of_the_plain_regex(text, cut):
     from analyzers.engine.guardrails.grounding import _BOUNDARY
 
@@ -240,12 +288,42 @@ def test_sentence_boundaries_are_those_of_the_plain_regex(text, cut):
 
 # -- paragraphs with nothing to find skip the rules: the same result as running them ------
 
-_PROSE = st.sampled_from([
-    "Hello there", "In 2023 most", " retailers grew", "50%", "$4M", " 3x ", "e.g. this",
-    "a.b", "www.", "//", "@", "x@y.example", "[a](b)", "[a]: /x", "<b>", "<", "`c`", "~~~",
-    "Namedrop: Globex", "VALUE SELL:", "# Namedrop:", "\n", "\n\n", ". ", "\x00", "×",
-    "Globex lifted revenue by 12%.", "acme.example", "setup.py", "A/B", "http:", "](",
-])
+_PROSE = st.sampled_from(
+    [
+        "Hello there",
+        "In 2023 most",
+        " retailers grew",
+        "50%",
+        "$4M",
+        " 3x ",
+        "e.g. this",
+        "a.b",
+        "www.",
+        "//",
+        "@",
+        "x@y.example",
+        "[a](b)",
+        "[a]: /x",
+        "<b>",
+        "<",
+        "`c`",
+        "~~~",
+        "Namedrop: Globex",
+        "VALUE SELL:",
+        "# Namedrop:",
+        "\n",
+        "\n\n",
+        ". ",
+        "\x00",
+        "×",
+        "Globex lifted revenue by 12%.",
+        "acme.example",
+        "setup.py",
+        "A/B",
+        "http:",
+        "](",
+    ]
+)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -256,8 +334,9 @@ def test_a_paragraph_with_nothing_to_find_gets_what_the_rules_give(parts, base):
     from analyzers.engine.limits import Limits
 
     text = "".join(parts).strip("\n") or "x"
-    config = AuditorConfig(allowed_hosts=["acme.example"],
-                           known_customers=[{"name": "Globex", "slug": "globex"}])
+    config = AuditorConfig(
+        allowed_hosts=["acme.example"], known_customers=[{"name": "Globex", "slug": "globex"}]
+    )
     settings_ = settings_from_config(config)
     sources = SourceIndex(settings_, [])
     limits = Limits(max_trace_lines=3)
@@ -270,11 +349,18 @@ def test_a_paragraph_with_nothing_to_find_gets_what_the_rules_give(parts, base):
     finally:
         pipeline.nothing_to_find = original
     if original(text, settings_):
-        assert (fast.text, fast.annotations, fast.links, fast.trace, fast.claims,
-                fast.pending) == (full.text, full.annotations, full.links, full.trace,
-                                  full.claims, full.pending)
+        assert (fast.text, fast.annotations, fast.links, fast.trace, fast.claims, fast.pending) == (
+            full.text,
+            full.annotations,
+            full.links,
+            full.trace,
+            full.claims,
+            full.pending,
+        )
         assert (fast_caps.trace_kept, fast_caps.trace_omitted) == (
-            full_caps.trace_kept, full_caps.trace_omitted)
+            full_caps.trace_kept,
+            full_caps.trace_omitted,
+        )
         assert not full.annotations and not full.links and full.text == text
 
 

@@ -19,10 +19,12 @@ RESPONSE = (
 
 
 def test_an_audit_of_every_builtin_analyzer_leaves_no_reference_cycle():
-    config = AuditorConfig.model_validate({
-        "allowed_hosts": ["www.acme.example"],
-        "analyzers": {"links": {"check_health": False}},
-    })
+    config = AuditorConfig.model_validate(
+        {
+            "allowed_hosts": ["www.acme.example"],
+            "analyzers": {"links": {"check_health": False}},
+        }
+    )
     auditor = Auditor(config, build_registry(include_entry_points=False))
     audit = AuditInput(response=RESPONSE, user_input="Is it right?")
 

@@ -16,24 +16,27 @@ STRIP = GuardrailSettings.build(allowed_hosts=ALLOWED)
 LATER_FENCE = "\n\n```html\n<script>alert(1)</script>\n```\n"
 
 
-@pytest.mark.parametrize(("text", "state_in", "state_out"), [
-    ("plain text", None, None),
-    ("```\ncode\n```", None, None),
-    ("```\ncode", None, "```"),  # a top-level fence certainly left open
-    ("> ```\n```", None, "```"),  # the quote's fence closes; the line after opens one
-    ("~~~~\nx", None, "~~~~"),
-    ("more code", "```", "```"),  # still inside
-    ("code\n```\nafter", "```", None),  # closed by its marker
-    ("code\n~~~\nafter", "```", "```"),  # another marker closes nothing
-    ("- ```\n  a", None, UNKNOWN_FENCE),  # a list item may go on past the blank line
-    ("- ```\n  a\n  ```", None, None),  # closed in the item
-    ("1. ```bash\n   a\nnext", None, None),  # a line left of the fence ends the item
-    ("a\n- ```\n  a\n  ```", None, UNKNOWN_FENCE),  # not on a first line: not placed
-    ("- a\n\t```\n  x", None, UNKNOWN_FENCE),
-    ("<div>\n```\nx\n```", None, UNKNOWN_FENCE),  # in an HTML block, or a fence
-    ("```\nx", UNKNOWN_FENCE, UNKNOWN_FENCE),  # unknown stays unknown
-    ("~~~\r~~~\rx", None, None),  # a lone CR ends a line
-])
+@pytest.mark.parametrize(
+    ("text", "state_in", "state_out"),
+    [
+        ("plain text", None, None),
+        ("```\ncode\n```", None, None),
+        ("```\ncode", None, "```"),  # a top-level fence certainly left open
+        ("> ```\n```", None, "```"),  # the quote's fence closes; the line after opens one
+        ("~~~~\nx", None, "~~~~"),
+        ("more code", "```", "```"),  # still inside
+        ("code\n```\nafter", "```", None),  # closed by its marker
+        ("code\n~~~\nafter", "```", "```"),  # another marker closes nothing
+        ("- ```\n  a", None, UNKNOWN_FENCE),  # a list item may go on past the blank line
+        ("- ```\n  a\n  ```", None, None),  # closed in the item
+        ("1. ```bash\n   a\nnext", None, None),  # a line left of the fence ends the item
+        ("a\n- ```\n  a\n  ```", None, UNKNOWN_FENCE),  # not on a first line: not placed
+        ("- a\n\t```\n  x", None, UNKNOWN_FENCE),
+        ("<div>\n```\nx\n```", None, UNKNOWN_FENCE),  # in an HTML block, or a fence
+        ("```\nx", UNKNOWN_FENCE, UNKNOWN_FENCE),  # unknown stays unknown
+        ("~~~\r~~~\rx", None, None),  # a lone CR ends a line
+    ],
+)
 def test_the_state_a_paragraph_leaves(text, state_in, state_out):
     assert fence_state_after(text, state_in) == state_out
 

@@ -78,8 +78,9 @@ def test_a_claim_about_an_unknown_company_is_still_removed(sentence):
 def test_a_frequent_word_that_names_a_source_company_is_a_company_at_the_start():
     sentence = "Target grew conversion by 31% with faceted search."
     assert audit(sentence).cleaned_response == sentence  # an ordinary word at the start
-    result = audit(sentence, sources=[Source(title="Target case", text="Target grew 12%",
-                                             company="Target")])
+    result = audit(
+        sentence, sources=[Source(title="Target case", text="Target grew 12%", company="Target")]
+    )
     assert types(result) == ["UNGROUNDED_CUSTOMER_CLAIM"]  # 31% is not in its sources
 
 

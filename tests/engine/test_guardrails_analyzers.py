@@ -47,8 +47,11 @@ def config_for(host: str, check_health: bool = True, **analyzers) -> AuditorConf
             },
             "allowed_hosts": [host.split(":")[0]],
             "known_customers": [
-                {"name": "Decathlon", "slug": "decathlon",
-                 "facts": ["Decathlon grew conversion by 50%"]},
+                {
+                    "name": "Decathlon",
+                    "slug": "decathlon",
+                    "facts": ["Decathlon grew conversion by 50%"],
+                },
                 {"name": "Globex", "slug": "globex", "facts": ["Globex grew 30%"]},
             ],
         }
@@ -108,7 +111,8 @@ async def test_the_pipeline_runs_once_and_fills_the_report():
     assert by_id["links"].should_surface and by_id["links"].score == 1.0
     assert by_id["prompt_leak"].category == "compliance" and by_id["prompt_leak"].surfaced
     assert by_id["grounding"].supplementary["reasons"] == [
-        "METRIC_NOT_IN_SOURCES", "MISSING_CASE_STUDY_LINK"
+        "METRIC_NOT_IN_SOURCES",
+        "MISSING_CASE_STUDY_LINK",
     ]
     assert report.trace.count("[AUDIT] ══ paragraph in ══") == 2
     assert report.links[0].decision == "strip"

@@ -13,17 +13,42 @@ from analyzers.engine.guardrails import links, markup
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 
-SETTINGS = settings_from_config(
-    AuditorConfig.model_validate({"allowed_hosts": ["acme.example"]})
-)
+SETTINGS = settings_from_config(AuditorConfig.model_validate({"allowed_hosts": ["acme.example"]}))
 
 PIECES = [
-    "<script>", "</script>", "<div>", "<img src=x onerror=alert(1)>", '<a href="x">',
-    '<a href="https://evil.example/">', "<b>", "</b>", "<i x=1>", "<!-- c -->", "<b ", "<",
-    "`", "`<div>`", " ", "\n", "x", "<style>", "</style>", "https://evil.example/p",
-    "<https://evil.example/a>", "<https://acme.example/a>", "[y](https://evil.example/a)",
-    "![i](https://evil.example/i.png)", "[y](javascript:alert(1))", "\t", "according to ",
-    "[src](https://evil.example/s)", "<mailto:x@evil.example>", "(", ")", "[", "]",
+    "<script>",
+    "</script>",
+    "<div>",
+    "<img src=x onerror=alert(1)>",
+    '<a href="x">',
+    '<a href="https://evil.example/">',
+    "<b>",
+    "</b>",
+    "<i x=1>",
+    "<!-- c -->",
+    "<b ",
+    "<",
+    "`",
+    "`<div>`",
+    " ",
+    "\n",
+    "x",
+    "<style>",
+    "</style>",
+    "https://evil.example/p",
+    "<https://evil.example/a>",
+    "<https://acme.example/a>",
+    "[y](https://evil.example/a)",
+    "![i](https://evil.example/i.png)",
+    "[y](javascript:alert(1))",
+    "\t",
+    "according to ",
+    "[src](https://evil.example/s)",
+    "<mailto:x@evil.example>",
+    "(",
+    ")",
+    "[",
+    "]",
 ]
 
 
@@ -44,12 +69,13 @@ def test_runs_clean_exactly_as_tag_by_tag_judging(parts):
     assert merged.cleaned_response == single.cleaned_response
     # every finding of the run-merged audit covers exactly the findings it stands for
     for _, a in merged.annotations:
-        assert text[a.start:a.end] == a.evidence
+        assert text[a.start : a.end] == a.evidence
     covered = {(t, s) for t, s, _, _ in spans(merged)}
     assert covered == {(t, s) for t, s, _, _ in spans(single)}
     for t, sev, start, end in spans(single):
-        assert any(t == t2 and sev == s2 and s <= start and end <= e
-                   for t2, s2, s, e in spans(merged))
+        assert any(
+            t == t2 and sev == s2 and s <= start and end <= e for t2, s2, s, e in spans(merged)
+        )
 
 
 def test_a_run_of_identical_tags_is_one_finding_with_its_count():
@@ -79,7 +105,7 @@ def test_a_run_of_one_stripped_autolink_is_one_finding():
     assert result.cleaned_response.strip() == "end"
     found = [a for _, a in result.annotations if a.type == "LINK_HOST_NOT_ALLOWED"]
     assert len(found) == 1 and "(400 in a row)" in found[0].description
-    assert text[found[0].start:found[0].end] == found[0].evidence
+    assert text[found[0].start : found[0].end] == found[0].evidence
 
 
 @pytest.mark.parametrize(

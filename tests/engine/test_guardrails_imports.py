@@ -48,6 +48,9 @@ def test_the_guardrail_modules_have_no_import_cycle():
 def test_each_rule_module_imports_alone(module):
     done = subprocess.run(
         [sys.executable, "-c", f"import analyzers.engine.guardrails.{module}"],
-        cwd=PACKAGE.parents[2], capture_output=True, text=True, timeout=60,
+        cwd=PACKAGE.parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr

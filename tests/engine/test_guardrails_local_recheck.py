@@ -13,11 +13,32 @@ from analyzers.engine.guardrails.stream import audit_text
 
 STRIP = GuardrailSettings.build(allowed_hosts=("acme.example", "www.acme.example"))
 DEFANG = GuardrailSettings.build(allowed_hosts=("acme.example",), bare_urls="defang")
-PIECES = st.sampled_from([
-    "https://evil.example/x", "https://acme.example/a", "www.evil.com", "evil.com", "a.b",
-    "x@evil.com", "//evil.test", "http:", "//", "www.", ".com", "(", ")", ",", ".", " ", "\n",
-    "acme.example", "h", "ttps://evil.example", "setup.py", "http://0x7f.1/",
-])
+PIECES = st.sampled_from(
+    [
+        "https://evil.example/x",
+        "https://acme.example/a",
+        "www.evil.com",
+        "evil.com",
+        "a.b",
+        "x@evil.com",
+        "//evil.test",
+        "http:",
+        "//",
+        "www.",
+        ".com",
+        "(",
+        ")",
+        ",",
+        ".",
+        " ",
+        "\n",
+        "acme.example",
+        "h",
+        "ttps://evil.example",
+        "setup.py",
+        "http://0x7f.1/",
+    ]
+)
 texts = st.lists(PIECES, min_size=1, max_size=14).map("".join)
 
 
@@ -46,8 +67,7 @@ calls: list[int] = []
 @pytest.mark.python_guardrails
 def test_the_local_recheck_runs_in_those_examples(monkeypatch):
     real = links._recheck_near_edits
-    monkeypatch.setattr(links, "_recheck_near_edits",
-                        lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(links, "_recheck_near_edits", lambda *a: calls.append(1) or real(*a))
     audit_text("evil.com, https://evil.example/x and acme.example", STRIP)
     assert calls
 

@@ -19,11 +19,15 @@ def make_settings(**overrides) -> GuardrailSettings:
         brand_name="Acme",
         title_suffix=" | Acme",
         known_customers=[
-            KnownCustomer(name="Decathlon", slug="decathlon",
-                          facts=["Decathlon grew conversion by 50%"]),
-            KnownCustomer(name="PcComponentes", slug="pccomponentes",
-                          aliases=["PC Componentes"],
-                          facts=["PcComponentes lifted revenue per search by 12%"]),
+            KnownCustomer(
+                name="Decathlon", slug="decathlon", facts=["Decathlon grew conversion by 50%"]
+            ),
+            KnownCustomer(
+                name="PcComponentes",
+                slug="pccomponentes",
+                aliases=["PC Componentes"],
+                facts=["PcComponentes lifted revenue per search by 12%"],
+            ),
         ],
         tech_doc_prefixes=["docs.acme.example/api"],
         case_study_url=CASE,
@@ -46,7 +50,7 @@ def types(result) -> list[str]:
 def assert_offsets(result, original: str) -> None:
     for _, a in result.annotations:
         assert a.start is not None and a.end is not None
-        assert original[a.start:a.end] == a.evidence
+        assert original[a.start : a.end] == a.evidence
 
 
 # --- URL canonicalisation -----------------------------------------------------------
@@ -70,9 +74,19 @@ def test_it_canonicalises_urls(raw, url):
 
 @pytest.mark.parametrize(
     "raw",
-    ["javascript:alert(1)", "JaVaScRiPt:alert(1)", "java\tscript:alert(1)",
-     "javascript&colon;alert(1)", "&#106;avascript:alert(1)", "data:text/html,x",
-     "vbscript:x", "mailto:a@b.example", "ftp://acme.example/", "/relative", "//evil.test/"],
+    [
+        "javascript:alert(1)",
+        "JaVaScRiPt:alert(1)",
+        "java\tscript:alert(1)",
+        "javascript&colon;alert(1)",
+        "&#106;avascript:alert(1)",
+        "data:text/html,x",
+        "vbscript:x",
+        "mailto:a@b.example",
+        "ftp://acme.example/",
+        "/relative",
+        "//evil.test/",
+    ],
 )
 def test_it_flags_non_http_schemes(raw):
     assert canonicalize(raw).unsafe_scheme
@@ -116,8 +130,9 @@ def test_it_removes_a_heading_line_and_keeps_the_paragraphs_around_it():
     assert_offsets(result, text)
 
 
-@pytest.mark.parametrize("line", ["namedrop:", "**Namedrop:**", "## Customer Example: x",
-                                  "  signal extraction: a"])
+@pytest.mark.parametrize(
+    "line", ["namedrop:", "**Namedrop:**", "## Customer Example: x", "  signal extraction: a"]
+)
 def test_headings_match_in_any_case_and_markup(line):
     result = audit(f"{line}\nKept.")
     assert result.cleaned_response == "Kept."
@@ -154,8 +169,13 @@ def test_an_anchor_to_a_foreign_host_is_converted_then_stripped():
 
 @pytest.mark.parametrize(
     "url",
-    ["https://acme.example.evil.test/", "https://acme.example@evil.test/",
-     "https://evil.test/acme.example", "http://127.0.0.1/", "https://evil.test:443@acme.example/"],
+    [
+        "https://acme.example.evil.test/",
+        "https://acme.example@evil.test/",
+        "https://evil.test/acme.example",
+        "http://127.0.0.1/",
+        "https://evil.test:443@acme.example/",
+    ],
 )
 def test_foreign_hosts_are_stripped_and_the_label_kept(url):
     text = f"See [the pricing]({url}) today."
@@ -169,9 +189,16 @@ def test_foreign_hosts_are_stripped_and_the_label_kept(url):
 
 @pytest.mark.parametrize(
     "link",
-    ["[x](javascript:alert(1))", "[x](JAVASCRIPT:alert(1))", "[x](javascript&colon;alert(1))",
-     "[x](<javascript:alert(1)>)", "![x](data:image/png;base64,AAA)", "<mailto:a@b.example>",
-     '[x](vbscript:msgbox "t")', "[x](/relative/path)"],
+    [
+        "[x](javascript:alert(1))",
+        "[x](JAVASCRIPT:alert(1))",
+        "[x](javascript&colon;alert(1))",
+        "[x](<javascript:alert(1)>)",
+        "![x](data:image/png;base64,AAA)",
+        "<mailto:a@b.example>",
+        '[x](vbscript:msgbox "t")',
+        "[x](/relative/path)",
+    ],
 )
 def test_unsafe_schemes_are_stripped(link):
     result = audit(f"Try {link} now.")
@@ -208,12 +235,16 @@ def test_a_similar_prefix_is_not_technical_doc():
     assert audit(text).cleaned_response == text
 
 
-SOURCE = {"title": "Faceting 101", "url": "https://www.acme.example/blog/faceting#top",
-          "text": "Facets narrow results."}
+SOURCE = {
+    "title": "Faceting 101",
+    "url": "https://www.acme.example/blog/faceting#top",
+    "text": "Facets narrow results.",
+}
 
 
-@pytest.mark.parametrize("label", ["this article", "here", "Click here", "source", "link",
-                                   "Acme blog", "this page"])
+@pytest.mark.parametrize(
+    "label", ["this article", "here", "Click here", "source", "link", "Acme blog", "this page"]
+)
 def test_generic_labels_take_the_source_title_with_the_suffix_once(label):
     text = f"Read [{label}](https://www.acme.example/blog/faceting) first."
     result = audit(text, [SOURCE])
@@ -321,13 +352,19 @@ def test_a_metric_not_in_the_facts_is_stripped():
 
 
 def test_the_case_study_of_another_customer_does_not_ground_a_claim():
-    text = "Decathlon grew conversion by 50% ([x](https://www.acme.example/customers/pccomponentes))."
+    text = (
+        "Decathlon grew conversion by 50% ([x](https://www.acme.example/customers/pccomponentes))."
+    )
     assert audit(text).claims[0]["reasons"] == ["MISSING_CASE_STUDY_LINK"]
 
 
 def test_a_request_source_company_grounds_its_own_metrics():
-    source = {"title": "Zalando story", "url": None, "text": "Zalando cut latency 3x.",
-              "company": "Zalando"}
+    source = {
+        "title": "Zalando story",
+        "url": None,
+        "text": "Zalando cut latency 3x.",
+        "company": "Zalando",
+    }
     text = "Zalando cut latency 3x ([story](https://www.acme.example/customers/zalando))."
     assert audit(text, [source]).cleaned_response == text
     assert audit(text).cleaned_response == ""

@@ -18,16 +18,45 @@ from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from analyzers.engine.guardrails.text import SpanSet
 
-SETTINGS = settings_from_config(
-    AuditorConfig.model_validate({"allowed_hosts": ["acme.example"]})
-)
+SETTINGS = settings_from_config(AuditorConfig.model_validate({"allowed_hosts": ["acme.example"]}))
 
 PIECES = [
-    "<b>", "</b>", "<B>", "<i x=1>", "<abbr title='t'>", "<abbr title=\"<b>\">", "<q cite=x>",
-    "<script>", "</script>", "<span>", "<img src=x onerror=alert(1)>", "<!-- c -->", "<",
-    ">", "<<", "b>", "i>", "<x>", "</", "`", "``", "~~~", "\n", " ", "x", "<style>",
-    "</style>", "<https://evil.example/a>", "<a@evil.example>", "https://evil.example/p",
-    "[y](https://evil.example/a)", "&lt;", "<br/>", "<wbr>", ":", "@",
+    "<b>",
+    "</b>",
+    "<B>",
+    "<i x=1>",
+    "<abbr title='t'>",
+    '<abbr title="<b>">',
+    "<q cite=x>",
+    "<script>",
+    "</script>",
+    "<span>",
+    "<img src=x onerror=alert(1)>",
+    "<!-- c -->",
+    "<",
+    ">",
+    "<<",
+    "b>",
+    "i>",
+    "<x>",
+    "</",
+    "`",
+    "``",
+    "~~~",
+    "\n",
+    " ",
+    "x",
+    "<style>",
+    "</style>",
+    "<https://evil.example/a>",
+    "<a@evil.example>",
+    "https://evil.example/p",
+    "[y](https://evil.example/a)",
+    "&lt;",
+    "<br/>",
+    "<wbr>",
+    ":",
+    "@",
 ]
 
 
@@ -73,8 +102,27 @@ def test_the_round_is_skipped_only_when_nothing_can_form():
         markup._one_round = real
 
 
-LINK_PIECES = ["[", "]", "(", ")", "<", ">", ":", "@", "x", " ", "\n", "https://a.example/",
-               "]:", "](", "!", "\\", "`", "mailto:", "a@b.example"]
+LINK_PIECES = [
+    "[",
+    "]",
+    "(",
+    ")",
+    "<",
+    ">",
+    ":",
+    "@",
+    "x",
+    " ",
+    "\n",
+    "https://a.example/",
+    "]:",
+    "](",
+    "!",
+    "\\",
+    "`",
+    "mailto:",
+    "a@b.example",
+]
 
 
 @settings(max_examples=800, deadline=None)
@@ -92,8 +140,14 @@ def test_no_link_is_missed_by_the_link_gate(parts):
     decision=st.sampled_from(["keep", "replace", "strip"]),
 )
 def test_a_link_row_is_its_serialised_form(reason, status, healthy, decision):
-    record = LinkRecord(url="https://a.example/x", label="l", decision=decision,
-                        reason=reason, http_status=status, healthy=healthy)
+    record = LinkRecord(
+        url="https://a.example/x",
+        label="l",
+        decision=decision,
+        reason=reason,
+        http_status=status,
+        healthy=healthy,
+    )
     dumped = _dump_link(record)
     assert dumped == _serialize_link(record)
     assert list(dumped) == list(_serialize_link(record))

@@ -199,8 +199,30 @@ def reference_simple_runs(text: str) -> list:
 
 
 RUN_PIECES = st.sampled_from(
-    ["http://", "https://", "www.", "hhttp://", "ahttps://", "://", "a.example", "/p", "?q=1",
-     "www.www.", "x", "h", "ttps", " ", "\n", "<", ">", "\u2003", ".", "-", ":8080", "é"]
+    [
+        "http://",
+        "https://",
+        "www.",
+        "hhttp://",
+        "ahttps://",
+        "://",
+        "a.example",
+        "/p",
+        "?q=1",
+        "www.www.",
+        "x",
+        "h",
+        "ttps",
+        " ",
+        "\n",
+        "<",
+        ">",
+        "\u2003",
+        ".",
+        "-",
+        ":8080",
+        "é",
+    ]
 )
 
 
@@ -211,8 +233,11 @@ def test_simple_runs_by_find_are_the_regex_passes_runs(text):
 
 
 @settings(max_examples=3000, deadline=None)
-@given(st.lists(st.one_of(RUN_PIECES, GAPS), max_size=20).map("".join),
-       st.integers(0, 60), st.integers(0, 60))
+@given(
+    st.lists(st.one_of(RUN_PIECES, GAPS), max_size=20).map("".join),
+    st.integers(0, 60),
+    st.integers(0, 60),
+)
 def test_run_start_from_the_end_is_the_forward_match(text, pos, length):
     pos = min(pos, len(text))
     endpos = min(len(text), pos + length)

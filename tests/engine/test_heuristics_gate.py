@@ -154,8 +154,23 @@ def test_gates_skip_most_rules_on_an_ordinary_answer():
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_the_phrase_by_phrase_correction_search_agrees_with_the_whole_pattern(data):
-    pieces = ["That is ", "not ", "quite ", "right", "incorrect", "I ", "disagree", "Not",
-              " https://x.example", "isn’t ", "really ", "safe", "in fact", "nothing", "x"]
+    pieces = [
+        "That is ",
+        "not ",
+        "quite ",
+        "right",
+        "incorrect",
+        "I ",
+        "disagree",
+        "Not",
+        " https://x.example",
+        "isn’t ",
+        "really ",
+        "safe",
+        "in fact",
+        "nothing",
+        "x",
+    ]
     text = smuggle_twins("".join(data.draw(st.lists(st.sampled_from(pieces)))), data)
     assert heuristics_bias.corrects_user(Probe(text)) == bool(
         heuristics_bias.CORRECTION.search(text)
@@ -196,9 +211,7 @@ def test_an_anchored_search_finds_what_the_search_finds(pattern, data):
     matched = smuggle_twins(data.draw(st.from_regex(pattern)), data)
     text = data.draw(TEXTS) + matched + data.draw(TEXTS)
     probe = Probe(text)
-    assert anchored_search(pattern, leading_literals(pattern), probe) == bool(
-        pattern.search(text)
-    )
+    assert anchored_search(pattern, leading_literals(pattern), probe) == bool(pattern.search(text))
 
 
 @settings(max_examples=200, deadline=None)
@@ -222,16 +235,53 @@ def test_an_anchored_search_gives_up_on_many_candidates():
 # letters are in the joined tokens
 
 _PIECES = st.sampled_from(
-    ["did you ", "you", "your", "not worth ", "worth", "even a ", " a", "a", "this is ",
-     "t have time for th", "time", "for", " ", "\n", ".", "'", "x", "é", "\u0130", "ﬀ",
-     "who cares", "can see", "whatever", "fuck", "Did You ", "keep up", "try to ", "who",
-     "ca", "res", "what", "ever", "uck", "f", "ſ", "s", "1"]
+    [
+        "did you ",
+        "you",
+        "your",
+        "not worth ",
+        "worth",
+        "even a ",
+        " a",
+        "a",
+        "this is ",
+        "t have time for th",
+        "time",
+        "for",
+        " ",
+        "\n",
+        ".",
+        "'",
+        "x",
+        "é",
+        "\u0130",
+        "ﬀ",
+        "who cares",
+        "can see",
+        "whatever",
+        "fuck",
+        "Did You ",
+        "keep up",
+        "try to ",
+        "who",
+        "ca",
+        "res",
+        "what",
+        "ever",
+        "uck",
+        "f",
+        "ſ",
+        "s",
+        "1",
+    ]
 )
 
 
 @settings(max_examples=600, deadline=None)
-@given(text=st.lists(_PIECES, max_size=20).map("".join),
-       subs=st.lists(_PIECES.filter(str.strip), min_size=1, max_size=4, unique=True))
+@given(
+    text=st.lists(_PIECES, max_size=20).map("".join),
+    subs=st.lists(_PIECES.filter(str.strip), min_size=1, max_size=4, unique=True),
+)
 def test_inner_tokens_never_skip_a_substring_that_is_there(text, subs):
     """With the token set built, a clause of substrings holds exactly when one of them is
     in the folded text, as a plain search over every substring says."""
@@ -259,8 +309,13 @@ def test_the_words_that_gate_a_pattern_do_not_change_with_the_hash_seed():
     import sys
 
     runs = {
-        subprocess.run([sys.executable, "-c", _GATES], capture_output=True, text=True,
-                       check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+        subprocess.run(
+            [sys.executable, "-c", _GATES],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
         for seed in range(6)
     }
     assert len(runs) == 1 and "answer" in runs.pop()

@@ -36,7 +36,9 @@ class Prolific(Analyzer):
             for i in range(settings.leaks)
         ] + [Annotation(type="CLAIM", label=f"claim {i}") for i in range(settings.claims)]
         context.trace.extend(f"[AUDIT] step {i}" for i in range(settings.trace))
-        context.links.extend(LinkRecord(url=f"https://x.example/{i}") for i in range(settings.links))
+        context.links.extend(
+            LinkRecord(url=f"https://x.example/{i}") for i in range(settings.links)
+        )
         return self.result(
             score=0.5, annotations=annotations, supplementary={"items": list(range(settings.items))}
         )
@@ -59,8 +61,11 @@ def run(analyzers, sections: dict, **config):
 
 
 def test_findings_beyond_the_cap_of_their_type_are_one_summary_finding_with_the_count():
-    report = run([Prolific()], {"prolific": {"leaks": 120, "claims": 3}},
-                 limits={"max_annotations_per_type": 50})
+    report = run(
+        [Prolific()],
+        {"prolific": {"leaks": 120, "claims": 3}},
+        limits={"max_annotations_per_type": 50},
+    )
     [result] = report.results
     leaks = [a for a in result.annotations if a.type == "LEAK"]
     assert [a.label for a in leaks[:50]] == [f"leak {i}" for i in range(50)]
@@ -69,7 +74,11 @@ def test_findings_beyond_the_cap_of_their_type_are_one_summary_finding_with_the_
     assert summary.label == "70 more LEAK findings not listed"
     assert summary.severity == "critical"  # the worst of those left out
     assert "120 findings" in summary.description
-    assert [a.label for a in result.annotations if a.type == "CLAIM"] == ["claim 0", "claim 1", "claim 2"]
+    assert [a.label for a in result.annotations if a.type == "CLAIM"] == [
+        "claim 0",
+        "claim 1",
+        "claim 2",
+    ]
     assert result.supplementary["capped"]["annotations"] == {"LEAK": 70}
 
 
@@ -80,15 +89,20 @@ def test_a_result_within_the_caps_is_unchanged():
 
 
 def test_long_supplementary_lists_are_cut_and_counted():
-    report = run([Prolific()], {"prolific": {"items": 1000}}, limits={"max_supplementary_items": 10})
+    report = run(
+        [Prolific()], {"prolific": {"items": 1000}}, limits={"max_supplementary_items": 10}
+    )
     [result] = report.results
     assert result.supplementary["items"] == list(range(10))
     assert result.supplementary["capped"]["supplementary"] == {"items": 1000}
 
 
 def test_trace_lines_and_links_are_capped_with_a_last_line_counting_the_rest():
-    report = run([Prolific()], {"prolific": {"trace": 1000, "links": 300}},
-                 limits={"max_trace_lines": 100, "max_links": 20})
+    report = run(
+        [Prolific()],
+        {"prolific": {"trace": 1000, "links": 300}},
+        limits={"max_trace_lines": 100, "max_links": 20},
+    )
     assert len(report.links) == 20
     assert len(report.trace) == 100
     assert report.trace[0] == "[AUDIT] step 0"
@@ -100,9 +114,13 @@ def test_trace_lines_and_links_are_capped_with_a_last_line_counting_the_rest():
 
 def test_the_audit_time_budget_stops_every_analyzer_queued_ones_included():
     started = time.monotonic()
-    report = run([Sleeper("a"), Sleeper("b"), Sleeper("c")],
-                 {"a": {}, "b": {}, "c": {}},
-                 max_concurrency=1, analyzer_timeout_s=10, limits={"audit_timeout_s": 0.3})
+    report = run(
+        [Sleeper("a"), Sleeper("b"), Sleeper("c")],
+        {"a": {}, "b": {}, "c": {}},
+        max_concurrency=1,
+        analyzer_timeout_s=10,
+        limits={"audit_timeout_s": 0.3},
+    )
     assert time.monotonic() - started < 5  # not 3 x 10 s
     assert [r.status for r in report.results] == ["timeout"] * 3
     assert all("time budget of 0.3 s" in r.error for r in report.results)

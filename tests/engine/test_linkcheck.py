@@ -96,10 +96,28 @@ def tarpit() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     "address",
-    ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
-     "0.0.0.0", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::1", "::", "fe80::1",
-     "fc00::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "2002:7f00:1::", "64:ff9b::a00:1",
-     "ff02::1", "not-an-ip"],
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "2002:7f00:1::",
+        "64:ff9b::a00:1",
+        "ff02::1",
+        "not-an-ip",
+    ],
 )
 def test_non_global_addresses_are_refused(address):
     assert not is_public_address(address)
@@ -125,9 +143,16 @@ async def test_it_blocks_a_hostname_that_resolves_to_loopback(server):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/",
-     "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data",
-     "ftp://example.com/", "http://user:pw@example.com/"],
+    [
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://169.254.169.254/latest/meta-data",
+        "ftp://example.com/",
+        "http://user:pw@example.com/",
+    ],
 )
 async def test_it_blocks_ip_tricks_and_other_schemes(url):
     health = await LinkChecker().check(url)
@@ -213,8 +238,9 @@ async def test_too_many_redirects_are_unhealthy(server):
 async def test_a_tarpit_hits_the_deadline_and_the_rest_completes(server, tarpit):
     checker = LinkChecker(allow_private_networks=True)
     started = time.monotonic()
-    results = await checker.check_many([f"{tarpit}/slow", f"{server}/ok"], timeout_s=0.5,
-                                       deadline_s=3)
+    results = await checker.check_many(
+        [f"{tarpit}/slow", f"{server}/ok"], timeout_s=0.5, deadline_s=3
+    )
     assert time.monotonic() - started < 2.5
     assert results[f"{tarpit}/slow"].healthy is False
     assert "timed out" in results[f"{tarpit}/slow"].error
@@ -224,8 +250,7 @@ async def test_a_tarpit_hits_the_deadline_and_the_rest_completes(server, tarpit)
 async def test_the_audit_deadline_bounds_all_checks(tarpit):
     checker = LinkChecker(allow_private_networks=True)
     started = time.monotonic()
-    results = await checker.check_many([f"{tarpit}/a", f"{tarpit}/b"], timeout_s=10,
-                                       deadline_s=0.5)
+    results = await checker.check_many([f"{tarpit}/a", f"{tarpit}/b"], timeout_s=10, deadline_s=0.5)
     assert time.monotonic() - started < 2
     assert all(r.error == "audit deadline exceeded" for r in results.values())
 

@@ -65,26 +65,57 @@ def test_without_a_build_or_when_asked_it_runs_as_python(package, monkeypatch):
 def _corpus() -> list[str]:
     """Responses from the samples, the ported URL suites, and random mixes of the property
     test's hostile pieces."""
-    texts = [json.loads(line)["response"] for line in
-             (SAMPLES / "cases.jsonl").read_text().splitlines() if line.strip()]
-    texts += [case[0] for case in json.loads(
-        (DATA / "openai_guardrails_url_cases.json").read_text())["cases"]]
+    texts = [
+        json.loads(line)["response"]
+        for line in (SAMPLES / "cases.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    texts += [
+        case[0]
+        for case in json.loads((DATA / "openai_guardrails_url_cases.json").read_text())["cases"]
+    ]
     for case in json.loads((DATA / "urltestdata.json").read_text()):
         if isinstance(case, dict):
             url = case["input"]
             texts += [f"See {url} now", f"[docs]({url})", f'<a href="{url}">x</a>']
-    for unit in ("[", "[x](", "http://", '<a href="x">', "` `` ``` ", "<https://evil.test/a> ",
-                 "a.b", "www.", "x@y.", "//", "<b ", "<a", "<script>", "a.b/",
-                 "Globex grew 30% with [x](https://evil.test/) and more ",
-                 "PcComponentes lifted revenue by 12%. "):
+    for unit in (
+        "[",
+        "[x](",
+        "http://",
+        '<a href="x">',
+        "` `` ``` ",
+        "<https://evil.test/a> ",
+        "a.b",
+        "www.",
+        "x@y.",
+        "//",
+        "<b ",
+        "<a",
+        "<script>",
+        "a.b/",
+        "Globex grew 30% with [x](https://evil.test/) and more ",
+        "PcComponentes lifted revenue by 12%. ",
+    ):
         texts.append(unit * (20_000 // len(unit)))  # bench_guardrails' adversarial shapes
     long_run = "https://evil.example/" + "a.b/" * 300  # judged once per paragraph (a memo)
     texts += [long_run, f"{long_run} and {long_run}\n\n{long_run}"]
     rng = random.Random(20261203)
-    pieces = ["[{l}]({u})", "![{l}]({u})", "<{u}>", "{u}", "See {u}.", '<a href="{u}">{l}</a>',
-              "<img src={u} onerror=alert(1)>", "<script>alert('{u}')</script>", "`{u}`",
-              "```\n<b>{u}</b>\n```", "[ref]: {u}\n\n[{l}][ref]", "<b>{l}</b><i onclick=x>y</i>",
-              "Globex grew revenue by 40% ({u}).", "Typical stores see a 20% lift with {l}."]
+    pieces = [
+        "[{l}]({u})",
+        "![{l}]({u})",
+        "<{u}>",
+        "{u}",
+        "See {u}.",
+        '<a href="{u}">{l}</a>',
+        "<img src={u} onerror=alert(1)>",
+        "<script>alert('{u}')</script>",
+        "`{u}`",
+        "```\n<b>{u}</b>\n```",
+        "[ref]: {u}\n\n[{l}][ref]",
+        "<b>{l}</b><i onclick=x>y</i>",
+        "Globex grew revenue by 40% ({u}).",
+        "Typical stores see a 20% lift with {l}.",
+    ]
     separators = [" ", "\n", "\n\n", "\t", "\r\n", "\x00", "", "> ", "\n- ", "\n    "]
     for _ in range(600):
         parts = []
@@ -132,7 +163,11 @@ def test_the_compiled_guardrails_give_the_reports_python_gives(tmp_path):
             env["AUDITOR_PURE_PYTHON"] = "1"
         done = subprocess.run(
             [sys.executable, "-c", REPORTS, str(SAMPLES / "config.json"), str(corpus)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout)

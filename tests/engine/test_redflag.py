@@ -76,7 +76,9 @@ def test_it_flags_a_token_spike_even_under_max_tokens():
 
 
 def test_limits_can_be_switched_off():
-    assert codes(run("w " * 5000, max_chars=None, max_tokens=None, token_spike_threshold=None)) == []
+    assert (
+        codes(run("w " * 5000, max_chars=None, max_tokens=None, token_spike_threshold=None)) == []
+    )
 
 
 def test_json_is_only_checked_when_required():
@@ -96,7 +98,10 @@ def test_two_fenced_blocks_are_not_json():
 
 
 def test_missing_required_fields_are_each_flagged():
-    result = run('{"move": "A", "items": [{"id": 1}]}', required_fields=["move", "next.peg", "items.0.id", "items.1.id"])
+    result = run(
+        '{"move": "A", "items": [{"id": 1}]}',
+        required_fields=["move", "next.peg", "items.0.id", "items.1.id"],
+    )
     missing = [a.description for a in result.annotations if a.type == "REQUIRED_FIELD_MISSING"]
     assert len(missing) == 2
     assert "'next.peg'" in missing[0] and "'items.1.id'" in missing[1]
@@ -231,17 +236,34 @@ def test_score_weights():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(max_size=400), require_json=st.booleans(), fields=st.lists(st.text(max_size=8), max_size=3))
+@given(
+    text=st.text(max_size=400),
+    require_json=st.booleans(),
+    fields=st.lists(st.text(max_size=8), max_size=3),
+)
 def test_it_never_raises_and_stats_are_consistent(text, require_json, fields):
-    result = run(text, require_json=require_json, required_fields=fields, max_chars=200, max_tokens=30, token_spike_threshold=20)
+    result = run(
+        text,
+        require_json=require_json,
+        required_fields=fields,
+        max_chars=200,
+        max_tokens=30,
+        token_spike_threshold=20,
+    )
     stats = result.supplementary["stats"]
-    assert stats == {"chars": len(text), "tokens": len(text.split()), "is_spike": stats["tokens"] > 20}
+    assert stats == {
+        "chars": len(text),
+        "tokens": len(text.split()),
+        "is_spike": stats["tokens"] > 20,
+    }
     assert ("TOO_MANY_CHARS" in codes(result)) == (len(text) > 200)
     assert ("TOO_MANY_TOKENS" in codes(result)) == (stats["tokens"] > 30)
     assert 0.0 <= result.score <= 1.0
@@ -264,8 +286,28 @@ def test_any_json_value_parses_and_never_raises(value, fields):
 
 _SPACES_AND_WORDS = st.lists(
     st.sampled_from(
-        [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "a", "B", "x.", "\x00",
-         "\x85", "\u00a0", "\u2028", "\u3000", "É", "ß", "Zq@"]
+        [
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r",
+            "\x0b",
+            "\x0c",
+            "\x1c",
+            "\x1f",
+            "a",
+            "B",
+            "x.",
+            "\x00",
+            "\x85",
+            "\u00a0",
+            "\u2028",
+            "\u3000",
+            "É",
+            "ß",
+            "Zq@",
+        ]
     ),
     max_size=60,
 ).map("".join)

@@ -42,7 +42,9 @@ def test_it_refuses_bad_dotted_paths(path):
 def test_it_loads_analyzers_from_the_entry_point_group(tmp_path, monkeypatch):
     dist = tmp_path / "thirdparty_auditor-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-auditor\nVersion: 1.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: thirdparty-auditor\nVersion: 1.0\n"
+    )
     (dist / "entry_points.txt").write_text(
         f"[response_auditor.analyzers]\nthird_party = {__name__}:ThirdParty\n"
     )
@@ -55,5 +57,7 @@ def test_every_builtin_analyzer_is_documented():
     """Like datasette's plug-in docs test: a registered analyzer must appear in the docs."""
     readme = ANALYZERS_DOC.read_text()
     for analyzer in build_registry(include_entry_points=False):
-        assert f"| `{analyzer.id}` |" in readme, f"{analyzer.id} is not documented in docs/concepts/analyzers.md"
+        assert f"| `{analyzer.id}` |" in readme, (
+            f"{analyzer.id} is not documented in docs/concepts/analyzers.md"
+        )
         assert analyzer.description, f"{analyzer.id} has no description"

@@ -18,7 +18,7 @@ DEFANG = GuardrailSettings.build(allowed_hosts=HOSTS, bare_urls="defang")
 def audit(text, settings=S):
     result = audit_text(text, settings)
     for _, a in result.annotations:
-        assert text[a.start:a.end] == a.evidence
+        assert text[a.start : a.end] == a.evidence
     return result
 
 
@@ -44,16 +44,26 @@ def test_defang_mode_keeps_a_readable_unclickable_url():
 
 
 def test_the_configuration_and_per_audit_options_choose_defang():
-    config = AuditorConfig.model_validate({"allowed_hosts": list(HOSTS),
-                                           "links": {"bare_urls": "defang"}})
+    config = AuditorConfig.model_validate(
+        {"allowed_hosts": list(HOSTS), "links": {"bare_urls": "defang"}}
+    )
     assert settings_from_config(config).bare_urls == "defang"
     assert settings_from_config(AuditorConfig()).bare_urls == "strip"
     per_audit = AuditorConfig().with_options({"links": {"bare_urls": "defang"}})
     assert settings_from_config(per_audit).bare_urls == "defang"
 
 
-@pytest.mark.parametrize("text", ["www.evil.com/p", "x@evil.com", "//evil.com/x",
-                                  "evil.com/x?d=1", "http://0x7f.1/", "WWW.EVIL.COM"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "www.evil.com/p",
+        "x@evil.com",
+        "//evil.com/x",
+        "evil.com/x?d=1",
+        "http://0x7f.1/",
+        "WWW.EVIL.COM",
+    ],
+)
 def test_every_bare_form_a_linkify_renderer_links_is_judged(text):
     result = audit(f"See {text} now.")
     assert "LINK_HOST_NOT_ALLOWED" in [c for c, _ in codes(result)]
@@ -98,12 +108,17 @@ def test_a_stripped_link_keeps_a_label_only_when_it_is_not_url_like():
 
 @pytest.mark.parametrize(
     ("markup", "severity"),
-    [("<script>alert(1)</script>", "critical"), ("<img src=x onerror=alert(1)>", "critical"),
-     ("<svg onload=alert(1)>", "critical"), ("<iframe src=https://acme.example/></iframe>", "critical"),
-     ("<form action=https://acme.example/><input></form>", "critical"),
-     ("<style>body{display:none}</style>", "warning"),
-     ("<meta http-equiv=refresh content='0;url=https://evil.example'>", "critical"),
-     ("<div>plain</div>", "warning"), ("<b onclick=alert(1)>x</b>", "critical")],
+    [
+        ("<script>alert(1)</script>", "critical"),
+        ("<img src=x onerror=alert(1)>", "critical"),
+        ("<svg onload=alert(1)>", "critical"),
+        ("<iframe src=https://acme.example/></iframe>", "critical"),
+        ("<form action=https://acme.example/><input></form>", "critical"),
+        ("<style>body{display:none}</style>", "warning"),
+        ("<meta http-equiv=refresh content='0;url=https://evil.example'>", "critical"),
+        ("<div>plain</div>", "warning"),
+        ("<b onclick=alert(1)>x</b>", "critical"),
+    ],
 )
 def test_raw_html_is_removed_or_sanitised_and_annotated(markup, severity):
     result = audit(f"Before {markup} after.")
@@ -165,9 +180,13 @@ def test_what_follows_the_link_a_renderer_makes_is_judged_apart():
 
 @pytest.mark.parametrize(
     "text",
-    ["https://acme.example\\@evil.example/x", "See https://acme.example\\@evil.example/x.",
-     "<https://acme.example\\@evil.example/x>", "https://acme.example|@evil.example/x",
-     "[docs](https://acme.example&#92;@evil.example/x)"],
+    [
+        "https://acme.example\\@evil.example/x",
+        "See https://acme.example\\@evil.example/x.",
+        "<https://acme.example\\@evil.example/x>",
+        "https://acme.example|@evil.example/x",
+        "[docs](https://acme.example&#92;@evil.example/x)",
+    ],
 )
 def test_a_url_whose_rendered_href_goes_to_another_host_is_removed(text):
     assert any("evil.example" in d for d in rendered_destinations(text))  # as written: acme

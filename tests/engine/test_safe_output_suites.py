@@ -24,8 +24,11 @@ from analyzers.engine.guardrails.stream import audit_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 OPENAI = json.loads((DATA / "openai_guardrails_url_cases.json").read_text(encoding="utf-8"))
-WHATWG = [c for c in json.loads((DATA / "urltestdata.json").read_text(encoding="utf-8"))
-          if isinstance(c, dict) and isinstance(c.get("input"), str)]
+WHATWG = [
+    c
+    for c in json.loads((DATA / "urltestdata.json").read_text(encoding="utf-8"))
+    if isinstance(c, dict) and isinstance(c.get("input"), str)
+]
 LINK_CODES = {"LINK_HOST_NOT_ALLOWED", "LINK_UNSAFE_SCHEME", "HTML_UNSAFE_MARKUP"}
 ALLOWED = ("acme.example", "www.acme.example", "docs.acme.example")
 
@@ -35,8 +38,9 @@ _settings: dict[tuple[str, ...], GuardrailSettings] = {}
 def settings_for(hosts, bare_urls="strip") -> GuardrailSettings:
     key = (*hosts, bare_urls)
     if key not in _settings:
-        _settings[key] = GuardrailSettings.build(allowed_hosts=hosts, bare_urls=bare_urls,
-                                                 grounding=False, prompt_leak=False)
+        _settings[key] = GuardrailSettings.build(
+            allowed_hosts=hosts, bare_urls=bare_urls, grounding=False, prompt_leak=False
+        )
     return _settings[key]
 
 
@@ -48,7 +52,7 @@ def check(text: str, hosts: tuple[str, ...], bare_urls: str = "strip") -> None:
     if bad_before:
         assert codes & LINK_CODES, f"{bad_before} not annotated"
     for _, a in result.annotations:
-        assert text[a.start:a.end] == a.evidence
+        assert text[a.start : a.end] == a.evidence
 
 
 def test_the_ported_suites_are_all_there():
@@ -81,18 +85,33 @@ def test_whatwg_inputs_as_links_bare_urls_and_anchors(case):
 
 
 CPYTHON = [  # CPython Lib/test/test_urlparse.py (PSF License), http(s) cases
-    "http://www.python.org", "http://www.python.org#abc", "http://www.python.org?q=abc",
-    "http://a/b/c/d;p?q#f", "https://www.python.org", "http://www.python.org:80/",
+    "http://www.python.org",
+    "http://www.python.org#abc",
+    "http://www.python.org?q=abc",
+    "http://a/b/c/d;p?q#f",
+    "https://www.python.org",
+    "http://www.python.org:80/",
     "http://User:Pass@www.python.org:080/doc/?query=yes#frag",
     "http://User@example.com:Pass@www.python.org:080/doc/?query=yes#frag",
-    "http://[::1]:5432/foo/", "http://[dead:beef::1]:5432/foo/",
-    "http://[::12.34.56.78]:5432/foo/", "http://[::ffff:12.34.56.78]:5432/foo/",
-    "http://Test.python.org:5432/foo/", "http://12.34.56.78:5432/foo/",
-    "http://www.python.org:65535/", "http://a:b@www.python.org/", "http://\u2100.com",
-    "https://www.python.org/\u2100", "http://www.python.org\u3002com/",
-    "https://pyth\u00f6n.org/", "http://www.python.org\\@evil.test/",
-    "http://acme.example@evil.test/", "http://0x7f.1/", "http://2130706433/",
-    "http://[::1]", "HTTP://WWW.PYTHON.ORG/doc/#frag", "//www.python.org/path",
+    "http://[::1]:5432/foo/",
+    "http://[dead:beef::1]:5432/foo/",
+    "http://[::12.34.56.78]:5432/foo/",
+    "http://[::ffff:12.34.56.78]:5432/foo/",
+    "http://Test.python.org:5432/foo/",
+    "http://12.34.56.78:5432/foo/",
+    "http://www.python.org:65535/",
+    "http://a:b@www.python.org/",
+    "http://\u2100.com",
+    "https://www.python.org/\u2100",
+    "http://www.python.org\u3002com/",
+    "https://pyth\u00f6n.org/",
+    "http://www.python.org\\@evil.test/",
+    "http://acme.example@evil.test/",
+    "http://0x7f.1/",
+    "http://2130706433/",
+    "http://[::1]",
+    "HTTP://WWW.PYTHON.ORG/doc/#frag",
+    "//www.python.org/path",
 ]
 
 
@@ -105,26 +124,43 @@ def test_cpython_urlparse_cases(url):
 # The href markdown-it writes (its `normalizeLink`: percent-encoding, punycode) read as a
 # browser reads it: the verdict is the rendering's (see `check`), whatever the text shows.
 RENDERER_READINGS = [
-    "https://acme.example\\@evil.example/x", "https://acme.example\\\\@evil.example/x",
-    "https://acme.example%5C@evil.example/x", "https://acme.example\\%40evil.example/x",
-    "https://acme.example\t@evil.example/x", "https://acme.example\n@evil.example/x",
-    "https://acme.example|@evil.example/x", "https://acme.example^@evil.example/x",
-    "https://acme.example`@evil.example/x", "https://acme.example{@evil.example/x",
-    "https://acme.example}@evil.example/x", "https://acme.example @evil.example/x",
+    "https://acme.example\\@evil.example/x",
+    "https://acme.example\\\\@evil.example/x",
+    "https://acme.example%5C@evil.example/x",
+    "https://acme.example\\%40evil.example/x",
+    "https://acme.example\t@evil.example/x",
+    "https://acme.example\n@evil.example/x",
+    "https://acme.example|@evil.example/x",
+    "https://acme.example^@evil.example/x",
+    "https://acme.example`@evil.example/x",
+    "https://acme.example{@evil.example/x",
+    "https://acme.example}@evil.example/x",
+    "https://acme.example @evil.example/x",
     "https://\uff41\uff43\uff4d\uff45.example\\@evil.example/x",
-    "https://acme.example\u3002evil.example/", "https://\u00e9vil.example\\@acme.example/",
-    "https://acme.example&#92;@evil.example/x", "//acme.example\\@evil.example/x",
-    "www.acme.example\\@evil.example/x", "acme.example\\@evil.example/x",
+    "https://acme.example\u3002evil.example/",
+    "https://\u00e9vil.example\\@acme.example/",
+    "https://acme.example&#92;@evil.example/x",
+    "//acme.example\\@evil.example/x",
+    "www.acme.example\\@evil.example/x",
+    "acme.example\\@evil.example/x",
     "https://docs.acme.example/?labels=alpha,evil.example",
-    "https://acme.example,evil.example/x", "path.https://evil.example/x",
+    "https://acme.example,evil.example/x",
+    "path.https://evil.example/x",
 ]
 
 
 @pytest.mark.parametrize("bare_urls", ["strip", "defang"])
 @pytest.mark.parametrize("url", RENDERER_READINGS)
 def test_urls_are_judged_as_the_renderer_writes_their_href(url, bare_urls):
-    for text in (url, f"See {url} now.", f"<{url}>", f"[docs]({url})", f"[docs](<{url}>)",
-                 f"![img]({url})", f"[ref]: {url}\n\n[docs][ref]"):
+    for text in (
+        url,
+        f"See {url} now.",
+        f"<{url}>",
+        f"[docs]({url})",
+        f"[docs](<{url}>)",
+        f"![img]({url})",
+        f"[ref]: {url}\n\n[docs][ref]",
+    ):
         check(text, ALLOWED, bare_urls)
 
 

@@ -14,7 +14,9 @@ from analyzers.engine.guardrails.stream import InlineStreamAuditor, audit_text
 SETTINGS = GuardrailSettings.build(
     allowed_hosts=["acme.example", "www.acme.example", "docs.acme.example"],
     known_customers=[
-        KnownCustomer(name="Decathlon", slug="decathlon", facts=["Decathlon grew conversion by 50%"])
+        KnownCustomer(
+            name="Decathlon", slug="decathlon", facts=["Decathlon grew conversion by 50%"]
+        )
     ],
     tech_doc_prefixes=["docs.acme.example/api"],
 )
@@ -74,7 +76,7 @@ def test_offsets_point_into_the_original_across_paragraphs():
     result = audit_text(TEXT, SETTINGS)
     assert result.annotations
     for _, a in result.annotations:
-        assert TEXT[a.start:a.end] == a.evidence
+        assert TEXT[a.start : a.end] == a.evidence
 
 
 def test_stream_output_equals_batch_for_a_known_text():
@@ -86,16 +88,71 @@ def test_stream_output_equals_batch_for_a_known_text():
 
 
 ALPHABET = st.sampled_from(
-    ["\n", "\n\n", " ", "```", "`", "[", "]", "(", ")", "<", ">", "!", "\\", "&colon;",
-     "here", "Globex", "Decathlon", "grew", "50%", "+206%", "3x", "$4M", ". ", "Namedrop:",
-     "https://www.acme.example/customers/decathlon", "https://evil.test/", "javascript:",
-     "mailto:a@b.example", "according to", " — ", "[x](", "](", "<a href=\"", "\">", "</a>",
-     "Source 3", "| Acme", "~~~", "    ", "data:", "acme.example", "[a [b](https://evil.test) c]",
-     "(javascript:x)", "[this blog](vbscript:x)",
-     # bare URLs, e-mails, bare domains and raw HTML, split anywhere by the chunking
-     "https://evil.example/x?d=SECRET", "www.evil.com/p", "x@evil.com", "setup.py", "//evil.com",
-     "https://www.acme.example/a", "<script>", "</script>", "<img src=x onerror=alert(1)>",
-     "<b>", "</b>", "<div>", "<!--", "-->", "\t", "\r", "\x00", "<a href=\"https://evil.test/\tp\">"]
+    [
+        "\n",
+        "\n\n",
+        " ",
+        "```",
+        "`",
+        "[",
+        "]",
+        "(",
+        ")",
+        "<",
+        ">",
+        "!",
+        "\\",
+        "&colon;",
+        "here",
+        "Globex",
+        "Decathlon",
+        "grew",
+        "50%",
+        "+206%",
+        "3x",
+        "$4M",
+        ". ",
+        "Namedrop:",
+        "https://www.acme.example/customers/decathlon",
+        "https://evil.test/",
+        "javascript:",
+        "mailto:a@b.example",
+        "according to",
+        " — ",
+        "[x](",
+        "](",
+        '<a href="',
+        '">',
+        "</a>",
+        "Source 3",
+        "| Acme",
+        "~~~",
+        "    ",
+        "data:",
+        "acme.example",
+        "[a [b](https://evil.test) c]",
+        "(javascript:x)",
+        "[this blog](vbscript:x)",
+        # bare URLs, e-mails, bare domains and raw HTML, split anywhere by the chunking
+        "https://evil.example/x?d=SECRET",
+        "www.evil.com/p",
+        "x@evil.com",
+        "setup.py",
+        "//evil.com",
+        "https://www.acme.example/a",
+        "<script>",
+        "</script>",
+        "<img src=x onerror=alert(1)>",
+        "<b>",
+        "</b>",
+        "<div>",
+        "<!--",
+        "-->",
+        "\t",
+        "\r",
+        "\x00",
+        '<a href="https://evil.test/\tp">',
+    ]
 )
 texts = st.lists(ALPHABET, max_size=40).map("".join)
 
@@ -139,4 +196,4 @@ def test_no_rule_raises_and_no_non_http_link_survives(text):
     for href in _hrefs(result.cleaned_response):
         assert href.startswith(("http://", "https://")), (href, result.cleaned_response)
     for _, a in result.annotations:
-        assert text[a.start:a.end] == a.evidence
+        assert text[a.start : a.end] == a.evidence

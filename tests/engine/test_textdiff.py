@@ -25,7 +25,9 @@ def sides(pieces):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.sampled_from(["a", "b", " ", "\n", ".", "link", "Namedrop:", "x y. "]), max_size=60),
+    st.lists(
+        st.sampled_from(["a", "b", " ", "\n", ".", "link", "Namedrop:", "x y. "]), max_size=60
+    ),
     st.lists(st.sampled_from(["a", "b", " ", "\n", ".", "z", "x y. "]), max_size=60),
 )
 def test_the_pieces_join_to_both_texts(left, right):

@@ -198,8 +198,10 @@ def test_a_clean_answer_gets_what_the_general_path_gives_for_no_finding():
         | {"supplementary": None}
     )
     assert first.supplementary == {
-        "summary": tone._summary([]), "label": score_label(combine([])),
-        "method": "heuristic", "usage": Usage().as_dict(),
+        "summary": tone._summary([]),
+        "label": score_label(combine([])),
+        "method": "heuristic",
+        "usage": Usage().as_dict(),
     }
     # each result has its own usage dict
     assert first.supplementary["usage"] is not second.supplementary["usage"]

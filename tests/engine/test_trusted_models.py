@@ -16,14 +16,23 @@ from analyzers.engine.trusted import _check, analyzer_result, analyzer_run
 
 def _validated(*args):
     analyzer_id, category, score, surface, annotations, supplementary = args
-    return AnalyzerResult(analyzer_id=analyzer_id, category=category, score=score,
-                          should_surface=surface, annotations=annotations or [],
-                          supplementary=supplementary or {})
+    return AnalyzerResult(
+        analyzer_id=analyzer_id,
+        category=category,
+        score=score,
+        should_surface=surface,
+        annotations=annotations or [],
+        supplementary=supplementary or {},
+    )
 
 
 def _same(a, b) -> bool:
-    return (type(a) is type(b) and list(a.__dict__.items()) == list(b.__dict__.items())
-            and a.model_fields_set == b.model_fields_set and a.model_dump() == b.model_dump())
+    return (
+        type(a) is type(b)
+        and list(a.__dict__.items()) == list(b.__dict__.items())
+        and a.model_fields_set == b.model_fields_set
+        and a.model_dump() == b.model_dump()
+    )
 
 
 def test_the_self_check_passes_with_this_pydantic():
@@ -36,8 +45,7 @@ _supp = st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.integers(),
 
 
 @given(score=_scores, surface=st.booleans(), annotations=_notes, supplementary=_supp)
-def test_a_result_is_the_validated_one_or_refused_alike(score, surface, annotations,
-                                                        supplementary):
+def test_a_result_is_the_validated_one_or_refused_alike(score, surface, annotations, supplementary):
     args = ("a", "c", score, surface, annotations, supplementary)
     try:
         expected = _validated(*args)
@@ -60,7 +68,8 @@ def test_a_nan_score_or_a_foreign_annotation_is_still_validated():
 def test_a_run_copies_the_result_and_adds_the_auditor_fields():
     result = analyzer_result("a", "c", 0.5, True, [], {"k": 1})
     run = analyzer_run(result, 2.5, True)
-    expected = AnalyzerRun.model_construct(**dict(result), status="ok", error=None,
-                                           duration_ms=2.5, surfaced=True)
+    expected = AnalyzerRun.model_construct(
+        **dict(result), status="ok", error=None, duration_ms=2.5, surfaced=True
+    )
     assert _same(run, expected)
     assert run.model_dump(mode="json")["status"] == "ok"

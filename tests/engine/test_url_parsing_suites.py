@@ -38,7 +38,8 @@ def _absolute(case: dict) -> bool:
 
 
 HTTP_CASES = [
-    c for c in WHATWG
+    c
+    for c in WHATWG
     if c.get("protocol") in ("http:", "https:") and c.get("hostname") and _absolute(c)
 ]
 
@@ -68,8 +69,11 @@ def test_a_url_the_whatwg_parser_refuses_is_never_usable(case):
 
 @pytest.mark.parametrize(
     "case",
-    [c for c in WHATWG if "protocol" in c and c["protocol"] not in ("http:", "https:")
-     and _absolute(c)],
+    [
+        c
+        for c in WHATWG
+        if "protocol" in c and c["protocol"] not in ("http:", "https:") and _absolute(c)
+    ],
     ids=lambda c: repr(c["input"])[:60],
 )
 def test_every_other_scheme_is_unsafe(case):
@@ -81,8 +85,12 @@ def test_every_other_scheme_is_unsafe(case):
 def test_a_link_to_a_whatwg_host_that_is_not_allowed_is_refused(case):
     canon = parse_http_url(case["input"])
     allowed = ("acme.example",)
-    assert not (canon.url is not None and not canon.problem and host_allowed(canon.host, allowed)
-                and case["hostname"] != "acme.example")
+    assert not (
+        canon.url is not None
+        and not canon.problem
+        and host_allowed(canon.host, allowed)
+        and case["hostname"] != "acme.example"
+    )
 
 
 # CPython Lib/test/test_urlparse.py (PSF License): http(s) URLs of its cases, with the host a
@@ -100,8 +108,10 @@ CPYTHON = [
     ("http://[::1]:5432/foo/", "[::1]"),
     ("http://[dead:beef::1]:5432/foo/", "[dead:beef::1]"),
     ("http://[dead:beef::]:5432/foo/", "[dead:beef::]"),
-    ("http://[dead:beef:cafe:5417:affe:8FA3:deaf:feed]:5432/foo/",
-     "[dead:beef:cafe:5417:affe:8fa3:deaf:feed]"),
+    (
+        "http://[dead:beef:cafe:5417:affe:8FA3:deaf:feed]:5432/foo/",
+        "[dead:beef:cafe:5417:affe:8fa3:deaf:feed]",
+    ),
     ("http://[::12.34.56.78]:5432/foo/", "[::c22:384e]"),
     ("http://[::ffff:12.34.56.78]:5432/foo/", "[::ffff:c22:384e]"),
     ("http://Test.python.org:5432/foo/", "test.python.org"),

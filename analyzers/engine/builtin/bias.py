@@ -73,7 +73,9 @@ class Counterpoints(BaseModel):
 class BiasSettings(AnalyzerSettings):
     # Score from which counter-arguments are generated; default: the audit threshold.
     counterpoint_threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0,
+        default=None,
+        ge=0.0,
+        le=1.0,
         description="Score from which counter-arguments are written; none: the threshold",
     )
     max_counter_arguments: int = Field(

@@ -88,9 +88,7 @@ def corrects_user(probe: Probe) -> bool:
     if CORRECTIONS_GATE and not may_match(CORRECTIONS_GATE, probe):
         return False  # no phrase can match
     for pattern, words in CORRECTIONS:
-        if may_match(words, probe) and anchored_search(
-            pattern, _CORRECTION_STARTS[pattern], probe
-        ):
+        if may_match(words, probe) and anchored_search(pattern, _CORRECTION_STARTS[pattern], probe):
             return True
     return False
 

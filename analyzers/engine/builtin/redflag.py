@@ -122,9 +122,9 @@ def _digest(normal: bytes | None, words: list[str] | None) -> str:
 
 # ASCII whitespace as `str.split()` reads it (`str.isspace`: tab to CR, FS to US, space)
 # as spaces, capitals as lower case (`casefold()` of ASCII); every other byte as itself.
-_ASCII_SPACES = bytes(
-    32 if chr(i).isspace() else ord(chr(i).lower()) for i in range(128)
-) + bytes(range(128, 256))
+_ASCII_SPACES = bytes(32 if chr(i).isspace() else ord(chr(i).lower()) for i in range(128)) + bytes(
+    range(128, 256)
+)
 
 
 def _ascii_normal(text: str) -> bytes | None:
@@ -212,9 +212,7 @@ def find_self_contradiction(text: str) -> Annotation | None:
                 type="SELF_CONTRADICTION",
                 label="Confidence contradiction",
                 severity="warning",
-                description=(
-                    f"Says it is {not_certain.group(0)!r} yet also {certain.group(0)!r}."
-                ),
+                description=(f"Says it is {not_certain.group(0)!r} yet also {certain.group(0)!r}."),
                 evidence=evidence,
                 start=start,
                 end=end,
@@ -348,11 +346,7 @@ class RedflagAnalyzer(Analyzer):
             if contradiction is not None:
                 flags.append(contradiction)
 
-        if (
-            settings.track_collisions
-            and tokens
-            and await seen_before(context, _digest(*words))
-        ):
+        if settings.track_collisions and tokens and await seen_before(context, _digest(*words)):
             flags.append(
                 Annotation(
                     type="COLLISION_DETECTED",
@@ -418,4 +412,3 @@ async def run_validator(path: str, text: str, parsed: Any, audit: AuditInput) ->
             )
         ]
     return []
-

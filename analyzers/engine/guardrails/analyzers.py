@@ -42,8 +42,13 @@ SEED_KEY = "guardrails.seed"  # a pipeline result computed already (see Seed)
 # the same (tests compare with False).
 EARLY_CAPS = True
 SURFACE_CODES = frozenset(
-    {"LINK_UNSAFE_SCHEME", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "PROMPT_LEAK",
-     "HTML_UNSAFE_MARKUP"}
+    {
+        "LINK_UNSAFE_SCHEME",
+        "LINK_HOST_NOT_ALLOWED",
+        "UNGROUNDED_CUSTOMER_CLAIM",
+        "PROMPT_LEAK",
+        "HTML_UNSAFE_MARKUP",
+    }
 )
 
 
@@ -73,8 +78,10 @@ _LINK_FIELD_COUNT = len(LinkRecord.model_fields)
 
 
 def _dump_check() -> bool:
-    samples = [LinkRecord(url="https://a.example/", label="x", decision="strip", reason="R"),
-               LinkRecord(url="https://a.example/", http_status=404, healthy=False)]
+    samples = [
+        LinkRecord(url="https://a.example/", label="x", decision="strip", reason="R"),
+        LinkRecord(url="https://a.example/", http_status=404, healthy=False),
+    ]
     return all(
         _dump_link(r) == _serialize_link(r) and list(_dump_link(r)) == list(_serialize_link(r))
         for r in samples
@@ -124,8 +131,12 @@ class Seed:
         return {SEED_KEY: self}
 
     def fits(self, audit: AuditInput, settings: GuardrailSettings, limits: Limits) -> bool:
-        return (audit.response == self.response and settings == self.settings
-                and limits == self.limits and tuple(audit.sources) == self.sources)
+        return (
+            audit.response == self.response
+            and settings == self.settings
+            and limits == self.limits
+            and tuple(audit.sources) == self.sources
+        )
 
 
 class SharedRun:
@@ -137,7 +148,11 @@ class SharedRun:
         self.settings = settings_from_config(config)
         seed = context.memo.pop(SEED_KEY, None)
         try:
-            if isinstance(seed, Seed) and EARLY_CAPS and seed.fits(audit, self.settings, config.limits):
+            if (
+                isinstance(seed, Seed)
+                and EARLY_CAPS
+                and seed.fits(audit, self.settings, config.limits)
+            ):
                 self.result: GuardrailResult = seed.result
             else:
                 self.result = audit_text(
@@ -222,8 +237,12 @@ class SharedRun:
                 if not h.healthy:
                     what = h.error or f"HTTP {h.http_status}"
                     self.health_annotations.append(
-                        ("links", _annotation("LINK_UNHEALTHY", "warning",
-                                              f"{record.url}: {what}", record.url))
+                        (
+                            "links",
+                            _annotation(
+                                "LINK_UNHEALTHY", "warning", f"{record.url}: {what}", record.url
+                            ),
+                        )
                     )
                     self.context.trace.append(
                         f"[AUDIT] STRIP | LINK_UNHEALTHY | {one_line(record.url)}"
@@ -289,11 +308,10 @@ class LinksSettings(AnalyzerSettings):
     check_health: bool = Field(
         default=True, description="HEAD-check kept links (SSRF-guarded); LINK_UNHEALTHY"
     )
-    timeout_s: float = Field(
-        default=4.0, gt=0, le=60, description="Seconds per link health check"
-    )
+    timeout_s: float = Field(default=4.0, gt=0, le=60, description="Seconds per link health check")
     technical_doc_prefixes: list[str] = Field(
-        default_factory=list, description="Host/path prefixes of technical docs (`docs.acme.example/api`)"
+        default_factory=list,
+        description="Host/path prefixes of technical docs (`docs.acme.example/api`)",
     )
     technical_doc_allowed_paths: list[str] = Field(
         default_factory=list, description="Technical-doc paths that may be linked"

@@ -60,7 +60,8 @@ _LINKED_SCHEMES = ("https", "http", "ftp")
 _SCHEME_BEFORE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):\Z")
 # (the local part as linkify reads it: also ; : & = $ , and ")
 _EMAIL = re.compile(
-    r"(?:mailto:)?[\w.+\-;:&=$,\"]+@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+[^\W\d_][\w\-]*)", re.IGNORECASE
+    r"(?:mailto:)?[\w.+\-;:&=$,\"]+@((?:[^\W_](?:[\w\-]{0,61}[^\W_])?\.)+[^\W\d_][\w\-]*)",
+    re.IGNORECASE,
 )
 # a domain linkify links without a scheme: not after a letter, digit or one of . : / - _ @
 # (a label is made of "pseudo-letters", as linkify reads them: letters, digits and symbols
@@ -149,10 +150,10 @@ def _judge(url: str, allowed: tuple[str, ...]) -> tuple[str, bool]:
 
     Only the scheme and authority decide, so the verdict is memoised on them."""
     slashes = url.find("//")
-    rest = url[slashes + 2:] if slashes >= 0 else url
+    rest = url[slashes + 2 :] if slashes >= 0 else url
     stop = _HOST_END.search(rest)
-    authority = rest[:stop.start()] if stop else rest
-    return _judge_authority(url[:slashes + 2] if slashes >= 0 else "", authority, allowed)
+    authority = rest[: stop.start()] if stop else rest
+    return _judge_authority(url[: slashes + 2] if slashes >= 0 else "", authority, allowed)
 
 
 @lru_cache(maxsize=8192)
@@ -265,7 +266,7 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
             if e is not None and e.end() > k:
                 domain = e.group(1)
                 host, ok = _judge("http://" + domain + "/", allowed)
-                found.append((core[start:e.end()], host, EMAIL, ok, False, e.end()))
+                found.append((core[start : e.end()], host, EMAIL, ok, False, e.end()))
                 pos = e.end()
             else:
                 pos = k + 1
@@ -297,8 +298,8 @@ def _scan_destinations(core: str, allowed: tuple[str, ...]):
                 kind = LINK
                 space = _SPACE.search(core, end)
                 end = space.start() if space else n
-            host, ok = _judge("http://" + core[f.start():end], allowed)
-            found.append((core[f.start():end], host, kind, ok, False, end))
+            host, ok = _judge("http://" + core[f.start() : end], allowed)
+            found.append((core[f.start() : end], host, kind, ok, False, end))
             pos = f.end()  # the path may hold other destinations
             continue
         pos = k + 1
@@ -322,12 +323,16 @@ def _linkified_end(core: str, scheme_at: int) -> int:
     apart (`https://ok.example,evil.com`)."""
     if scheme_at > 0 and core[scheme_at - 1] in _NOT_BEFORE_SCHEME:
         return scheme_at
-    window = core[scheme_at:scheme_at + LINKIFY_MAX]
+    window = core[scheme_at : scheme_at + LINKIFY_MAX]
     match = _LINKIFY.match_at_start(window)
     if match is None or (match.last_index >= len(window) and len(window) == LINKIFY_MAX):
         return scheme_at  # none, or it may go on past the window: every marker judged
     url: str = match.url
-    return scheme_at + len(url.rstrip("*")) if url == core[scheme_at:scheme_at + len(url)] else scheme_at
+    return (
+        scheme_at + len(url.rstrip("*"))
+        if url == core[scheme_at : scheme_at + len(url)]
+        else scheme_at
+    )
 
 
 _cached_destinations = lru_cache(maxsize=8192)(_destinations)
@@ -341,7 +346,9 @@ def find_bare_urls(
 
     `memo` (for one `allowed`) keeps the destinations of each run: the re-check after
     removals meets the same runs again, and judges them once."""
-    return [BareURL(s, e, *verdict) for s, e, verdict in find_bare_verdicts(text, allowed, skip, memo)]
+    return [
+        BareURL(s, e, *verdict) for s, e, verdict in find_bare_verdicts(text, allowed, skip, memo)
+    ]
 
 
 Verdict = tuple[str, str, str, bool, bool]  # (url, host, kind, allowed, unsafe scheme)
@@ -429,7 +436,12 @@ SIMPLE_RUNS_FROM = 4096
 
 
 def _scan_bare_urls(
-    text: str, pos: int, n: int, allowed: tuple[str, ...], skip, memo: dict | None,
+    text: str,
+    pos: int,
+    n: int,
+    allowed: tuple[str, ...],
+    skip,
+    memo: dict | None,
     out: list[BareURL],
 ) -> None:
     """`find_bare_urls` on `text[pos:n]`, run by run (`n` is a run boundary)."""
@@ -439,7 +451,12 @@ def _scan_bare_urls(
 
 
 def _scan_runs(
-    text: str, pos: int, n: int, allowed: tuple[str, ...], skip, memo: dict | None,
+    text: str,
+    pos: int,
+    n: int,
+    allowed: tuple[str, ...],
+    skip,
+    memo: dict | None,
     out: list[tuple[int, int, Verdict]],
 ) -> None:
     """`find_bare_verdicts` on `text[pos:n]`, run by run (`n` is a run boundary)."""
@@ -531,8 +548,7 @@ def url_like(text: str) -> bool:
     if marker_search(text) is None:
         return False
     return any(
-        (_cached_destinations if e - s <= CACHED_RUN_MAX else _destinations)(text[s:e], ())
-        != []
+        (_cached_destinations if e - s <= CACHED_RUN_MAX else _destinations)(text[s:e], ()) != []
         for s, e in _runs(text)
     )
 

@@ -25,9 +25,21 @@ _OTHER_FACTOR = 1.0 - 0.3
 class RecordCaps:
     """One audit's record budget, shared by its paragraphs (batch or stream)."""
 
-    __slots__ = ("per_type", "max_links", "max_trace", "seen", "omitted", "remaining", "made",
-                 "links_kept", "links_omitted", "decisions", "unchecked",
-                 "trace_kept", "trace_omitted")
+    __slots__ = (
+        "per_type",
+        "max_links",
+        "max_trace",
+        "seen",
+        "omitted",
+        "remaining",
+        "made",
+        "links_kept",
+        "links_omitted",
+        "decisions",
+        "unchecked",
+        "trace_kept",
+        "trace_omitted",
+    )
 
     def __init__(self, limits: Limits) -> None:
         self.per_type = limits.max_annotations_per_type

@@ -70,9 +70,24 @@ def may_hold_link(text: str) -> bool:
 class Ctx:
     """The state of one paragraph while the rules run."""
 
-    __slots__ = ("original", "base", "settings", "sources", "doc", "out", "_code", "_links",
-                 "closing_memo", "bare_memo", "settled", "bare_edits", "caps", "trace_room",
-                 "trace_cut", "open_fence")
+    __slots__ = (
+        "original",
+        "base",
+        "settings",
+        "sources",
+        "doc",
+        "out",
+        "_code",
+        "_links",
+        "closing_memo",
+        "bare_memo",
+        "settled",
+        "bare_edits",
+        "caps",
+        "trace_room",
+        "trace_cut",
+        "open_fence",
+    )
 
     def __init__(
         self,
@@ -161,8 +176,13 @@ class Ctx:
             s, e = doc.orig_span(start, end)
         base = self.base
         annotation = make_annotation(
-            code, LABELS.get(code, code), severity, description,
-            self.original[s - base:e - base], s, e,
+            code,
+            LABELS.get(code, code),
+            severity,
+            description,
+            self.original[s - base : e - base],
+            s,
+            e,
         )
         self.out.annotations.append((analyzer_id, annotation))
         return annotation

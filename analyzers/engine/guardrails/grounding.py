@@ -42,8 +42,9 @@ _METRIC = re.compile(
     r"|(?<=\d)\d*(?:\.\d+)?[ \t]?[x×](?![\w])"
     r")"
 )
-_PRICE_CONTEXT = re.compile(r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each\b|monthly\b)",
-                            re.IGNORECASE)
+_PRICE_CONTEXT = re.compile(
+    r"[ \t]*(?:/|per\b|a (?:month|year|seat|user)\b|each\b|monthly\b)", re.IGNORECASE
+)
 _WORD = re.compile(r"(?<!\d)[^\W\d_][\w&'’\-]*")
 _DIGIT = re.compile(r"\d")
 _METRIC_CHAR = re.compile(r"[%$x×]")  # one of these is in every `_METRIC` match
@@ -55,8 +56,13 @@ def has_claim_hint(text: str) -> bool:
     """False when the text can hold no claim: no link ("](", "<"), no metric ("%", "$",
     "×", a digit before "x"), and no code span ("`") whose removal could join a metric."""
     return (
-        "](" in text or "<" in text or "`" in text or "%" in text or "$" in text
-        or "×" in text or _digit_x(text)
+        "](" in text
+        or "<" in text
+        or "`" in text
+        or "%" in text
+        or "$" in text
+        or "×" in text
+        or _digit_x(text)
     )
 
 
@@ -120,17 +126,16 @@ def find_metrics(text: str) -> list[str]:
 class _CompanyMatcher:
     """Known customer names and aliases, plus source companies, as one regex."""
 
-    def __init__(
-        self, customers: tuple[Customer, ...], texts: tuple[tuple[str, ...], ...]
-    ) -> None:
+    def __init__(self, customers: tuple[Customer, ...], texts: tuple[tuple[str, ...], ...]) -> None:
         self.by_name: dict[str, Customer] = {}
         for customer in customers:
             for name in customer.names:
                 self.by_name.setdefault(name, customer)
         names = sorted(self.by_name, key=len, reverse=True)
         self.regex = (
-            re.compile(r"(?<!\w)(?:" + "|".join(re.escape(n) for n in names) + r")(?!\w)",
-                       re.IGNORECASE)
+            re.compile(
+                r"(?<!\w)(?:" + "|".join(re.escape(n) for n in names) + r")(?!\w)", re.IGNORECASE
+            )
             if names
             else None
         )
@@ -286,8 +291,9 @@ def audit_grounding(ctx: Ctx) -> None:
             s += len(sentence) - len(sentence.lstrip())
             e = s + len(stripped)
             sentence = stripped
-        verdict = _judge(settings, code, text, s, e, sentence, links, link_starts, matcher,
-                         known_slugs)
+        verdict = _judge(
+            settings, code, text, s, e, sentence, links, link_starts, matcher, known_slugs
+        )
         if verdict is None:
             continue
         reasons, claim, case_url = verdict
@@ -368,8 +374,9 @@ def _judge(
     if not inside and not code:
         words_text = sentence
     else:
-        cuts = [(link.start, link.end, link.label if link.kind != "autolink" else "")
-                for link in inside]
+        cuts = [
+            (link.start, link.end, link.label if link.kind != "autolink" else "") for link in inside
+        ]
         if code:
             cuts.extend((cs, ce, " ") for cs, ce in code.spans if cs < e and ce > s)
             cuts.sort()

@@ -37,13 +37,53 @@ from .urls import (
 
 GENERIC_LABELS = frozenset(
     {
-        "here", "click here", "this", "this article", "the article", "article", "this page",
-        "the page", "page", "source", "the source", "this source", "sources", "link",
-        "this link", "the link", "read more", "learn more", "more", "see more", "this post",
-        "the post", "this blog post", "blog post", "blog", "this blog", "the blog",
-        "this study", "this report", "the report", "this resource", "this document", "this guide", "the guide", "guide",
-        "docs", "the docs", "documentation", "the documentation", "website", "this website",
-        "reference", "ref", "details", "more info", "more information", "url",
+        "here",
+        "click here",
+        "this",
+        "this article",
+        "the article",
+        "article",
+        "this page",
+        "the page",
+        "page",
+        "source",
+        "the source",
+        "this source",
+        "sources",
+        "link",
+        "this link",
+        "the link",
+        "read more",
+        "learn more",
+        "more",
+        "see more",
+        "this post",
+        "the post",
+        "this blog post",
+        "blog post",
+        "blog",
+        "this blog",
+        "the blog",
+        "this study",
+        "this report",
+        "the report",
+        "this resource",
+        "this document",
+        "this guide",
+        "the guide",
+        "guide",
+        "docs",
+        "the docs",
+        "documentation",
+        "the documentation",
+        "website",
+        "this website",
+        "reference",
+        "ref",
+        "details",
+        "more info",
+        "more information",
+        "url",
     }
 )
 _GENERIC_NUMBERED = re.compile(r"(?:source|ref|reference|link|citation)?\s*\d{1,3}")
@@ -55,8 +95,20 @@ _LEFT_ATTRIBUTION = re.compile(
 )
 _TRAILING_PUNCT = ".,;:!?)"
 _ATTRIBUTION_LABELS = frozenset(
-    {"source", "sources", "the source", "this source", "link", "the link", "this link", "ref",
-     "reference", "citation", "cite", "url"}
+    {
+        "source",
+        "sources",
+        "the source",
+        "this source",
+        "link",
+        "the link",
+        "this link",
+        "ref",
+        "reference",
+        "citation",
+        "cite",
+        "url",
+    }
 )
 
 
@@ -99,7 +151,7 @@ def strip_suffixes(label: str, suffix: str) -> tuple[str, int]:
         for token in reversed(tokens):
             while j > 0 and label[j - 1].isspace():
                 j -= 1
-            if j < len(token) or label[j - len(token):j].lower() != token:
+            if j < len(token) or label[j - len(token) : j].lower() != token:
                 j = -1
                 break
             j -= len(token)
@@ -257,7 +309,7 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                 and link.dest == run.dest
                 and link.kind == run.kind
                 and link.label == run.label
-                and not text[gap_start:link.start].strip(" \t")
+                and not text[gap_start : link.start].strip(" \t")
             ):
                 run.extend(link.end)
                 label = kept_label(link)
@@ -288,12 +340,7 @@ def audit_links(ctx: Ctx) -> list[tuple[int, str]]:
                     link.end,
                 )
                 trace.append("[AUDIT] REPLACE | " + one_line(f"{label} -> {new_label}"))
-        if (
-            new_label is None
-            and inline
-            and suffix.strip()
-            and _may_repeat_suffix(label, suffix)
-        ):
+        if new_label is None and inline and suffix.strip() and _may_repeat_suffix(label, suffix):
             base, count = strip_suffixes(label, suffix)
             if count >= 2:
                 new_label = base + suffix
@@ -350,10 +397,8 @@ class _StripRun:
             s, e = ctx.doc.orig_span(self.start, self.end)
             fields = self.finding.__dict__  # plain values, as validation sets them
             fields["start"], fields["end"] = s, e
-            fields["evidence"] = ctx.original[s - ctx.base:e - ctx.base]
-            fields["description"] = (
-                fields["description"].rstrip(".") + f" ({self.count} in a row)."
-            )
+            fields["evidence"] = ctx.original[s - ctx.base : e - ctx.base]
+            fields["description"] = fields["description"].rstrip(".") + f" ({self.count} in a row)."
         return None
 
 
@@ -428,7 +473,13 @@ def neutralise_links(ctx: Ctx) -> None:
 
 # Where an attribution ending in an ASCII character (any case) starts, back from its end.
 _ATTRIBUTION_LENGTHS = {
-    "-": (1,), "o": (12,), "a": (3,), ":": (8, 7), "f": (11,), "n": (8,), "y": (14,)
+    "-": (1,),
+    "o": (12,),
+    "a": (3,),
+    ":": (8, 7),
+    "f": (11,),
+    "n": (8,),
+    "y": (14,),
 }
 
 
@@ -574,9 +625,7 @@ def _bare_edit(ctx: Ctx, text: str, s: int, e: int, verdict: Verdict) -> tuple[i
     ctx.annotate("links", code_, severity, why, s, e)
     evidence = text[s:e]
     if len(ctx.out.trace) < ctx.trace_room:
-        ctx.out.trace.append(
-            _inert_line(evidence) if kind == DOMAIN else _strip_line(code_, url)
-        )
+        ctx.out.trace.append(_inert_line(evidence) if kind == DOMAIN else _strip_line(code_, url))
     else:
         ctx.trace_cut += 1
     if kind == DOMAIN:
@@ -602,13 +651,18 @@ def _bare_edit(ctx: Ctx, text: str, s: int, e: int, verdict: Verdict) -> tuple[i
 def _strip_finding(host: str, kind: str, unsafe: bool) -> tuple[str, str, str]:
     """(code, severity, description) of a bare URL that may not stay."""
     if unsafe:
-        return ("LINK_UNSAFE_SCHEME", "critical",
-                "A bare URL with a scheme that is not http(s).")
+        return ("LINK_UNSAFE_SCHEME", "critical", "A bare URL with a scheme that is not http(s).")
     if kind == DOMAIN:
-        return ("LINK_HOST_NOT_ALLOWED", "info",
-                f"Bare domain {host} made non-linkable (a renderer would link it).")
-    return ("LINK_HOST_NOT_ALLOWED", "warning",
-            f"Bare URL to host {host or '?'}, which is not allowed.")
+        return (
+            "LINK_HOST_NOT_ALLOWED",
+            "info",
+            f"Bare domain {host} made non-linkable (a renderer would link it).",
+        )
+    return (
+        "LINK_HOST_NOT_ALLOWED",
+        "warning",
+        f"Bare URL to host {host or '?'}, which is not allowed.",
+    )
 
 
 @lru_cache(maxsize=1024)
@@ -633,8 +687,12 @@ _STRUCTURE = re.compile(r"[`~\[\]<]")
 
 def _no_structure(text: str) -> bool:
     """`_STRUCTURE.search(text) is None`, by substring tests (no regex scan)."""
-    return "`" not in text and "~" not in text and "[" not in text and "]" not in text and (
-        "<" not in text
+    return (
+        "`" not in text
+        and "~" not in text
+        and "[" not in text
+        and "]" not in text
+        and ("<" not in text)
     )
 
 

@@ -185,11 +185,15 @@ def _scan_plain(text: str) -> list[MdLink] | None:
     for m in _PLAIN_LINK.finditer(text):
         start = m.start()
         if start and text[start - 1] == "!":  # no backslash can escape it: there is none
-            links.append(MdLink(start - 1, m.end(), m.group(1), start + 1, m.start(2) - 2,
-                                m.group(2), "image"))
+            links.append(
+                MdLink(
+                    start - 1, m.end(), m.group(1), start + 1, m.start(2) - 2, m.group(2), "image"
+                )
+            )
         else:
-            links.append(MdLink(start, m.end(), m.group(1), start + 1, m.start(2) - 2,
-                                m.group(2), "inline"))
+            links.append(
+                MdLink(start, m.end(), m.group(1), start + 1, m.start(2) - 2, m.group(2), "inline")
+            )
     return links if 2 * len(links) == specials else None
 
 
@@ -256,8 +260,15 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
                     end, dest, _, _ = parsed
                     start = pos - 1 if image else pos
                     links.append(
-                        MdLink(start, end, text[pos + 1:i], pos + 1, i, dest,
-                               "image" if image else "inline")
+                        MdLink(
+                            start,
+                            end,
+                            text[pos + 1 : i],
+                            pos + 1,
+                            i,
+                            dest,
+                            "image" if image else "inline",
+                        )
                     )
                     if not image:
                         deactivated_below = len(stack)
@@ -282,8 +293,9 @@ def scan_links(text: str, code: SpanSet) -> list[MdLink]:
             if dest.startswith("<") and dest.endswith(">"):
                 dest = dest[1:-1]
             links.append(
-                MdLink(dm.start(1), dm.end(), dm.group(2), dm.start(2), dm.end(2), dest,
-                       "definition")
+                MdLink(
+                    dm.start(1), dm.end(), dm.group(2), dm.start(2), dm.end(2), dest, "definition"
+                )
             )
         links.sort(key=lambda link: link.start)
     return links

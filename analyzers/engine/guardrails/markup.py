@@ -30,26 +30,109 @@ from .markdown import _AUTOLINK, _EMAIL_AUTOLINK
 from .text import SpanSet, one_line
 
 ALLOWED_TAGS = frozenset(
-    {"b", "strong", "i", "em", "u", "s", "del", "ins", "mark", "small", "sub", "sup", "code",
-     "kbd", "samp", "var", "abbr", "br", "wbr", "q", "cite", "dfn"}
+    {
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "s",
+        "del",
+        "ins",
+        "mark",
+        "small",
+        "sub",
+        "sup",
+        "code",
+        "kbd",
+        "samp",
+        "var",
+        "abbr",
+        "br",
+        "wbr",
+        "q",
+        "cite",
+        "dfn",
+    }
 )
 ALLOWED_ATTRIBUTES = {"abbr": {"title"}}
 VOID_TAGS = frozenset({"br", "wbr"})
 # could run script, navigate, submit, or load and run other documents
 EXECUTABLE_TAGS = frozenset(
-    {"script", "iframe", "frame", "frameset", "object", "embed", "applet", "form", "meta",
-     "base", "link", "svg", "math", "portal", "fencedframe", "template", "import", "xml",
-     "button", "input", "isindex", "set", "animate", "handler", "listener"}
+    {
+        "script",
+        "iframe",
+        "frame",
+        "frameset",
+        "object",
+        "embed",
+        "applet",
+        "form",
+        "meta",
+        "base",
+        "link",
+        "svg",
+        "math",
+        "portal",
+        "fencedframe",
+        "template",
+        "import",
+        "xml",
+        "button",
+        "input",
+        "isindex",
+        "set",
+        "animate",
+        "handler",
+        "listener",
+    }
 )
 # removed with their content (code, styles, hidden or foreign documents)
 DROP_CONTENT = frozenset(
-    {"script", "style", "iframe", "object", "embed", "applet", "template", "svg", "math",
-     "noscript", "noembed", "noframes", "xmp", "textarea", "title", "select", "frameset"}
+    {
+        "script",
+        "style",
+        "iframe",
+        "object",
+        "embed",
+        "applet",
+        "template",
+        "svg",
+        "math",
+        "noscript",
+        "noembed",
+        "noframes",
+        "xmp",
+        "textarea",
+        "title",
+        "select",
+        "frameset",
+    }
 )
 URL_ATTRIBUTES = frozenset(
-    {"href", "src", "srcset", "action", "formaction", "poster", "background", "xlink:href",
-     "data", "codebase", "cite", "longdesc", "lowsrc", "dynsrc", "ping", "manifest", "icon",
-     "usemap", "archive", "classid", "imagesrcset"}
+    {
+        "href",
+        "src",
+        "srcset",
+        "action",
+        "formaction",
+        "poster",
+        "background",
+        "xlink:href",
+        "data",
+        "codebase",
+        "cite",
+        "longdesc",
+        "lowsrc",
+        "dynsrc",
+        "ping",
+        "manifest",
+        "icon",
+        "usemap",
+        "archive",
+        "classid",
+        "imagesrcset",
+    }
 )
 MAX_ROUNDS = 3
 
@@ -68,8 +151,12 @@ _CLEANED_CLOSE = re.compile(r"</[a-z]+>\Z")
 def clean_open_tag(tag: str, name: str) -> str:
     """An allowed opening tag as nh3 writes it: only the allowed attributes, quoted."""
     cleaned = nh3.clean(
-        tag, tags=set(ALLOWED_TAGS), attributes=ALLOWED_ATTRIBUTES, url_schemes={"http", "https"},
-        link_rel=None, strip_comments=True,
+        tag,
+        tags=set(ALLOWED_TAGS),
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes={"http", "https"},
+        link_rel=None,
+        strip_comments=True,
     )
     if name not in VOID_TAGS:
         cleaned = _CLEANED_CLOSE.sub("", cleaned)  # nh3 closes the element it opened
@@ -100,8 +187,9 @@ def _urls(attrs: list[tuple[str, str]]) -> list[str]:
             else:
                 urls.append(value)
         elif key == "style":
-            urls.extend(next(g for g in m.groups() if g is not None) for m in
-                        _CSS_URL.finditer(value))
+            urls.extend(
+                next(g for g in m.groups() if g is not None) for m in _CSS_URL.finditer(value)
+            )
     return urls
 
 
@@ -227,7 +315,10 @@ def _one_round(ctx: Ctx, final: bool) -> bool:
         return removed
     positions = ctx.doc.apply(edits)
     if (
-        SKIP_SETTLED_ROUND and removed and protected is None and not kept_urls
+        SKIP_SETTLED_ROUND
+        and removed
+        and protected is None
+        and not kept_urls
         and _nothing_formed(ctx, edits, positions)
     ):
         ctx.settled["markup"] = ctx.doc.text  # what the next round would find: nothing
@@ -291,7 +382,7 @@ class _Run:
         """Stretch the first tag's findings over the whole run."""
         if self.count > 1:
             s, e = ctx.doc.orig_span(self.start, self.end)
-            evidence = ctx.original[s - ctx.base:e - ctx.base]
+            evidence = ctx.original[s - ctx.base : e - ctx.base]
             for annotation in self.records:
                 fields = annotation.__dict__  # set as validation would: plain values
                 fields["start"], fields["end"], fields["evidence"] = s, e, evidence
@@ -331,8 +422,7 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
             if not urls:
                 _remember_verbatim(region)
         elif has_attrs and not closing:
-            _annotate(ctx, executable,
-                      f"Attributes of an HTML <{name}> tag were removed.", i, end)
+            _annotate(ctx, executable, f"Attributes of an HTML <{name}> tag were removed.", i, end)
         return cleaned, end
     if final:  # a tag formed by earlier removals: make it text
         _annotate(ctx, executable, f"HTML <{name}> tag made inert.", i, end)
@@ -344,8 +434,7 @@ def _judge_tag(ctx: Ctx, text: str, i: int, end: int, region: str, final: bool):
             gt = text.find(">", close - 1)
             stop = gt + 1 if gt >= 0 else len(text)
     what = f"</{name}>" if closing else f"<{name}>"
-    _annotate(ctx, executable or name in EXECUTABLE_TAGS,
-              f"Raw HTML {what} was removed.", i, stop)
+    _annotate(ctx, executable or name in EXECUTABLE_TAGS, f"Raw HTML {what} was removed.", i, stop)
     return "", stop
 
 
@@ -392,8 +481,14 @@ def _made(ctx: Ctx) -> int:
 
 
 def _annotate(ctx: Ctx, executable: bool, description: str, start: int, end: int) -> None:
-    ctx.annotate("links", "HTML_UNSAFE_MARKUP", "critical" if executable else "warning",
-                 description, start, end)
+    ctx.annotate(
+        "links",
+        "HTML_UNSAFE_MARKUP",
+        "critical" if executable else "warning",
+        description,
+        start,
+        end,
+    )
     if ctx.has_trace_room():
         ctx.out.trace.append(_markup_trace(ctx.doc.text[start:end]))
     else:

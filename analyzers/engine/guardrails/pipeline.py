@@ -91,7 +91,8 @@ def nothing_to_find(text: str, settings: GuardrailSettings) -> bool:
         and "@" not in text
         and (not has_digit(text) or not has_claim_hint(text))
         and not (
-            settings.prompt_leak and settings.patterns
+            settings.prompt_leak
+            and settings.patterns
             and may_start_heading(text, settings.patterns)
         )
         and not may_hold_url(text)

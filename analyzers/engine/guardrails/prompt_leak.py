@@ -15,7 +15,7 @@ def heading_match(line: str, patterns: tuple[str, ...]) -> str | None:
     for pattern in patterns:
         p = pattern.lower()
         if head.startswith(p):
-            nxt = head[len(p):len(p) + 1]
+            nxt = head[len(p) : len(p) + 1]
             if p[-1].isalnum() and nxt.isalnum():
                 continue  # "Namedropping" is not the heading "Namedrop"
             return pattern
@@ -41,13 +41,13 @@ def may_start_heading(text: str, patterns: tuple[str, ...]) -> bool:
     pos = 0
     while True:
         nl = text.find("\n", pos)
-        c = text[pos:pos + 1]
+        c = text[pos : pos + 1]
         if c and c in _LEADING_MARKUP:
-            c = text[pos:nl + 1 if nl >= 0 else len(text)].lstrip(_LEADING_MARKUP)[:1]
+            c = text[pos : nl + 1 if nl >= 0 else len(text)].lstrip(_LEADING_MARKUP)[:1]
         if (
             c
             and (not c.isascii() or c.lower() in first)
-            and heading_match(text[pos:nl + 1 if nl >= 0 else len(text)], patterns)
+            and heading_match(text[pos : nl + 1 if nl >= 0 else len(text)], patterns)
         ):
             return True
         if nl < 0:

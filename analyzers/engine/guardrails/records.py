@@ -37,8 +37,15 @@ def annotation(
     """`Annotation(type=code, label=..., ..., end=end)`."""
     return _trusted(
         Annotation,
-        {"type": code, "label": label, "severity": severity, "description": description,
-         "evidence": evidence, "start": start, "end": end},
+        {
+            "type": code,
+            "label": label,
+            "severity": severity,
+            "description": description,
+            "evidence": evidence,
+            "start": start,
+            "end": end,
+        },
         _ANNOTATION_SET,
     )
 
@@ -47,8 +54,14 @@ def link_record(url: str, label: str, decision: str, reason: str | None = None) 
     """`LinkRecord(url=url, label=label, decision=decision[, reason=reason])`."""
     return _trusted(
         LinkRecord,
-        {"url": url, "label": label, "decision": decision, "reason": reason,
-         "http_status": None, "healthy": None},
+        {
+            "url": url,
+            "label": label,
+            "decision": decision,
+            "reason": reason,
+            "http_status": None,
+            "healthy": None,
+        },
         _LINK_SET if reason is None else _STRIP_SET,
     )
 
@@ -56,8 +69,15 @@ def link_record(url: str, label: str, decision: str, reason: str | None = None) 
 def _validated_annotation(  # (`Any`: pydantic checks the severity)
     code: str, label: str, severity: Any, description: str, evidence: str, start: int, end: int
 ) -> Annotation:
-    return Annotation(type=code, label=label, severity=severity, description=description,
-                      evidence=evidence, start=start, end=end)
+    return Annotation(
+        type=code,
+        label=label,
+        severity=severity,
+        description=description,
+        evidence=evidence,
+        start=start,
+        end=end,
+    )
 
 
 def _validated_link_record(  # (`Any`: pydantic checks the decision)
@@ -72,11 +92,17 @@ def _check() -> bool:
     """Whether the builders still make what validation makes."""
     try:
         samples: list[tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]] = [
-            (annotation, _validated_annotation,
-             ("LINK_UNSAFE_SCHEME", "Unsafe", "critical", "why", "[x](y)", 3, 9)),
+            (
+                annotation,
+                _validated_annotation,
+                ("LINK_UNSAFE_SCHEME", "Unsafe", "critical", "why", "[x](y)", 3, 9),
+            ),
             (link_record, _validated_link_record, ("https://a.example/", "x", "keep")),
-            (link_record, _validated_link_record,
-             ("https://a.example/", "x", "strip", "LINK_HOST_NOT_ALLOWED")),
+            (
+                link_record,
+                _validated_link_record,
+                ("https://a.example/", "x", "strip", "LINK_HOST_NOT_ALLOWED"),
+            ),
         ]
         return (
             tuple(Annotation.model_fields) == _ANNOTATION_FIELDS

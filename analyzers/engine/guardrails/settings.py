@@ -124,7 +124,7 @@ class GuardrailSettings:
             self.case_study_prefix
         ):
             return None
-        rest = url_without_fragment[len(self.case_study_prefix):]
+        rest = url_without_fragment[len(self.case_study_prefix) :]
         if self.case_study_suffix:
             if not rest.endswith(self.case_study_suffix):
                 return None
@@ -151,9 +151,7 @@ def settings_from_config(
         tuple(config.allowed_hosts),
         config.brand.name,
         config.brand.title_suffix,
-        tuple(
-            (c.name, c.slug, tuple(c.aliases), tuple(c.facts)) for c in config.known_customers
-        ),
+        tuple((c.name, c.slug, tuple(c.aliases), tuple(c.facts)) for c in config.known_customers),
         tuple(prompt_leak.get("patterns", DEFAULT_PATTERNS)),
         tuple(links.get("technical_doc_prefixes", ())),
         tuple(links.get("technical_doc_allowed_paths", ())),
@@ -174,8 +172,22 @@ def _with(section: dict, overrides: dict | None) -> dict:
 
 @lru_cache(maxsize=64)
 def _cached_key_settings(key: tuple) -> GuardrailSettings:
-    (hosts, brand, suffix, customers, patterns, prefixes, allowed, case_url, pl, li, gr,
-     bare_urls, redact, region) = key
+    (
+        hosts,
+        brand,
+        suffix,
+        customers,
+        patterns,
+        prefixes,
+        allowed,
+        case_url,
+        pl,
+        li,
+        gr,
+        bare_urls,
+        redact,
+        region,
+    ) = key
     return GuardrailSettings.build(
         allowed_hosts=hosts,
         brand_name=brand,
@@ -242,8 +254,7 @@ class SourceIndex:
             customer = self.customer_named(source.company)
             if customer is None:
                 name = source.company.strip()
-                customer = Customer(name=name, slug=slugify(name), names=(name.lower(),),
-                                    facts=())
+                customer = Customer(name=name, slug=slugify(name), names=(name.lower(),), facts=())
                 self.extra_companies[name.lower()] = customer
             texts = self.company_texts.setdefault(customer.slug, [])
             texts.append(source.title)

@@ -65,11 +65,7 @@ def _fence_marker(line: str) -> str | None:
 def _closes(line: str, marker: str) -> bool:
     stripped = line.lstrip(" ")
     body = stripped.rstrip()
-    return (
-        len(line) - len(stripped) <= 3
-        and body.startswith(marker)
-        and not body.strip(marker[0])
-    )
+    return len(line) - len(stripped) <= 3 and body.startswith(marker) and not body.strip(marker[0])
 
 
 class InlineStreamAuditor:
@@ -144,7 +140,7 @@ class InlineStreamAuditor:
                 if start < len(chunk):
                     self._partial.append(chunk[start:])
                 break
-            piece = chunk[start:nl + 1]
+            piece = chunk[start : nl + 1]
             if self._partial:
                 self._partial.append(piece)
                 piece = "".join(self._partial)
@@ -230,7 +226,11 @@ class InlineStreamAuditor:
         newline = text.endswith("\n")
         body = text[:-1] if newline else text
         result = audit_paragraph(
-            body, self._para_start, self.settings, self.sources, self._caps,
+            body,
+            self._para_start,
+            self.settings,
+            self.sources,
+            self._caps,
             self._open_fence,
         )
         cleaned = result.text

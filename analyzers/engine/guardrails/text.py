@@ -314,7 +314,8 @@ def _scan_fences(text: str, open_fence: str | None) -> tuple[list[tuple[int, int
                     open_at, marker = pos, ch * run
                     item_indent = indent if in_item else 0
             elif _MARKER_FENCE.match(text, pos) is not None or (
-                in_item and (indent > 3 or stripped[:1] == "\t")
+                in_item
+                and (indent > 3 or stripped[:1] == "\t")
                 and _INDENTED_FENCE.match(text, pos) is not None
             ):
                 return spans, UNKNOWN_FENCE  # a fence this scan cannot place
@@ -415,9 +416,7 @@ def _match_end(pattern: re.Pattern[str], text: str) -> int:
 _LINKIFIED_BACKTICK = re.compile(r":[^\s`:]*+`")
 
 
-def _before_linkified_backtick(
-    text: str, spans: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
+def _before_linkified_backtick(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The spans before the first whose opening backticks a renderer's linkify may
     swallow: markdown-it links `https://x.example/p.png`` through the backtick, which then
     opens no code span, and every later backtick pairs differently. (Only scheme URLs:
@@ -459,7 +458,7 @@ def _before_opener_starting_a_block(
             run += 1
         if run - start >= 3:
             m = _LINE_END.search(text, run)
-            if "`" not in text[run:m.start() if m else len(text)]:
+            if "`" not in text[run : m.start() if m else len(text)]:
                 return spans[:k]
     return spans
 

@@ -123,10 +123,16 @@ def parse_http_url(
         if href.host != canon.host or (href.problem is not None and canon.problem is None):
             # (refused already, as a backslash in the authority is: the same problem,
             # and where the href goes)
-            return CanonicalURL(canon.raw, None, scheme=canon.scheme, host=canon.host,
-                                port=canon.port, path=canon.path,
-                                problem=canon.problem if canon.url is None else TWO_HOSTS,
-                                href_host=href.host)
+            return CanonicalURL(
+                canon.raw,
+                None,
+                scheme=canon.scheme,
+                host=canon.host,
+                port=canon.port,
+                path=canon.path,
+                problem=canon.problem if canon.url is None else TWO_HOSTS,
+                href_host=href.host,
+            )
     return canon
 
 
@@ -146,22 +152,24 @@ def _parse_http_url(text: str, raw: str) -> CanonicalURL:
     host = parts["hostname"]
     port = int(parts["port"]) if parts["port"] else None
     path = parts["pathname"] or "/"
-    rest = text[m.end():]
+    rest = text[m.end() :]
     problem = None
     if not rest.startswith("//") or rest[2:3] in ("/", "\\"):
         problem = SLASHES
     else:
         end = _AUTHORITY_END.search(rest, 2)
         cut = end.start() if end else len(rest)
-        if rest[cut:cut + 1] == "\\":
+        if rest[cut : cut + 1] == "\\":
             problem = BACKSLASH
         elif "@" in rest[2:cut] or parts["username"] or parts["password"]:
             problem = USERINFO
     if problem in (SLASHES, BACKSLASH):
-        return CanonicalURL(raw, None, scheme=scheme, host=host, port=port, path=path,
-                            problem=problem)
-    return CanonicalURL(raw, parts["href"], scheme=scheme, host=host, port=port, path=path,
-                        problem=problem)
+        return CanonicalURL(
+            raw, None, scheme=scheme, host=host, port=port, path=path, problem=problem
+        )
+    return CanonicalURL(
+        raw, parts["href"], scheme=scheme, host=host, port=port, path=path, problem=problem
+    )
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
@@ -192,7 +200,7 @@ def _strip_scheme(entry: str) -> str:
     lowered = entry.lower()
     for prefix in ("https://", "http://"):
         if lowered.startswith(prefix):
-            entry = entry[len(prefix):]
+            entry = entry[len(prefix) :]
             break
     host, slash, path = entry.partition("/")
     return host.lower() + slash + path
@@ -212,9 +220,7 @@ def normalise_allowed_path(entry: str) -> str:
 def is_tech_doc(url: CanonicalURL, prefixes: tuple[str, ...]) -> bool:
     target = url.host + url.path
     for prefix in prefixes:
-        if target == prefix or target.startswith(prefix + "/") or (
-            target.rstrip("/") == prefix
-        ):
+        if target == prefix or target.startswith(prefix + "/") or (target.rstrip("/") == prefix):
             return True
     return False
 

@@ -19,9 +19,7 @@ _clients: dict[tuple[str, str | None, ModelAccessPolicy], LLMClient] = {}
 _lock = threading.Lock()
 
 
-def client_for_config(
-    llm: LLMConfig, policy: ModelAccessPolicy | None = None
-) -> LLMClient | None:
+def client_for_config(llm: LLMConfig, policy: ModelAccessPolicy | None = None) -> LLMClient | None:
     """The shared client for `llm` (one per configuration, key and policy), or None.
 
     Raises LLMError when the policy does not allow `llm.api_key_env`.

@@ -64,7 +64,9 @@ def audit_document(case: CaseLine, report: AuditReport, started: datetime) -> di
 def parse_line(raw: str) -> CaseLine:
     for column, char in enumerate(raw, start=1):
         if "\udc80" <= char <= "\udcff":  # a byte `decode` could not read (surrogateescape)
-            raise ValueError(f"not valid UTF-8 (byte 0x{ord(char) - 0xDC00:02x} at column {column})")
+            raise ValueError(
+                f"not valid UTF-8 (byte 0x{ord(char) - 0xDC00:02x} at column {column})"
+            )
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -113,7 +115,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", help="JSONL file, one audit input per line ('-' for stdin)")
-        parser.add_argument("--config", help="configuration file (JSON, docs/reference/contract.md section 5)")
+        parser.add_argument(
+            "--config", help="configuration file (JSON, docs/reference/contract.md section 5)"
+        )
         parser.add_argument("--format", choices=["jsonl", "table"], default="jsonl")
 
     def handle(self, *args, **options) -> None:
@@ -123,8 +127,7 @@ class Command(BaseCommand):
         if errors:
             raise CommandError(f"{errors} line(s) could not be audited (see above)", returncode=1)
         if failed:
-            raise CommandError(
-                f"an analyzer failed on {failed} line(s) (see above)", returncode=1)
+            raise CommandError(f"an analyzer failed on {failed} line(s) (see above)", returncode=1)
 
     async def audit_lines(
         self, lines: list[str], config: AuditorConfig, fmt: str
@@ -134,7 +137,9 @@ class Command(BaseCommand):
         progress = Progress(sys.stderr, len(lines))
         errors = failed = 0
         if fmt == "table":
-            self.stdout.write(f"{'line':>5}  {'top score':>9}  card  {'surfaced codes':<50}  response")
+            self.stdout.write(
+                f"{'line':>5}  {'top score':>9}  card  {'surfaced codes':<50}  response"
+            )
         for number, raw in enumerate(lines, start=1):
             progress.update(number)
             if not raw.strip():
@@ -159,8 +164,10 @@ class Command(BaseCommand):
             doc = audit_document(case, report, started)
             problems = [r for r in doc["results"] if r["status"] != "ok"]
             for result in problems:
-                self.stderr.write(f"line {number}: {result['analyzer_id']} {result['status']}: "
-                                  f"{result.get('error') or 'no reason given'}")
+                self.stderr.write(
+                    f"line {number}: {result['analyzer_id']} {result['status']}: "
+                    f"{result.get('error') or 'no reason given'}"
+                )
             failed += bool(problems)
             if fmt == "jsonl":
                 self.stdout.write(json.dumps(doc, ensure_ascii=False))
@@ -213,8 +220,7 @@ def command_services() -> dict[str, Any]:
     operator's limits (AUDITOR_LLM_ALLOW_PRIVATE, AUDITOR_LLM_KEY_ENVS,
     AUDITOR_VALIDATOR_MODULES) and the link checker's private-network setting."""
     return {
-        "link_checker": LinkChecker(
-            allow_private_networks=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS),
+        "link_checker": LinkChecker(allow_private_networks=settings.AUDITOR_ALLOW_PRIVATE_NETWORKS),
         **audit_services(),
     }
 

@@ -40,8 +40,9 @@ def media_type(content_type: str) -> str:
         return PROTOBUF
     if value == JSON:
         return JSON
-    raise OtlpError(415, f"unsupported Content-Type {value or '(none)'!r}: "
-                         f"send {PROTOBUF} or {JSON}")
+    raise OtlpError(
+        415, f"unsupported Content-Type {value or '(none)'!r}: send {PROTOBUF} or {JSON}"
+    )
 
 
 def decompress(body: bytes, encoding: str, limit: int, hint: str = "") -> bytes:
@@ -107,22 +108,35 @@ def _short(exc: Exception) -> str:
 def _shell_classes():
     """Messages with the wire layout of an export request whose spans, resources and scopes
     stay bytes: the spans of a request the strict parse refused are parsed one by one."""
-    file = descriptor_pb2.FileDescriptorProto(name="auditor/otlp_shell.proto",
-                                              package="auditor.otlp_shell", syntax="proto3")
-    repeated, optional = (descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                          descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="auditor/otlp_shell.proto", package="auditor.otlp_shell", syntax="proto3"
+    )
+    repeated, optional = (
+        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
     as_bytes = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
     as_message = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
     for name, fields in (
         ("Request", [("resource_spans", 1, repeated, as_message, ".auditor.otlp_shell.Resource")]),
-        ("Resource", [("resource", 1, optional, as_bytes, None),
-                      ("scope_spans", 2, repeated, as_message, ".auditor.otlp_shell.Scope")]),
+        (
+            "Resource",
+            [
+                ("resource", 1, optional, as_bytes, None),
+                ("scope_spans", 2, repeated, as_message, ".auditor.otlp_shell.Scope"),
+            ],
+        ),
         ("Scope", [("scope", 1, optional, as_bytes, None), ("spans", 2, repeated, as_bytes, None)]),
     ):
         message = file.message_type.add(name=name)
         for field_name, number, label, kind, type_name in fields:
-            message.field.add(name=field_name, number=number, label=label, type=kind,
-                              **({"type_name": type_name} if type_name else {}))
+            message.field.add(
+                name=field_name,
+                number=number,
+                label=label,
+                type=kind,
+                **({"type_name": type_name} if type_name else {}),
+            )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("auditor.otlp_shell.Request"))
@@ -149,7 +163,8 @@ def _parse_protobuf(body: bytes) -> tuple[ExportTraceServiceRequest, list[str]]:
             resource_spans.resource.ParseFromString(raw_resource.resource)
         except (DecodeError, RecursionError, ValueError) as exc:
             rejected += [f"invalid protobuf resource: {_short(exc)}"] * sum(
-                len(s.spans) for s in raw_resource.scope_spans)
+                len(s.spans) for s in raw_resource.scope_spans
+            )
             del message.resource_spans[-1]
             continue
         for raw_scope in raw_resource.scope_spans:
@@ -200,12 +215,14 @@ def _parse_json(body: bytes) -> tuple[ExportTraceServiceRequest, list[str]]:
         raise OtlpError(400, "invalid JSON body: not an object")
     message, rejected = ExportTraceServiceRequest(), []
     for raw_resource in _pop_list(data, "resourceSpans", "resource_spans"):
-        raw_scopes = [(s, _pop_list(s, "spans"))
-                      for s in _pop_list(raw_resource, "scopeSpans", "scope_spans")]
+        raw_scopes = [
+            (s, _pop_list(s, "spans")) for s in _pop_list(raw_resource, "scopeSpans", "scope_spans")
+        ]
         resource_spans = message.resource_spans.add()
         if error := _parse_into(raw_resource, resource_spans):
             rejected += [f"invalid OTLP JSON resource: {error}"] * sum(
-                len(spans) for _, spans in raw_scopes)
+                len(spans) for _, spans in raw_scopes
+            )
             del message.resource_spans[-1]
             continue
         for raw_scope, raw_spans in raw_scopes:

@@ -55,8 +55,14 @@ def _unstorable(user_input: str, response: str, sources: list, metadata: dict) -
     try:
         for source in sources:
             Source.model_validate(source)
-        AuditIn.model_validate({"user_input": user_input, "response": response,
-                                "sources": sources, "metadata": metadata})
+        AuditIn.model_validate(
+            {
+                "user_input": user_input,
+                "response": response,
+                "sources": sources,
+                "metadata": metadata,
+            }
+        )
     except ValidationError as exc:
         error = exc.errors()[0]
         return f"invalid audit: {error['msg'].removeprefix('Value error, ')}"[:300]
@@ -118,12 +124,19 @@ def ingest(request_message, api_key) -> Outcome:
     # write) for all its audits; the analyses are enqueued when it commits.
     with transaction.atomic():
         if calls:
-            results = submit.submit_audits_once([
-                {"user_input": c.user_input, "response": c.response, "sources": c.sources,
-                 "metadata": {k: v for k, v in c.metadata.items() if v is not None},
-                 "external_id": c.external_id}
-                for c in calls
-            ], api_key=api_key)
+            results = submit.submit_audits_once(
+                [
+                    {
+                        "user_input": c.user_input,
+                        "response": c.response,
+                        "sources": c.sources,
+                        "metadata": {k: v for k, v in c.metadata.items() if v is not None},
+                        "external_id": c.external_id,
+                    }
+                    for c in calls
+                ],
+                api_key=api_key,
+            )
             for result in results:
                 # An ExternalIdConflict: the same span sent again in another grouping
                 # (other sources); it is stored already.

@@ -31,8 +31,12 @@ MESSAGE_EVENTS = {
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 # The conversation as flat span attributes (the older convention, and OpenLLMetry's indexed
 # form): an LLM span even without gen_ai.operation.name.
-FLAT_CONTENT = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.prompt.0.content",
-                "gen_ai.completion.0.content")
+FLAT_CONTENT = (
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "gen_ai.prompt.0.content",
+    "gen_ai.completion.0.content",
+)
 STATUS_ERROR = 2  # Status.StatusCode.STATUS_CODE_ERROR
 
 # Attributes that carry the conversation itself: in the audit's text, not its metadata.
@@ -155,7 +159,7 @@ def _span(raw, resource: dict[str, Any], scope: str) -> Span:
 
 
 def kind_of(span: Span) -> str:
-    """"llm", "retrieval" or "other"."""
+    """ "llm", "retrieval" or "other"."""
     attrs = span.attributes
     oi_kind = str(attrs.get("openinference.span.kind", "")).upper()
     operation = str(attrs.get("gen_ai.operation.name", "")).lower()
@@ -256,7 +260,8 @@ def _openinference_messages(attrs: dict[str, Any], prefix: str) -> list[tuple[st
         if text is None:
             parts = _indexed(fields, "message.contents")
             text = "\n".join(
-                str(p.get("message_content.text", "")) for p in parts.values()
+                str(p.get("message_content.text", ""))
+                for p in parts.values()
                 if p.get("message_content.type", "text") == "text"
             )
         out.append((str(fields.get("message.role", "")), str(text or "")))
@@ -297,8 +302,9 @@ def _event_messages(span: Span) -> tuple[list[tuple[str, str]], list[tuple[str, 
             if message is not None:
                 outputs += _messages([_json(message, "gen_ai.choice message")], "gen_ai.choice")
             else:
-                outputs.append(("assistant", _text_of(attrs.get("message.content",
-                                                                attrs.get("content")))))
+                outputs.append(
+                    ("assistant", _text_of(attrs.get("message.content", attrs.get("content"))))
+                )
         elif name == "gen_ai.content.prompt" and "gen_ai.prompt" in attrs:
             inputs += _flat_messages(attrs, "gen_ai.prompt", "user")
         elif name == "gen_ai.content.completion" and "gen_ai.completion" in attrs:
@@ -341,10 +347,14 @@ def conversation(span: Span) -> tuple[str, list[tuple[str, str]], list[tuple[str
     event_inputs, event_outputs = _event_messages(span)
     inputs, outputs = inputs or event_inputs, outputs or event_outputs
     if not inputs and not outputs:
-        inputs = [(str(f.get("role", "")), _text_of(f.get("content")))
-                  for f in _indexed(attrs, "gen_ai.prompt").values()]
-        outputs = [(str(f.get("role", "assistant")), _text_of(f.get("content")))
-                   for f in _indexed(attrs, "gen_ai.completion").values()]
+        inputs = [
+            (str(f.get("role", "")), _text_of(f.get("content")))
+            for f in _indexed(attrs, "gen_ai.prompt").values()
+        ]
+        outputs = [
+            (str(f.get("role", "assistant")), _text_of(f.get("content")))
+            for f in _indexed(attrs, "gen_ai.completion").values()
+        ]
     if not inputs and "gen_ai.prompt" in attrs:  # the flat attributes of older instrumentations
         inputs = _flat_messages(attrs, "gen_ai.prompt", "user")
     if not outputs and "gen_ai.completion" in attrs:
@@ -366,8 +376,13 @@ def documents(span: Span, limits: Limits) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for fields in _indexed(attrs, "retrieval.documents").values():
         meta = _maybe_json(fields.get("document.metadata"), "document.metadata")
-        docs.append({"id": fields.get("document.id"), "content": fields.get("document.content"),
-                     "metadata": meta if isinstance(meta, dict) else {}})
+        docs.append(
+            {
+                "id": fields.get("document.id"),
+                "content": fields.get("document.content"),
+                "metadata": meta if isinstance(meta, dict) else {},
+            }
+        )
     if "gen_ai.retrieval.documents" in attrs:
         data = _json(attrs["gen_ai.retrieval.documents"], "gen_ai.retrieval.documents")
         if not isinstance(data, list):
@@ -377,19 +392,26 @@ def documents(span: Span, limits: Limits) -> list[dict[str, Any]]:
                 meta = doc.get("metadata")
                 if not isinstance(meta, dict):
                     meta = {}
-                docs.append({"id": doc.get("id"), "metadata": {**doc, **meta},
-                             "content": doc.get("content", doc.get("text"))})
+                docs.append(
+                    {
+                        "id": doc.get("id"),
+                        "metadata": {**doc, **meta},
+                        "content": doc.get("content", doc.get("text")),
+                    }
+                )
     sources = []
     for doc in docs:
         meta = doc["metadata"]
         text = _text_of(doc["content"])[: limits.max_source_chars]
         title = meta.get("title") or meta.get("name") or doc["id"] or span.name
-        sources.append({
-            "title": str(title)[:500],
-            "url": _http_url(meta.get("url") or meta.get("uri") or meta.get("source")),
-            "text": text,
-            "company": str(meta["company"])[:200] if meta.get("company") else None,
-        })
+        sources.append(
+            {
+                "title": str(title)[:500],
+                "url": _http_url(meta.get("url") or meta.get("uri") or meta.get("source")),
+                "text": text,
+                "company": str(meta["company"])[:200] if meta.get("company") else None,
+            }
+        )
     return sources
 
 
@@ -474,10 +496,22 @@ def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall 
     if len(user_input) > limits.max_text_chars or len(response) > limits.max_text_chars:
         raise MalformedSpan(f"input or output longer than {limits.max_text_chars} characters")
     attrs = span.attributes
-    input_tokens = _count(_first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
-                               "llm.token_count.prompt"))
-    output_tokens = _count(_first(attrs, "gen_ai.usage.output_tokens",
-                                "gen_ai.usage.completion_tokens", "llm.token_count.completion"))
+    input_tokens = _count(
+        _first(
+            attrs,
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.prompt_tokens",
+            "llm.token_count.prompt",
+        )
+    )
+    output_tokens = _count(
+        _first(
+            attrs,
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+            "llm.token_count.completion",
+        )
+    )
     total_tokens = _count(_first(attrs, "llm.token_count.total", "llm.usage.total_tokens"))
     if total_tokens is None and input_tokens is not None and output_tokens is not None:
         total_tokens = _count(input_tokens + output_tokens)
@@ -489,10 +523,12 @@ def llm_call(span: Span, retrieved: list[Retrieved], limits: Limits) -> LLMCall 
         "parent_span_id": span.parent_span_id or None,
         "span_name": span.name[:200],
         "service_name": (span.service_name or "")[:200] or None,
-        "model": _str(_first(attrs, "gen_ai.response.model", "gen_ai.request.model",
-                             "llm.model_name")),
-        "provider": _str(_first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.provider",
-                                "llm.system")),
+        "model": _str(
+            _first(attrs, "gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+        ),
+        "provider": _str(
+            _first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+        ),
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
         "total_tokens": total_tokens,
@@ -533,8 +569,9 @@ def retrievals(spans: list[Span], limits: Limits) -> tuple[list[Retrieved], list
         except MalformedSpan as exc:
             errors.append((span, str(exc)))
             continue
-        found.append(Retrieved(span.trace_id, span.span_id, span.start_ns,
-                               docs[: limits.max_sources]))
+        found.append(
+            Retrieved(span.trace_id, span.span_id, span.start_ns, docs[: limits.max_sources])
+        )
     return found, errors
 
 

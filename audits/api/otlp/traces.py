@@ -68,15 +68,23 @@ def remember(api_key, retrieved: list[spans.Retrieved]) -> None:
     if not retrieved:
         return
     TraceDocuments.objects.bulk_create(
-        [TraceDocuments(api_key=api_key, trace_id=r.trace_id, span_id=r.span_id,
-                        start_ns=min(r.start_ns, 2**63 - 1), sources=r.sources)
-         for r in retrieved],
+        [
+            TraceDocuments(
+                api_key=api_key,
+                trace_id=r.trace_id,
+                span_id=r.span_id,
+                start_ns=min(r.start_ns, 2**63 - 1),
+                sources=r.sources,
+            )
+            for r in retrieved
+        ],
         ignore_conflicts=True,  # the same span sent again
     )
     TraceDocuments.objects.filter(created_at__lt=_cutoff()).delete()
     cap = max(1, int(getattr(settings, "AUDITOR_OTLP_TRACE_MEMORY_ROWS", DEFAULT_MEMORY_ROWS)))
-    oldest_kept = list(TraceDocuments.objects.order_by("-id").values_list("id", flat=True)
-                       [cap - 1:cap])
+    oldest_kept = list(
+        TraceDocuments.objects.order_by("-id").values_list("id", flat=True)[cap - 1 : cap]
+    )
     if oldest_kept:
         TraceDocuments.objects.filter(id__lt=oldest_kept[0]).delete()
 
@@ -89,8 +97,19 @@ def _audits_of_traces(api_key, trace_ids: list[str]) -> list[AuditRun]:
         ranges |= Q(external_id__gte=f"{trace_id}:", external_id__lt=f"{trace_id};")
     return list(
         AuditRun.objects.filter(ranges, api_key=api_key, created_at__gte=_cutoff())
-        .only("id", "external_id", "status", "sources", "metadata", "user_input",
-              "response", "collision_key", "options", "incomplete", "request_hash")
+        .only(
+            "id",
+            "external_id",
+            "status",
+            "sources",
+            "metadata",
+            "user_input",
+            "response",
+            "collision_key",
+            "options",
+            "incomplete",
+            "request_hash",
+        )
         .order_by("external_id")[:MAX_LATE_AUDITS]
     )
 
@@ -101,15 +120,20 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
     trace_ids = sorted({r.trace_id for r in retrieved})[:MAX_LATE_AUDITS]
     if not trace_ids:
         return late
-    audits = [a for a in _audits_of_traces(api_key, trace_ids)
-              if (a.metadata or {}).get("source") == "otlp"]
+    audits = [
+        a
+        for a in _audits_of_traces(api_key, trace_ids)
+        if (a.metadata or {}).get("source") == "otlp"
+    ]
     if not audits:
         return late
     memory = recall(api_key, set(trace_ids))
     by_span: dict[str, dict[str, AuditRun]] = {}
     for audit in audits:
         base = audit.external_id.removesuffix(LATE)
-        by_span.setdefault(base, {})["late" if audit.external_id.endswith(LATE) else "first"] = audit
+        by_span.setdefault(base, {})["late" if audit.external_id.endswith(LATE) else "first"] = (
+            audit
+        )
     reruns = []
     for base, pair in by_span.items():
         first, rerun = pair.get("first"), pair.get("late")
@@ -125,20 +149,25 @@ def join_late(api_key, retrieved: list[spans.Retrieved], limits: spans.Limits) -
         if not extra[:room]:
             continue  # nothing to add: the sources are full, or the retrievals found nothing
         sources = list(target.sources or []) + extra[:room]
-        metadata = {**(target.metadata or {}),
-                    "source_spans": sorted(known) + extra_spans}
+        metadata = {**(target.metadata or {}), "source_spans": sorted(known) + extra_spans}
         if target.status == AuditRun.Status.PENDING and AuditRun.objects.filter(
             pk=target.pk, status=AuditRun.Status.PENDING
         ).update(sources=sources, metadata=metadata):
             late.joined += 1  # claimed after this: the analysis reads the new sources
         elif rerun is None and first is not None:
-            reruns.append({
-                "user_input": first.user_input, "response": first.response,
-                "sources": sources, "metadata": {**metadata, "late_sources": True},
-                "external_id": base + LATE, "collision_key": first.collision_key,
-                "options": copy.deepcopy(first.options), "incomplete": first.incomplete,
-                "rerun_of": first,
-            })
+            reruns.append(
+                {
+                    "user_input": first.user_input,
+                    "response": first.response,
+                    "sources": sources,
+                    "metadata": {**metadata, "late_sources": True},
+                    "external_id": base + LATE,
+                    "collision_key": first.collision_key,
+                    "options": copy.deepcopy(first.options),
+                    "incomplete": first.incomplete,
+                    "rerun_of": first,
+                }
+            )
         else:
             late.dropped += 1
     for result in submit.submit_audits_once(reruns, api_key=api_key) if reruns else []:

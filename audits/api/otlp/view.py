@@ -33,9 +33,11 @@ DEFAULT_MAX_SPANS = 2_000
 # OTLP/JSON costs several times protobuf's CPU per byte to parse (json_format is Python):
 # its own, lower bound, on the body as sent and once decompressed.
 DEFAULT_JSON_MAX_BYTES = 4_000_000
-JSON_HINT = ("; OTLP/JSON is limited by AUDITOR_OTLP_JSON_MAX_BYTES: export protobuf "
-             "(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) or smaller batches "
-             "(OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
+JSON_HINT = (
+    "; OTLP/JSON is limited by AUDITOR_OTLP_JSON_MAX_BYTES: export protobuf "
+    "(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) or smaller batches "
+    "(OTEL_BSP_MAX_EXPORT_BATCH_SIZE)"
+)
 
 
 def _setting(name: str, default: int) -> int:
@@ -92,7 +94,9 @@ def _handle(request: HttpRequest, fmt: str) -> HttpResponse:
         return _export(request, fmt)
     except (OperationalError, InterfaceError):
         logger.exception("OTLP ingestion: the database is unavailable")
-        raise OtlpError(503, "the database is unavailable; try again later", retry_after=5) from None
+        raise OtlpError(
+            503, "the database is unavailable; try again later", retry_after=5
+        ) from None
 
 
 def _export(request: HttpRequest, fmt: str) -> HttpResponse:
@@ -107,10 +111,14 @@ def _export(request: HttpRequest, fmt: str) -> HttpResponse:
     message, unreadable = decode.parse_request(body, fmt)
     max_spans = _setting("AUDITOR_OTLP_MAX_SPANS", DEFAULT_MAX_SPANS)
     count = len(unreadable) + sum(
-        len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans)
+        len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans
+    )
     if count > max_spans:
-        raise OtlpError(413, f"{count} spans in one request; the limit is {max_spans} "
-                             "(lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE)")
+        raise OtlpError(
+            413,
+            f"{count} spans in one request; the limit is {max_spans} "
+            "(lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE)",
+        )
     outcome = ingest(message, api_key)
     for reason in unreadable:
         outcome.reject(reason)

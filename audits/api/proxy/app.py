@@ -60,16 +60,30 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
-async def _answer(send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = (),
-                  content_type: bytes = b"application/json") -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers,
-    ]})
+async def _answer(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    content_type: bytes = b"application/json",
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
-async def _failure(send: Send, exc: ProxyFailure | StreamError,
-                   headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+async def _failure(
+    send: Send, exc: ProxyFailure | StreamError, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     if isinstance(exc, StreamError):
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         kind = "invalid_request_error" if exc.status in (400, 409, 413, 422) else "auditor_error"
@@ -84,8 +98,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "\n".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 
@@ -98,7 +113,11 @@ def parse_request(raw: bytes) -> tuple[dict[str, Any], AuditIn]:
     if not isinstance(body, dict):
         raise StreamError(400, "the body must be a JSON object")
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) for m in messages)
+    ):
         raise StreamError(400, "messages must be a non-empty list of objects")
     extension = body.pop("auditor", None)
     if extension is None:
@@ -107,23 +126,33 @@ def parse_request(raw: bytes) -> tuple[dict[str, Any], AuditIn]:
         raise StreamError(422, "auditor must be an object")
     unknown = set(extension) - EXTENSION_KEYS
     if unknown:
-        raise StreamError(422, f"auditor: unknown keys {sorted(unknown)}; allowed: {sorted(EXTENSION_KEYS)}")
+        raise StreamError(
+            422, f"auditor: unknown keys {sorted(unknown)}; allowed: {sorted(EXTENSION_KEYS)}"
+        )
     user = [m for m in messages if m.get("role") == "user"]
     metadata = extension.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise StreamError(422, "auditor.metadata must be an object")
-    metadata = {**metadata, "proxy": {"model": body.get("model"), "messages": messages,
-                                      "stream": bool(body.get("stream"))}}
+    metadata = {
+        **metadata,
+        "proxy": {
+            "model": body.get("model"),
+            "messages": messages,
+            "stream": bool(body.get("stream")),
+        },
+    }
     try:
-        head = AuditIn.model_validate({
-            "user_input": _text(user[-1].get("content")) if user else "",
-            "response": "",
-            "sources": extension.get("sources") or [],
-            "metadata": metadata,
-            "external_id": extension.get("external_id"),
-            "collision_key": extension.get("collision_key"),
-            "options": extension.get("options") or {},
-        })
+        head = AuditIn.model_validate(
+            {
+                "user_input": _text(user[-1].get("content")) if user else "",
+                "response": "",
+                "sources": extension.get("sources") or [],
+                "metadata": metadata,
+                "external_id": extension.get("external_id"),
+                "collision_key": extension.get("collision_key"),
+                "options": extension.get("options") or {},
+            }
+        )
     except ValidationError as exc:
         errors = [{"loc": ["auditor", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()]
         raise StreamError(422, errors) from None
@@ -136,8 +165,12 @@ async def proxy_endpoint(scope: dict[str, Any], receive: Receive, send: Send) ->
     method = scope["method"]
     if (path, method) not in ((CHAT_PATH, "POST"), (MODELS_PATH, "GET")):
         allowed = "POST" if path == CHAT_PATH else "GET"
-        await _answer(send, 405, error_body(f"use {allowed}", "invalid_request_error"),
-                      [(b"allow", allowed.encode())])
+        await _answer(
+            send,
+            405,
+            error_body(f"use {allowed}", "invalid_request_error"),
+            [(b"allow", allowed.encode())],
+        )
         return
     try:
         api_key = await authenticate(bearer_token(headers))
@@ -157,8 +190,14 @@ async def proxy_endpoint(scope: dict[str, Any], receive: Receive, send: Send) ->
         return
     except Disconnected:
         return
-    call = ChatCall(send, session, upstream, body, config=config,
-                    trace=_header(headers, b"x-auditor-trace") == "1")
+    call = ChatCall(
+        send,
+        session,
+        upstream,
+        body,
+        config=config,
+        trace=_header(headers, b"x-auditor-trace") == "1",
+    )
     await call.run(receive)
 
 
@@ -179,8 +218,16 @@ async def _models(upstream: Upstream, send: Send) -> None:
 class ChatCall:
     """One proxied completion: the upstream call, the answer, the audit stored at the end."""
 
-    def __init__(self, send: Send, session: StreamSession, upstream: Upstream,
-                 body: dict[str, Any], *, config: ProxyConfig, trace: bool) -> None:
+    def __init__(
+        self,
+        send: Send,
+        session: StreamSession,
+        upstream: Upstream,
+        body: dict[str, Any],
+        *,
+        config: ProxyConfig,
+        trace: bool,
+    ) -> None:
         self.send, self.session, self.upstream, self.body = send, session, upstream, body
         self.mode, self.trace, self.config = config.mode, trace, config
         self.text = AuditedText(session, extra_text=config.extra_text)
@@ -207,8 +254,13 @@ class ChatCall:
         gone.cancel()
         with contextlib.suppress(Exception):
             await self.session.annotate(
-                metadata={"proxy": {**(await self._metadata()), **self.recorder.metadata(),
-                                    "mode": self.mode}},
+                metadata={
+                    "proxy": {
+                        **(await self._metadata()),
+                        **self.recorder.metadata(),
+                        "mode": self.mode,
+                    }
+                },
                 external_id=self.recorder.completion_id,
             )
         if self.refused:
@@ -217,8 +269,11 @@ class ChatCall:
             await self.session.close(complete=self.complete)
 
     async def _metadata(self) -> dict[str, Any]:
-        data = {"model": self.body.get("model"), "messages": self.body.get("messages"),
-                "stream": self.stream}
+        data = {
+            "model": self.body.get("model"),
+            "messages": self.body.get("messages"),
+            "stream": self.stream,
+        }
         if self.mode == "clean":
             data["text_fields"] = {"audited": self.text.fields, "dropped": self.text.dropped}
         return data
@@ -283,8 +338,12 @@ class ChatCall:
     async def _cleaned(self, data: dict[str, Any]) -> dict[str, Any]:
         """A whole completion cut to the allow-list, its text fields audited (a list of
         content parts part by part, its other parts dropped)."""
-        shaped = fields.envelope(data, fallback_id=f"chatcmpl-{self.session.audit_id}",
-                                 fallback_model=self._fallback_model(), kind="chat.completion")
+        shaped = fields.envelope(
+            data,
+            fallback_id=f"chatcmpl-{self.session.audit_id}",
+            fallback_model=self._fallback_model(),
+            kind="chat.completion",
+        )
         choice = fields.first_choice(data, "message")
         if choice is None:
             self.recorder.note({**shaped, "choices": []})
@@ -307,13 +366,21 @@ class ChatCall:
                 continue
             parts = fields.text_parts(value)
             if parts is not None:
-                message[name] = [{"type": "text", "text": cleaned.get(f"{name}.{i}", "")}
-                                 for i in range(len(parts))]
+                message[name] = [
+                    {"type": "text", "text": cleaned.get(f"{name}.{i}", "")}
+                    for i in range(len(parts))
+                ]
             elif isinstance(value, str):
                 message[name] = cleaned.get(name, "")
         message = {"role": "assistant", "content": None, **message}
-        choices = [{"index": 0, "message": message, "logprobs": None,
-                    "finish_reason": fields.finish_reason(choice.get("finish_reason")) or "stop"}]
+        choices = [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": fields.finish_reason(choice.get("finish_reason")) or "stop",
+            }
+        ]
         self.recorder.note({**shaped, "choices": choices})
         return {**shaped, "choices": choices}
 
@@ -321,11 +388,18 @@ class ChatCall:
         response = await self._open("text/event-stream")
         try:
             with upstream_errors("the upstream stopped sending", "the upstream stream broke off"):
-                await self.send({"type": "http.response.start", "status": 200, "headers": [
-                    (b"content-type", b"text/event-stream; charset=utf-8"),
-                    (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
-                    self.id_header,
-                ]})
+                await self.send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", b"text/event-stream; charset=utf-8"),
+                            (b"cache-control", b"no-cache"),
+                            (b"x-accel-buffering", b"no"),
+                            self.id_header,
+                        ],
+                    }
+                )
                 self.started = True
                 if self.mode == "observe":
                     await self._observe(response)
@@ -337,8 +411,13 @@ class ChatCall:
         await self.send({"type": "http.response.body", "body": b""})
 
     async def _clean(self, response: httpx.Response) -> None:
-        relay = CleanRelay(self.session, trace=self.trace, fallback_model=self._fallback_model(),
-                           text=self.text, max_held_bytes=self.config.max_held_bytes)
+        relay = CleanRelay(
+            self.session,
+            trace=self.trace,
+            fallback_model=self._fallback_model(),
+            text=self.text,
+            max_held_bytes=self.config.max_held_bytes,
+        )
         self.recorder = relay.recorder
         splitter = LineSplitter()
         async for data in timed_chunks(response, self.deadline):
@@ -387,8 +466,13 @@ class ChatCall:
         if isinstance(exc, StreamError):
             exc = ProxyFailure(exc.status, str(exc.detail), type_="auditor_error")
         with contextlib.suppress(Exception):
-            await self.send({"type": "http.response.body",
-                             "body": b"data: " + exc.body + b"\n\n", "more_body": False})
+            await self.send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + exc.body + b"\n\n",
+                    "more_body": False,
+                }
+            )
 
 
 async def _disconnect(receive: Receive) -> None:

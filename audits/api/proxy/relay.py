@@ -26,8 +26,9 @@ from audits.intake.stream import StreamSession
 
 MAX_LINE_BYTES = 4_000_000  # one SSE line (one chunk); the response size is capped separately
 MAX_TOOL_ARGUMENT_CHARS = 20_000  # per tool call, kept for the audit's metadata
-UPSTREAM_STREAM_ERROR = error_body("the upstream reported an error mid-stream", "upstream_error",
-                                   "upstream_error")
+UPSTREAM_STREAM_ERROR = error_body(
+    "the upstream reported an error mid-stream", "upstream_error", "upstream_error"
+)
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:
@@ -70,8 +71,9 @@ class Recorder:
             self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        self.envelope = {k: chunk[k] for k in ("id", "created", "model", "system_fingerprint")
-                         if k in chunk}
+        self.envelope = {
+            k: chunk[k] for k in ("id", "created", "model", "system_fingerprint") if k in chunk
+        }
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -85,7 +87,9 @@ class Recorder:
         if not isinstance(call, dict):
             return
         index = call.get("index", len(self.tool_calls))
-        if not isinstance(index, int) or (index not in self.tool_calls and len(self.tool_calls) >= 64):
+        if not isinstance(index, int) or (
+            index not in self.tool_calls and len(self.tool_calls) >= 64
+        ):
             return
         kept = self.tool_calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
         if isinstance(call.get("id"), str):
@@ -98,8 +102,11 @@ class Recorder:
             kept["arguments"] += function["arguments"][: max(room, 0)]
 
     def metadata(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"completion_id": self.completion_id, "model": self.model,
-                                "finish_reason": self.finish_reason}
+        data: dict[str, Any] = {
+            "completion_id": self.completion_id,
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+        }
         if self.usage is not None:
             data["usage"] = self.usage
         if self.tool_calls:
@@ -138,16 +145,26 @@ class SSEEvents:
 class CleanRelay:
     """Mode `clean`: only what the allow-list (fields.py) keeps, the text only audited."""
 
-    def __init__(self, session: StreamSession, *, trace: bool, fallback_model: str,
-                 text: AuditedText, max_held_bytes: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        session: StreamSession,
+        *,
+        trace: bool,
+        fallback_model: str,
+        text: AuditedText,
+        max_held_bytes: int = 1_000_000,
+    ) -> None:
         self.session, self.trace, self.text = session, trace, text
         self.recorder = Recorder()
         self.events = SSEEvents()
         self.held: list[bytes] = []
         self.held_bytes = 0
         self.max_held_bytes = max_held_bytes
-        self.envelope: dict[str, Any] = {"id": f"chatcmpl-{session.audit_id}", "created": 0,
-                                         "model": fallback_model}
+        self.envelope: dict[str, Any] = {
+            "id": f"chatcmpl-{session.audit_id}",
+            "created": 0,
+            "model": fallback_model,
+        }
         self.done = False
         self.failed = False  # the upstream sent an error event: the rest is ignored
 
@@ -169,11 +186,15 @@ class CleanRelay:
         if "error" in chunk:  # its text is the upstream's: never relayed, never stored
             self.failed = True
             return [*await self.end(), b"data: " + UPSTREAM_STREAM_ERROR + b"\n\n"]
-        shaped = fields.envelope(chunk, fallback_id=self.envelope["id"],
-                                 fallback_model=self.envelope["model"],
-                                 kind="chat.completion.chunk")
-        self.envelope = {k: shaped[k] for k in ("id", "created", "model", "system_fingerprint")
-                         if k in shaped}
+        shaped = fields.envelope(
+            chunk,
+            fallback_id=self.envelope["id"],
+            fallback_model=self.envelope["model"],
+            kind="chat.completion.chunk",
+        )
+        self.envelope = {
+            k: shaped[k] for k in ("id", "created", "model", "system_fingerprint") if k in shaped
+        }
         choice = fields.first_choice(chunk, "delta")
         out: list[bytes] = []
         delta: dict[str, Any] = {}
@@ -223,16 +244,20 @@ class CleanRelay:
             if name == "chunk":
                 out.append(sse_data(self.text_chunk(field, data["text"])))
             elif name == "audit_trace" and self.trace:
-                out.append(b"".join(b": " + line.encode() + b"\n"
-                                    for line in data["text"].splitlines() or [""]))
+                out.append(
+                    b"".join(
+                        b": " + line.encode() + b"\n" for line in data["text"].splitlines() or [""]
+                    )
+                )
         return out
 
     def text_chunk(self, field: str, text: str) -> dict[str, Any]:
         return {
             **self.envelope,
             "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": {field: text}, "logprobs": None,
-                         "finish_reason": None}],
+            "choices": [
+                {"index": 0, "delta": {field: text}, "logprobs": None, "finish_reason": None}
+            ],
         }
 
 

@@ -42,9 +42,16 @@ def _client() -> httpx.AsyncClient:
 class ProxyFailure(Exception):
     """An answer in OpenAI's error shape: `status`, the JSON body, extra headers."""
 
-    def __init__(self, status: int, message: str, *, type_: str = "auditor_proxy_error",
-                 code: str | None = None, body: bytes | None = None,
-                 headers: list[tuple[bytes, bytes]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "auditor_proxy_error",
+        code: str | None = None,
+        body: bytes | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ):
         self.status = status
         self.body = body if body is not None else error_body(message, type_, code)
         self.headers = headers or []
@@ -57,11 +64,13 @@ def upstream_errors(timed_out: str, broke: str, broke_code: str | None = None) -
     try:
         yield
     except httpx.TimeoutException:
-        raise ProxyFailure(504, timed_out, type_="upstream_timeout",
-                           code="upstream_timeout") from None
+        raise ProxyFailure(
+            504, timed_out, type_="upstream_timeout", code="upstream_timeout"
+        ) from None
     except httpx.HTTPError as exc:
-        raise ProxyFailure(502, f"{broke}: {exc.__class__.__name__}",
-                           type_="upstream_error", code=broke_code) from None
+        raise ProxyFailure(
+            502, f"{broke}: {exc.__class__.__name__}", type_="upstream_error", code=broke_code
+        ) from None
 
 
 def error_body(message: str, type_: str = "auditor_proxy_error", code: str | None = None) -> bytes:
@@ -74,11 +83,16 @@ def upstream_error(status: int, headers: httpx.Headers) -> ProxyFailure:
     """Our own answer to an upstream error: none of its text (it may echo the credentials
     it received, or be an HTML page), a 4xx kept, a 5xx (or anything odd) a 502."""
     if 400 <= status < 500:
-        failure = ProxyFailure(status, f"the upstream refused the request ({status})",
-                               type_="upstream_error", code=f"upstream_{status}")
+        failure = ProxyFailure(
+            status,
+            f"the upstream refused the request ({status})",
+            type_="upstream_error",
+            code=f"upstream_{status}",
+        )
     else:
-        failure = ProxyFailure(502, f"the upstream failed ({status})", type_="upstream_error",
-                               code="upstream_error")
+        failure = ProxyFailure(
+            502, f"the upstream failed ({status})", type_="upstream_error", code="upstream_error"
+        )
     retry = headers.get("retry-after", "")
     if retry.isdigit() and len(retry) <= 6:
         failure.headers.append((b"retry-after", retry.encode()))
@@ -100,15 +114,20 @@ async def timed_chunks(response: httpx.Response, deadline: float | None) -> Asyn
             return
         except TimeoutError:
             raise ProxyFailure(
-                504, f"the answer went over its time limit ({settings.AUDITOR_STREAM_MAX_S} s)",
-                type_="upstream_timeout", code="stream_time_limit") from None
+                504,
+                f"the answer went over its time limit ({settings.AUDITOR_STREAM_MAX_S} s)",
+                type_="upstream_timeout",
+                code="stream_time_limit",
+            ) from None
         yield chunk
 
 
 class Upstream:
     def __init__(self, config: ProxyConfig):
         if not config.base_url:
-            raise ProxyFailure(503, "the proxy has no upstream: set proxy.base_url in the configuration")
+            raise ProxyFailure(
+                503, "the proxy has no upstream: set proxy.base_url in the configuration"
+            )
         if problem := key_env_problem(config.api_key_env):
             raise ProxyFailure(503, f"proxy.api_key_env: {problem}")
         self.config = config
@@ -127,18 +146,27 @@ class Upstream:
         extensions = {"sni_hostname": server_name} if pinned.scheme == "https" else {}
         return pinned, headers, extensions
 
-    async def send(self, method: str, path: str, body: bytes | None = None,
-                   accept: str = "application/json") -> httpx.Response:
+    async def send(
+        self, method: str, path: str, body: bytes | None = None, accept: str = "application/json"
+    ) -> httpx.Response:
         """The upstream response, its body not read yet (the caller closes it)."""
         url, headers, extensions = await self._target(path)
         headers["Accept"] = accept
         if body is not None:
             headers["Content-Type"] = "application/json"
         client = _client()
-        request = client.build_request(method, url, content=body, headers=headers,
-                                       extensions={**extensions, "timeout": self.timeout.as_dict()})
-        with upstream_errors(f"the upstream did not answer within {self.config.timeout_s:g} s",
-                             "the upstream cannot be reached", "upstream_unreachable"):
+        request = client.build_request(
+            method,
+            url,
+            content=body,
+            headers=headers,
+            extensions={**extensions, "timeout": self.timeout.as_dict()},
+        )
+        with upstream_errors(
+            f"the upstream did not answer within {self.config.timeout_s:g} s",
+            "the upstream cannot be reached",
+            "upstream_unreachable",
+        ):
             return await client.send(request, stream=True)
 
 

@@ -88,7 +88,9 @@ class BatchingWorker(stock.Worker):
                     ]
                 )
                 if not rows:
-                    rows = list(tasks.filter(priority__lt=0).select_for_update(skip_locked=True)[:1])
+                    rows = list(
+                        tasks.filter(priority__lt=0).select_for_update(skip_locked=True)[:1]
+                    )
                 self._mark_claimed(rows)
         except OperationalError as exc:
             if is_locked_database_exception(exc):
@@ -108,7 +110,8 @@ class BatchingWorker(stock.Worker):
             groups[json.dumps(row.worker_ids)].append(row)
         for same in groups.values():
             DBTaskResult.objects.filter(pk__in=[row.pk for row in same]).update(
-                status=TaskResultStatus.RUNNING, started_at=now, worker_ids=same[0].worker_ids)
+                status=TaskResultStatus.RUNNING, started_at=now, worker_ids=same[0].worker_ids
+            )
 
     def _mark_successful(self, group: list[DBTaskResult], values: list[Any]) -> None:
         """What `set_successful` writes, for the rows of a batch in one transaction (one
@@ -127,15 +130,17 @@ class BatchingWorker(stock.Worker):
             with transaction.atomic(using=group[0]._state.db):
                 for same in groups.values():
                     DBTaskResult.objects.filter(pk__in=[row.pk for row in same]).update(
-                        status=TaskResultStatus.SUCCESSFUL, finished_at=now,
-                        return_value=same[0].return_value, exception_class_path="",
-                        traceback="")
+                        status=TaskResultStatus.SUCCESSFUL,
+                        finished_at=now,
+                        return_value=same[0].return_value,
+                        exception_class_path="",
+                        traceback="",
+                    )
 
         try:
             write()
         except Exception:
-            logger.exception("marking %d tasks successful at once failed; one by one",
-                             len(group))
+            logger.exception("marking %d tasks successful at once failed; one by one", len(group))
             for row, value in zip(group, values, strict=True):
                 try:
                     row.set_successful(value)
@@ -143,8 +148,12 @@ class BatchingWorker(stock.Worker):
                     row.set_failed(exc)
 
     def run(self) -> None:
-        logger.info("Starting worker worker_id=%s queues=%s (batches of up to %d)",
-                    self.worker_id, ",".join(self.queue_names), self.claim_size)
+        logger.info(
+            "Starting worker worker_id=%s queues=%s (batches of up to %d)",
+            self.worker_id,
+            ",".join(self.queue_names),
+            self.claim_size,
+        )
         backoff = 0.5
         while self.running:
             try:
@@ -153,16 +162,22 @@ class BatchingWorker(stock.Worker):
                 if rows:
                     self.run_rows(rows)
             except CONNECTION_ERRORS as exc:
-                logger.warning("worker_id=%s lost the database (%s: %s); again in %.1f s",
-                               self.worker_id, type(exc).__name__, exc, backoff)
+                logger.warning(
+                    "worker_id=%s lost the database (%s: %s); again in %.1f s",
+                    self.worker_id,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
                 connections.close_all()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
                 continue
             backoff = 0.5
             if self.batch and rows == []:
-                logger.info("No more tasks to run for worker_id=%s - exiting gracefully.",
-                            self.worker_id)
+                logger.info(
+                    "No more tasks to run for worker_id=%s - exiting gracefully.", self.worker_id
+                )
                 return
             if self.max_tasks is not None and self._run_tasks >= self.max_tasks:
                 return
@@ -235,8 +250,12 @@ class Command(stock.Command):
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
-        parser.add_argument("--claim", type=int, default=BatchingWorker.claim_size,
-                            help="ready tasks claimed at once (1: one by one)")
+        parser.add_argument(
+            "--claim",
+            type=int,
+            default=BatchingWorker.claim_size,
+            help="ready tasks claimed at once (1: one by one)",
+        )
 
     def configure_logging(self, verbosity: int) -> None:
         """The stock levels and handlers, except that verbosity 1 (the default) keeps the

@@ -38,54 +38,72 @@ SAMPLES: list[DemoSample] = [
         "Which retailers use Acme?",
         "Al-Futtaim achieved +206% revenue after adopting Acme.\n\nAcme is easy to set up, "
         "and most teams go live in a week.",
-        "grounding", "UNGROUNDED_CUSTOMER_CLAIM"),
+        "grounding",
+        "UNGROUNDED_CUSTOMER_CLAIM",
+    ),
     DemoSample(
         "Any results from Decathlon?",
         "Decathlon grew conversion by 50% ([case study](https://www.acme.example/customers/decathlon)).\n\n"
         "PcComponentes lifted revenue per search by 12%.",
-        "grounding", "UNGROUNDED_CUSTOMER_CLAIM"),
+        "grounding",
+        "UNGROUNDED_CUSTOMER_CLAIM",
+    ),
     DemoSample(
         "Where can I read more about ranking?",
         "See [this guide](https://random-blog.example.org/acme-tips) for tips.\n\n"
         "The API reference is at [docs](https://docs.acme.example/api/ranking).\n\n"
         "Never click [here](javascript:alert(1)).",
-        "links", "LINK_UNSAFE_SCHEME"),
+        "links",
+        "LINK_UNSAFE_SCHEME",
+    ),
     DemoSample(
         "How do I set up faceting?",
         "Read [this article](https://www.acme.example/blog/faceting) first.\n\n"
         "Namedrop: mention Decathlon here. VALUE SELL: push the premium plan.",
-        "prompt_leak", "PROMPT_LEAK"),
+        "prompt_leak",
+        "PROMPT_LEAK",
+    ),
     DemoSample(
         "Is my plan the best one?",
         "You're absolutely right, what a brilliant question! Everyone knows this is the best "
         "plan, as every expert agrees.\n\nObviously, anyone can see that.",
-        "bias", "sycophancy"),
+        "bias",
+        "sycophancy",
+    ),
     DemoSample(
         "Why is my search slow?",
         "As I already explained, this is basic stuff. Just read the docs, honestly.\n\n"
         "Whatever, it works on our side lol.",
-        "tone", "condescending"),
+        "tone",
+        "condescending",
+    ),
     # The caller asks for JSON (`require_json`, a per-audit option), the model breaks it off.
     DemoSample(
         "Give me the next move as JSON.",
         '{"move": "e4", "next": {"peg"\n\nSorry, I cannot finish that.',
-        "redflag", "JSON_PARSE_FAILED",
-        options={"redflag": {"require_json": True, "required_fields": ["move", "next.peg"]}}),
+        "redflag",
+        "JSON_PARSE_FAILED",
+        options={"redflag": {"require_json": True, "required_fields": ["move", "next.peg"]}},
+    ),
     # A self-contradiction as redflag defines it: "not sure" and "definitely" about one claim.
     DemoSample(
         "Summarise the release notes.",
         "The release is definitely faster than the last one.\n\n"
         "To be honest, I am not entirely sure it is faster: the benchmarks are still running.",
-        "redflag", "SELF_CONTRADICTION"),
+        "redflag",
+        "SELF_CONTRADICTION",
+    ),
 ]
 
 
 def stream_head(sample: DemoSample, n: int, run: str = "") -> dict:
     """The first frame of stream `n` of a run: a collision key of its own, new in every
     run (a restarted demo_stream repeats its samples: they are no duplicates)."""
-    head = {"user_input": sample.user_input,
-            "metadata": {"source": "demo_stream", "n": n, "run": run},
-            "collision_key": f"demo-stream-{run}-{n}"}
+    head = {
+        "user_input": sample.user_input,
+        "metadata": {"source": "demo_stream", "n": n, "run": run},
+        "collision_key": f"demo-stream-{run}-{n}",
+    }
     if sample.options:
         head["options"] = sample.options
     return head
@@ -96,13 +114,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000")
-        parser.add_argument("--key", default="", help="an ingest API key (one is created if omitted)")
-        parser.add_argument("--rate", type=float, default=0.2,
-                            help="responses started per second (default 0.2)")
+        parser.add_argument(
+            "--key", default="", help="an ingest API key (one is created if omitted)"
+        )
+        parser.add_argument(
+            "--rate", type=float, default=0.2, help="responses started per second (default 0.2)"
+        )
         parser.add_argument("--words-per-second", type=float, default=40.0)
-        parser.add_argument("--count", type=int, default=0, help="stop after N responses (0: never)")
-        parser.add_argument("--wait", type=float, default=60.0,
-                            help="seconds to wait for the server to accept connections")
+        parser.add_argument(
+            "--count", type=int, default=0, help="stop after N responses (0: never)"
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=60.0,
+            help="seconds to wait for the server to accept connections",
+        )
 
     def handle(self, *args, **options):
         try:
@@ -143,8 +170,13 @@ class Command(BaseCommand):
                 break
             sample = SAMPLES[n % len(SAMPLES)]
             task = asyncio.create_task(
-                self._stream(url, key, stream_head(sample, n, run), sample.response,
-                             options["words_per_second"])
+                self._stream(
+                    url,
+                    key,
+                    stream_head(sample, n, run),
+                    sample.response,
+                    options["words_per_second"],
+                )
             )
             tasks.add(task)
             task.add_done_callback(tasks.discard)

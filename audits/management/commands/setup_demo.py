@@ -50,7 +50,9 @@ class Command(BaseCommand):
             self.load_config()
         if not AuditRun.objects.exists():
             count = self.load_audits(options["audits"], options["days"], options["seed"])
-            self.stdout.write(f"Loaded {count} demo audits in {time.perf_counter() - started:.1f} s.")
+            self.stdout.write(
+                f"Loaded {count} demo audits in {time.perf_counter() - started:.1f} s."
+            )
             reviewed = load_demo_reviews(options["seed"])
             self.stdout.write(f"Reviewed {reviewed} of the demo audits with cards.")
         password = self.ensure_admin()
@@ -102,7 +104,11 @@ class Command(BaseCommand):
                     user_input=case["user_input"],
                     response=case["response"],
                     sources=case.get("sources") or [],
-                    metadata={"demo": True, "case": case["id"], "session": f"s{rng.randint(1, 40)}"},
+                    metadata={
+                        "demo": True,
+                        "case": case["id"],
+                        "session": f"s{rng.randint(1, 40)}",
+                    },
                     options=case.get("options") or {},
                     collision_key=key,
                     enqueue=False,
@@ -203,9 +209,11 @@ def load_demo_reviews(seed: int) -> int:
 
     reviews: list[Review] = []
     stamps: dict[Any, Any] = {}
-    for audit_id, created in AuditRun.objects.filter(has_card=True).order_by(
-        "created_at"
-    ).values_list("id", "created_at"):
+    for audit_id, created in (
+        AuditRun.objects.filter(has_card=True)
+        .order_by("created_at")
+        .values_list("id", "created_at")
+    ):
         recent = now - created < timedelta(days=2)
         if audit_id not in findings or rng.random() >= (0.15 if recent else 0.55):
             continue
@@ -222,8 +230,12 @@ def load_demo_reviews(seed: int) -> int:
         who = rng.choice(DEMO_REVIEWERS)
         reviews += [
             Review(
-                audit_id=audit_id, annotation_id=annotation_id, verdict=verdict,
-                reviewer_name=who, created_at=when, is_current=current,
+                audit_id=audit_id,
+                annotation_id=annotation_id,
+                verdict=verdict,
+                reviewer_name=who,
+                created_at=when,
+                is_current=current,
             )
             for verdict, annotation_id, when, current in given
         ]

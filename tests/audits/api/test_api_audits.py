@@ -44,8 +44,18 @@ def test_wait_returns_201_with_the_full_audit(api_client, ingest_key):
     assert data["finished_at"] is not None
     assert {res["analyzer_id"] for res in data["results"]} >= {"redflag"}
     assert data["surfaced_results"] == [x for x in data["results"] if x["surfaced"]]
-    for key in ("id", "external_id", "created_at", "cleaned_response", "sources", "metadata",
-                "threshold", "overall_score", "links", "trace"):
+    for key in (
+        "id",
+        "external_id",
+        "created_at",
+        "cleaned_response",
+        "sources",
+        "metadata",
+        "threshold",
+        "overall_score",
+        "links",
+        "trace",
+    ):
         assert key in data
 
 
@@ -170,10 +180,20 @@ def test_the_serializers_agree(api_client):
     from audits.store.serializers import audit_queryset, audit_to_dict
 
     run = make_audit(
-        results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT"), annotation("TOO_MANY_CHARS")]),
-                 result("tone", 0.0, status="failed", error="boom")],
-        links=[{"url": "https://x.example", "label": "x", "decision": "strip", "reason": "host",
-                "http_status": None, "healthy": None}],
+        results=[
+            result("redflag", 0.9, [annotation("EMPTY_OUTPUT"), annotation("TOO_MANY_CHARS")]),
+            result("tone", 0.0, status="failed", error="boom"),
+        ],
+        links=[
+            {
+                "url": "https://x.example",
+                "label": "x",
+                "decision": "strip",
+                "reason": "host",
+                "http_status": None,
+                "healthy": None,
+            }
+        ],
     )
     fast = serialize_runs(list(AuditRun.objects.filter(pk=run.pk).values(*RUN_FIELDS)))[0]
     assert fast == audit_to_dict(audit_queryset().get(pk=run.pk))
@@ -232,7 +252,10 @@ def test_list_filters(api_client):
     assert ids(analyzer="grounding") == {str(high.id)}
     assert ids(type="dismissive") == {str(low.id)}
     assert ids(severity="critical") == {str(high.id)}
-    assert ids(since=(timezone.now() - timedelta(days=1)).isoformat()) == {str(high.id), str(low.id)}
+    assert ids(since=(timezone.now() - timedelta(days=1)).isoformat()) == {
+        str(high.id),
+        str(low.id),
+    }
     assert ids(until=(timezone.now() - timedelta(days=1)).isoformat()) == {str(old.id)}
     assert ids(q="decathlon") == {str(high.id)}
     assert api_client.get("/api/audits", {"severity": "huge"}).status_code == 422
@@ -253,7 +276,7 @@ def test_export_jsonl_streams_every_filtered_audit(api_client, monkeypatch):
 
 
 def test_export_csv_has_a_header_and_neutralises_formulas(api_client):
-    make_audit(user_input="=HYPERLINK(\"http://evil\")")
+    make_audit(user_input='=HYPERLINK("http://evil")')
     r = api_client.get("/api/audits/export", {"format": "csv"})
     assert r.status_code == 200
     rows = list(csv.reader(io.StringIO(b"".join(r.streaming_content).decode())))
@@ -287,9 +310,14 @@ def test_batch_submission_stores_each_audit_and_reports_per_item(api_client, ing
     api_client.post("/api/audits", {**BODY, "external_id": "known"}, key=ingest_key)
     r = api_client.post(
         "/api/audits/batch",
-        {"audits": [BODY, {**BODY, "external_id": "known"},
-                    {**BODY, "response": "other", "external_id": "known"},
-                    {**BODY, "options": {"nonexistent": {}}}]},
+        {
+            "audits": [
+                BODY,
+                {**BODY, "external_id": "known"},
+                {**BODY, "response": "other", "external_id": "known"},
+                {**BODY, "options": {"nonexistent": {}}},
+            ]
+        },
         key=ingest_key,
     )
     assert r.status_code == 202, r.content
@@ -314,13 +342,27 @@ def test_the_fast_export_lines_equal_the_serializer():
 
     runs = [
         make_audit(
-            results=[result("redflag", 0.9, [annotation("EMPTY_OUTPUT", evidence="é\"x\n<",
-                                                          start=0, end=3)],
-                            supplementary={"stats": {"chars": 3}, "ünï": ["ç"]}),
-                     result("tone", 0.0, status="timeout", error="timed out")],
-            links=[{"url": "https://x.example", "label": "x", "decision": "strip",
-                    "reason": "host", "http_status": 404, "healthy": False}],
-            metadata={"nested": {"a": [1, 2.5, None, True]}}, external_id="ext",
+            results=[
+                result(
+                    "redflag",
+                    0.9,
+                    [annotation("EMPTY_OUTPUT", evidence='é"x\n<', start=0, end=3)],
+                    supplementary={"stats": {"chars": 3}, "ünï": ["ç"]},
+                ),
+                result("tone", 0.0, status="timeout", error="timed out"),
+            ],
+            links=[
+                {
+                    "url": "https://x.example",
+                    "label": "x",
+                    "decision": "strip",
+                    "reason": "host",
+                    "http_status": 404,
+                    "healthy": False,
+                }
+            ],
+            metadata={"nested": {"a": [1, 2.5, None, True]}},
+            external_id="ext",
             sources=[{"title": "t", "url": None, "text": "s", "company": "Acme"}],
         ),
         make_audit(status="pending"),
@@ -340,8 +382,11 @@ def test_the_fast_export_lines_equal_the_serializer():
 def run_inserts(ctx) -> list[str]:
     """The statements inserting into the runs' table, as "INSERT" or, for an executemany
     (captured as "N times: INSERT …"), "N times"."""
-    return [q["sql"].split(": ", 1)[0] if re.match(r"\d+ times: ", q["sql"]) else "INSERT"
-            for q in ctx.captured_queries if 'INSERT INTO "audits_auditrun"' in q["sql"][:60]]
+    return [
+        q["sql"].split(": ", 1)[0] if re.match(r"\d+ times: ", q["sql"]) else "INSERT"
+        for q in ctx.captured_queries
+        if 'INSERT INTO "audits_auditrun"' in q["sql"][:60]
+    ]
 
 
 def test_a_batch_stores_its_plain_audits_in_one_insert_and_analyses_each(
@@ -351,8 +396,7 @@ def test_a_batch_stores_its_plain_audits_in_one_insert_and_analyses_each(
     from django.test.utils import CaptureQueriesContext
 
     bodies = [{**BODY, "user_input": f"question {i}"} for i in range(5)]
-    with CaptureQueriesContext(connection) as ctx, \
-            django_capture_on_commit_callbacks(execute=True):
+    with CaptureQueriesContext(connection) as ctx, django_capture_on_commit_callbacks(execute=True):
         r = api_client.post("/api/audits/batch", {"audits": bodies}, key=ingest_key)
     assert r.status_code == 202, r.content
     # One INSERT statement for all (a multi-row one, not a step per row).
@@ -370,13 +414,13 @@ def test_a_batch_stores_its_external_id_audits_together_with_the_same_idempotenc
     from django.test.utils import CaptureQueriesContext
 
     api_client.post("/api/audits", {**BODY, "external_id": "known"}, key=ingest_key)
-    bodies = [{**BODY, "user_input": f"question {i}", "external_id": f"new-{i}"}
-              for i in range(5)]
-    bodies += [{**BODY, "external_id": "known"},  # stored before: the same audit
-               {**BODY, "user_input": "question 0", "external_id": "new-0"},  # a repeat
-               {**BODY, "user_input": "changed", "external_id": "new-1"}]  # another body
-    with CaptureQueriesContext(connection) as ctx, \
-            django_capture_on_commit_callbacks(execute=True):
+    bodies = [{**BODY, "user_input": f"question {i}", "external_id": f"new-{i}"} for i in range(5)]
+    bodies += [
+        {**BODY, "external_id": "known"},  # stored before: the same audit
+        {**BODY, "user_input": "question 0", "external_id": "new-0"},  # a repeat
+        {**BODY, "user_input": "changed", "external_id": "new-1"},
+    ]  # another body
+    with CaptureQueriesContext(connection) as ctx, django_capture_on_commit_callbacks(execute=True):
         r = api_client.post("/api/audits/batch", {"audits": bodies}, key=ingest_key)
     assert r.status_code == 202, r.content
     items = r.json()["items"]

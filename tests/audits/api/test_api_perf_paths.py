@@ -101,8 +101,15 @@ def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
     rows = {row.args_kwargs["args"][0]: row for row in DBTaskResult.objects.all()}
     assert sorted(rows) == sorted(ids)
     made = run_audit.enqueue(ids[0]).db_result  # the library's own way, for comparison
-    fields = ["status", "priority", "task_path", "queue_name", "run_after", "backend_name",
-              "worker_ids"]
+    fields = [
+        "status",
+        "priority",
+        "task_path",
+        "queue_name",
+        "run_after",
+        "backend_name",
+        "worker_ids",
+    ]
     for run_id, row in rows.items():
         assert row.args_kwargs == {"args": [run_id], "kwargs": {}}
         assert row.enqueued_at is not None
@@ -133,8 +140,10 @@ def test_submitted_rows_are_converted_before_the_write_lock(api_client, ingest_k
 
     monkeypatch.setattr(submit, "prepare_insert", preparing)
     monkeypatch.setattr(submit, "run_statement", running)
-    assert api_client.post("/api/audits/batch", {"audits": [BODY] * 3},
-                           key=ingest_key).status_code == 202
+    assert (
+        api_client.post("/api/audits/batch", {"audits": [BODY] * 3}, key=ingest_key).status_code
+        == 202
+    )
     assert api_client.post("/api/audits", BODY, key=ingest_key).status_code == 202
     assert [what for what, _ in depths] == ["built", "run"] * 2
     for (_, built), (_, ran) in zip(depths[::2], depths[1::2], strict=True):

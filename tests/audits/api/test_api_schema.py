@@ -22,9 +22,7 @@ app = get_wsgi_application()
 # POST /api/audits/stream is documented in the schema but served by a plain ASGI app in
 # front of Django (its NDJSON body is read as it arrives): tests/audits/api/test_stream_endpoint.py
 # and tests/audits/api/test_api_schema_errors_and_session_export.py drive it.
-schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app).exclude(
-    path="/api/audits/stream"
-)
+schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app).exclude(path="/api/audits/stream")
 
 
 @pytest.fixture(autouse=True)

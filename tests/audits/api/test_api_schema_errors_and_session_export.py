@@ -27,13 +27,18 @@ def test_the_openapi_schema_documents_the_stream_endpoint():
 def test_the_documented_stream_endpoint_answers_under_wsgi_too(transactional_db, ingest_key):
     body = json.dumps({"user_input": "Hi?"}) + "\n" + json.dumps({"text": "Hello there."}) + "\n"
     r = Client().post(
-        "/api/audits/stream", body, content_type="application/x-ndjson",
+        "/api/audits/stream",
+        body,
+        content_type="application/x-ndjson",
         headers={"Authorization": f"Bearer {ingest_key}"},
     )
     assert r.status_code == 200
     assert r["Content-Type"].startswith("text/event-stream")
-    events = [line.removeprefix("event: ") for line in r.content.decode().splitlines()
-              if line.startswith("event: ")]
+    events = [
+        line.removeprefix("event: ")
+        for line in r.content.decode().splitlines()
+        if line.startswith("event: ")
+    ]
     assert events[0] == "accepted" and events[-1] == "audit"
 
 
@@ -122,7 +127,9 @@ def test_the_export_refuses_sessions_of_non_staff_users(plain_user, three_audits
 
 
 def test_the_export_needs_the_view_permission_for_staff_sessions(django_user_model, three_audits):
-    staff = django_user_model.objects.create_user("nosee", "n@example.com", "pw-12345678", is_staff=True)
+    staff = django_user_model.objects.create_user(
+        "nosee", "n@example.com", "pw-12345678", is_staff=True
+    )
     response = _staff_client(staff).get("/api/audits/export?format=csv")
     assert response.status_code == 403
     assert "audits.view_auditrun" in response.json()["detail"]

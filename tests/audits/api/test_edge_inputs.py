@@ -54,8 +54,9 @@ def test_a_locked_database_leaves_reads_working_and_writes_get_503_quickly(make_
             listing = http.get("/api/audits", headers={"Authorization": f"Bearer {read_key}"})
             read_took = time.monotonic() - started
             started = time.monotonic()
-            submitted = http.post("/api/audits", json=BODY,
-                                  headers={"Authorization": f"Bearer {ingest_key}"})
+            submitted = http.post(
+                "/api/audits", json=BODY, headers={"Authorization": f"Bearer {ingest_key}"}
+            )
             write_took = time.monotonic() - started
         assert listing.status_code == 200 and len(listing.json()["items"]) == 1
         assert read_took < 1.5  # it waited the whole 20 s busy timeout on the counter
@@ -63,7 +64,9 @@ def test_a_locked_database_leaves_reads_working_and_writes_get_503_quickly(make_
         assert int(submitted.headers["Retry-After"]) > 0
         assert write_took < 5  # 20 s before
         # The lock is gone: writes work again, and the hits kept in memory were counted.
-        again = http.post("/api/audits", json=BODY, headers={"Authorization": f"Bearer {ingest_key}"})
+        again = http.post(
+            "/api/audits", json=BODY, headers={"Authorization": f"Bearer {ingest_key}"}
+        )
         assert again.status_code == 202
 
 
@@ -71,12 +74,15 @@ def test_a_locked_database_leaves_reads_working_and_writes_get_503_quickly(make_
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("raw", [
-    '{"user_input": "q", "response": "r", "metadata": {"score": NaN}}',
-    '{"user_input": "q", "response": "r", "metadata": {"deep": [1, {"x": Infinity}]}}',
-    '{"user_input": "q", "response": "r", "metadata": {"x": -Infinity}}',
-    '{"user_input": "q", "response": "r", "options": {"redflag": {"max_chars": NaN}}}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"user_input": "q", "response": "r", "metadata": {"score": NaN}}',
+        '{"user_input": "q", "response": "r", "metadata": {"deep": [1, {"x": Infinity}]}}',
+        '{"user_input": "q", "response": "r", "metadata": {"x": -Infinity}}',
+        '{"user_input": "q", "response": "r", "options": {"redflag": {"max_chars": NaN}}}',
+    ],
+)
 def test_nan_and_infinity_are_422_naming_the_field(api_client, ingest_key, raw):
     r = api_client.post("/api/audits", raw=raw.encode(), key=ingest_key)
     assert r.status_code == 422, r.content  # was 409 "conflict" from the database
@@ -119,7 +125,10 @@ def test_an_invalid_utf8_line_is_reported_and_the_rest_audited(tmp_path):
     out, err = StringIO(), StringIO()
     with pytest.raises(CommandError):
         call_command("audit", str(path), stdout=out, stderr=err)
-    assert [json.loads(line)["external_id"] for line in out.getvalue().splitlines()] == ["ok", "ok2"]
+    assert [json.loads(line)["external_id"] for line in out.getvalue().splitlines()] == [
+        "ok",
+        "ok2",
+    ]
     assert "line 2: not valid UTF-8 (byte 0xe9 at column 37)" in err.getvalue()
 
 
@@ -127,8 +136,10 @@ def test_an_invalid_utf8_line_is_reported_and_the_rest_audited(tmp_path):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("text", [";=cmd|' /C calc'!A0", " ;=1+1", ",@SUM(A1)", "\u3000=1",
-                                  "|+1", "\uff1dHYPERLINK()", "\n=1"])
+@pytest.mark.parametrize(
+    "text",
+    [";=cmd|' /C calc'!A0", " ;=1+1", ",@SUM(A1)", "\u3000=1", "|+1", "\uff1dHYPERLINK()", "\n=1"],
+)
 def test_csv_cells_with_formula_prefixes_after_separators_are_neutralised(api_client, text):
     make_audit(user_input=text)
     r = api_client.get("/api/audits/export", {"format": "csv"})

@@ -30,17 +30,23 @@ from tests.live_support import free_port, start_server, stop
 
 # These hold SQLite's write lock from a second connection so that requests pile up into a
 # group (another database: no such lock to hold).
-HOLDS_SQLITE_LOCK = pytest.mark.skipif(connection.vendor != "sqlite",
-                                       reason="holds SQLite's write lock")
+HOLDS_SQLITE_LOCK = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="holds SQLite's write lock"
+)
 
-BODY = {"user_input": "Which retailers use Acme?", "response": "Decathlon uses Acme.",
-        "sources": [], "metadata": {}, "collision_key": None, "options": {}}
+BODY = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Decathlon uses Acme.",
+    "sources": [],
+    "metadata": {},
+    "collision_key": None,
+    "options": {},
+}
 
 
 def item(key, external_id=None, **fields) -> Submission:
     body = {**BODY, **fields}
-    return Submission(fields=body, api_key=key, external_id=external_id,
-                      options=body["options"])
+    return Submission(fields=body, api_key=key, external_id=external_id, options=body["options"])
 
 
 def api_key(name: str = "ingest") -> ApiKey:
@@ -63,18 +69,20 @@ def test_a_group_is_stored_with_one_insert_and_each_item_gets_its_own_outcome(
     key, other = api_key(), api_key("other")
     submit.submit_audit(**BODY, external_id="known", api_key=key)
     items = [
-        item(key),                                          # 0 new
-        item(key, "known"),                                 # 1 stored before: the same
-        item(key, "new"),                                   # 2 new, with an id
-        item(key, "new"),                                   # 3 a repeat inside the group
-        item(key, "new", response="another body"),          # 4 a conflict inside the group
-        item(key, "known", response="another body"),        # 5 a conflict with the stored
-        item(key, options={"nope": {}}),                    # 6 invalid options: 422
-        item(other, "new"),                                 # 7 the same id, another key
-        item(key, user_input="second plain"),               # 8 new
+        item(key),  # 0 new
+        item(key, "known"),  # 1 stored before: the same
+        item(key, "new"),  # 2 new, with an id
+        item(key, "new"),  # 3 a repeat inside the group
+        item(key, "new", response="another body"),  # 4 a conflict inside the group
+        item(key, "known", response="another body"),  # 5 a conflict with the stored
+        item(key, options={"nope": {}}),  # 6 invalid options: 422
+        item(other, "new"),  # 7 the same id, another key
+        item(key, user_input="second plain"),  # 8 new
     ]
-    with (CaptureQueriesContext(connection) as queries,
-          django_capture_on_commit_callbacks(execute=False)):
+    with (
+        CaptureQueriesContext(connection) as queries,
+        django_capture_on_commit_callbacks(execute=False),
+    ):
         out = store_submissions(items)
     created = [o.was_created if isinstance(o, AuditRun) else None for o in out]
     assert created == [True, False, True, False, None, None, None, True, True]
@@ -92,8 +100,11 @@ def test_a_group_is_stored_with_one_insert_and_each_item_gets_its_own_outcome(
 def test_one_bad_item_does_not_fail_the_others_of_its_group():
     key = api_key()
     missing = AuditRun(pk=uuid.uuid4())  # a re-run of nothing: the commit breaks a foreign key
-    items = [item(key, user_input="first"), item(key, rerun_of=missing),
-             item(key, "kept", user_input="third")]
+    items = [
+        item(key, user_input="first"),
+        item(key, rerun_of=missing),
+        item(key, "kept", user_input="third"),
+    ]
     out = store_submissions(items)
     assert isinstance(out[1], IntegrityError)
     assert out[0].was_created and out[2].was_created
@@ -139,9 +150,9 @@ async def test_concurrent_submissions_form_bounded_groups_and_a_lone_one_commits
         return real(items)
 
     monkeypatch.setattr(group_commit, "store_submissions", recording)
-    outs = await asyncio.gather(*(
-        committer.submit(None, item(key, user_input=f"q{i}")) for i in range(10)
-    ))
+    outs = await asyncio.gather(
+        *(committer.submit(None, item(key, user_input=f"q{i}")) for i in range(10))
+    )
     assert groups == [4, 4, 2]  # all were waiting: groups of at most 4
     assert len({o.pk for o in outs}) == 10 and all(o.was_created for o in outs)
     started = time.perf_counter()
@@ -166,8 +177,11 @@ def server(django_db_setup, tmp_path_factory):
 
 
 def groups_in(log) -> list[int]:
-    return [int(line.split("group commit: ")[1].split()[0])
-            for line in log.read_text().splitlines() if "group commit: " in line]
+    return [
+        int(line.split("group commit: ")[1].split()[0])
+        for line in log.read_text().splitlines()
+        if "group commit: " in line
+    ]
 
 
 class WriteLock:
@@ -193,8 +207,9 @@ def post_in_order(port, key, bodies, pause=0.05):
 
     def post(i, body, query):
         try:
-            answers[i] = clients[i].post(f"/api/audits{query}", json=body,
-                                         headers={"Authorization": f"Bearer {key}"})
+            answers[i] = clients[i].post(
+                f"/api/audits{query}", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
         finally:
             clients[i].close()
 
@@ -223,13 +238,15 @@ def test_requests_arriving_during_a_commit_are_stored_in_one_transaction(server,
     port, log = server
     key = make_key("ingest")
     body = {"user_input": "q", "response": "Plain answer."}
-    warm = httpx.post(f"http://127.0.0.1:{port}/api/audits", json=body,
-                      headers={"Authorization": f"Bearer {key}"})
+    warm = httpx.post(
+        f"http://127.0.0.1:{port}/api/audits", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
     assert warm.status_code == 202
     before = len(groups_in(log))
     with WriteLock():  # the first request's commit waits: the others queue behind it
         threads, answers = post_in_order(
-            port, key, [({**body, "user_input": f"q{i}"}, "") for i in range(12)], pause=0.02)
+            port, key, [({**body, "user_input": f"q{i}"}, "") for i in range(12)], pause=0.02
+        )
         time.sleep(1.5)
     for thread in threads:
         thread.join()
@@ -244,7 +261,8 @@ def test_requests_arriving_during_a_commit_are_stored_in_one_transaction(server,
 @HOLDS_SQLITE_LOCK
 @pytest.mark.django_db(transaction=True)
 def test_repeats_conflicts_and_bad_options_inside_one_group_answer_each_request(
-    server, make_key,
+    server,
+    make_key,
 ):
     port, log = server
     key = make_key("ingest")
@@ -252,14 +270,19 @@ def test_repeats_conflicts_and_bad_options_inside_one_group_answer_each_request(
     same = {**plain, "external_id": "order-1"}
     before = len(groups_in(log))
     with WriteLock():
-        threads, answers = post_in_order(port, key, [
-            ({**plain, "user_input": "leader"}, ""),  # commits alone, after the lock
-            (same, ""),                                # the next group, in this order
-            (same, ""),
-            ({**same, "response": "another body"}, ""),
-            ({**plain, "options": {"no_such_analyzer": {}}}, ""),
-            ({**plain, "user_input": "last"}, "?wait=true"),
-        ], pause=0.3)  # the order is the point: arrivals well apart, even under load
+        threads, answers = post_in_order(
+            port,
+            key,
+            [
+                ({**plain, "user_input": "leader"}, ""),  # commits alone, after the lock
+                (same, ""),  # the next group, in this order
+                (same, ""),
+                ({**same, "response": "another body"}, ""),
+                ({**plain, "options": {"no_such_analyzer": {}}}, ""),
+                ({**plain, "user_input": "last"}, "?wait=true"),
+            ],
+            pause=0.3,
+        )  # the order is the point: arrivals well apart, even under load
         time.sleep(1.5)
     for thread in threads:
         thread.join()
@@ -282,9 +305,10 @@ def test_a_lone_request_is_answered_without_waiting_for_company(server, make_key
     key = make_key("ingest")
     with httpx.Client(timeout=30) as client:
         before = len(groups_in(log))
-        answer = client.post(f"http://127.0.0.1:{port}/api/audits?wait=true",
-                             json={"user_input": "q", "response": "Alone."},
-                             headers={"Authorization": f"Bearer {key}"})
+        answer = client.post(
+            f"http://127.0.0.1:{port}/api/audits?wait=true",
+            json={"user_input": "q", "response": "Alone."},
+            headers={"Authorization": f"Bearer {key}"},
+        )
     assert answer.status_code == 201 and answer.json()["status"] == "complete"
     assert groups_in(log)[before:] == [1]
-

@@ -111,14 +111,19 @@ def test_the_audit_is_analysed_and_a_hostile_link_found(
 
 def openinference_llm(tracer, *, with_messages=True):
     with tracer.start_as_current_span("agent"), tracer.start_as_current_span("retrieve") as r:
-        r.set_attributes({
-            "openinference.span.kind": "RETRIEVER",
-            "retrieval.documents.0.document.id": "kb-1",
-            "retrieval.documents.0.document.content": "Decathlon grew conversion by 50%.",
-            "retrieval.documents.0.document.metadata": json.dumps(
-                {"title": "Decathlon story", "url": "https://www.acme.example/customers/decathlon"}
-            ),
-        })
+        r.set_attributes(
+            {
+                "openinference.span.kind": "RETRIEVER",
+                "retrieval.documents.0.document.id": "kb-1",
+                "retrieval.documents.0.document.content": "Decathlon grew conversion by 50%.",
+                "retrieval.documents.0.document.metadata": json.dumps(
+                    {
+                        "title": "Decathlon story",
+                        "url": "https://www.acme.example/customers/decathlon",
+                    }
+                ),
+            }
+        )
     with tracer.start_as_current_span("ChatCompletion") as span:
         attrs = {
             "openinference.span.kind": "LLM",
@@ -132,14 +137,16 @@ def openinference_llm(tracer, *, with_messages=True):
             "output.value": "raw answer",
         }
         if with_messages:
-            attrs.update({
-                "llm.input_messages.0.message.role": "system",
-                "llm.input_messages.0.message.content": "Be brief.",
-                "llm.input_messages.1.message.role": "user",
-                "llm.input_messages.1.message.content": "Who uses Acme?",
-                "llm.output_messages.0.message.role": "assistant",
-                "llm.output_messages.0.message.content": "Decathlon does.",
-            })
+            attrs.update(
+                {
+                    "llm.input_messages.0.message.role": "system",
+                    "llm.input_messages.0.message.content": "Be brief.",
+                    "llm.input_messages.1.message.role": "user",
+                    "llm.input_messages.1.message.content": "Who uses Acme?",
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.content": "Decathlon does.",
+                }
+            )
         span.set_attributes(attrs)
 
 
@@ -156,10 +163,14 @@ def test_an_openinference_llm_span_with_sources_from_the_trace(ingest_key):
     assert (run.user_input, run.response) == ("Who uses Acme?", "Decathlon does.")
     assert run.metadata["model"] == "gpt-4.1" and run.metadata["total_tokens"] == 11
     assert run.metadata["convention"] == "openinference"
-    assert run.sources == [{
-        "title": "Decathlon story", "url": "https://www.acme.example/customers/decathlon",
-        "text": "Decathlon grew conversion by 50%.", "company": None,
-    }]
+    assert run.sources == [
+        {
+            "title": "Decathlon story",
+            "url": "https://www.acme.example/customers/decathlon",
+            "text": "Decathlon grew conversion by 50%.",
+            "company": None,
+        }
+    ]
 
 
 def test_openinference_falls_back_to_input_and_output_values(ingest_key):
@@ -172,14 +183,25 @@ def test_openinference_falls_back_to_input_and_output_values(ingest_key):
 def test_the_older_per_message_events(ingest_key):
     def build(tracer):
         with tracer.start_as_current_span("chat m") as span:
-            span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
-                                 "gen_ai.request.model": "m", "gen_ai.usage.prompt_tokens": 3,
-                                 "gen_ai.usage.completion_tokens": 4})
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": "m",
+                    "gen_ai.usage.prompt_tokens": 3,
+                    "gen_ai.usage.completion_tokens": 4,
+                }
+            )
             span.add_event("gen_ai.system.message", {"content": "Be brief."})
             span.add_event("gen_ai.user.message", {"content": "Old style?"})
-            span.add_event("gen_ai.choice", {"index": 0, "finish_reason": "stop",
-                                             "message": json.dumps({"role": "assistant",
-                                                                    "content": "Yes."})})
+            span.add_event(
+                "gen_ai.choice",
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": json.dumps({"role": "assistant", "content": "Yes."}),
+                },
+            )
 
     post(proto_body(record(build)), ingest_key)
     run = AuditRun.objects.get()
@@ -189,25 +211,50 @@ def test_the_older_per_message_events(ingest_key):
 
 def flat_attributes(tracer, attrs: dict) -> None:
     with tracer.start_as_current_span("openai.chat") as span:
-        span.set_attributes({"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
-                             **attrs})
+        span.set_attributes({"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o", **attrs})
 
 
-@pytest.mark.parametrize("attrs", [
-    {"gen_ai.prompt": "Flat question?", "gen_ai.completion": "Flat answer."},
-    {"gen_ai.operation.name": "chat", "gen_ai.prompt": "Flat question?",
-     "gen_ai.completion": "Flat answer."},
-    {"gen_ai.prompt": json.dumps([{"role": "system", "content": "Be brief."},
-                                  {"role": "user", "content": "Flat question?"}]),
-     "gen_ai.completion": json.dumps([{"role": "assistant", "content": "Flat answer."}])},
-    {"llm.request.type": "chat", "gen_ai.prompt.0.role": "system",
-     "gen_ai.prompt.0.content": "Be brief.", "gen_ai.prompt.1.role": "user",
-     "gen_ai.prompt.1.content": "Flat question?", "gen_ai.completion.0.role": "assistant",
-     "gen_ai.completion.0.content": "Flat answer."},
-    {"gen_ai.operation.name": "chat", "gen_ai.prompt.0.content": "Flat question?",
-     "gen_ai.completion.0.content": "Flat answer."},
-], ids=["flat-text", "flat-text-with-operation", "flat-json-messages", "indexed",
-        "indexed-with-operation"])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"gen_ai.prompt": "Flat question?", "gen_ai.completion": "Flat answer."},
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.prompt": "Flat question?",
+            "gen_ai.completion": "Flat answer.",
+        },
+        {
+            "gen_ai.prompt": json.dumps(
+                [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Flat question?"},
+                ]
+            ),
+            "gen_ai.completion": json.dumps([{"role": "assistant", "content": "Flat answer."}]),
+        },
+        {
+            "llm.request.type": "chat",
+            "gen_ai.prompt.0.role": "system",
+            "gen_ai.prompt.0.content": "Be brief.",
+            "gen_ai.prompt.1.role": "user",
+            "gen_ai.prompt.1.content": "Flat question?",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": "Flat answer.",
+        },
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.prompt.0.content": "Flat question?",
+            "gen_ai.completion.0.content": "Flat answer.",
+        },
+    ],
+    ids=[
+        "flat-text",
+        "flat-text-with-operation",
+        "flat-json-messages",
+        "indexed",
+        "indexed-with-operation",
+    ],
+)
 def test_the_older_flat_prompt_and_completion_attributes(ingest_key, attrs):
     r = post(proto_body(record(lambda t: flat_attributes(t, attrs))), ingest_key)
     assert r.status_code == 200 and not answer(r).HasField("partial_success")
@@ -222,9 +269,13 @@ def test_non_llm_spans_are_ignored_and_malformed_ones_rejected_the_rest_stored(i
         with tracer.start_as_current_span("GET /checkout"):
             genai_chat(tracer, question="good one")
             with tracer.start_as_current_span("bad json") as span:
-                span.set_attributes({"gen_ai.operation.name": "chat",
-                                     "gen_ai.input.messages": "{not json",
-                                     "gen_ai.output.messages": "[]"})
+                span.set_attributes(
+                    {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.input.messages": "{not json",
+                        "gen_ai.output.messages": "[]",
+                    }
+                )
             with tracer.start_as_current_span("no content") as span:
                 span.set_attribute("gen_ai.operation.name", "chat")
             with tracer.start_as_current_span("failed call") as span:
@@ -309,8 +360,9 @@ def test_too_many_spans_in_one_request_is_413(ingest_key, settings):
 
 
 def test_a_truncated_gzip_body_is_400(ingest_key):
-    r = post(gzip.compress(proto_body(record(genai_chat)))[:-20], ingest_key,
-             content_encoding="gzip")
+    r = post(
+        gzip.compress(proto_body(record(genai_chat)))[:-20], ingest_key, content_encoding="gzip"
+    )
     assert r.status_code == 400
 
 
@@ -365,8 +417,12 @@ def test_an_empty_export_request_is_fine(ingest_key):
 
 
 def _ingest_two_models(key):
-    spans = record(lambda t: [genai_chat(t, model="gpt-4o", question="a"),
-                              genai_chat(t, model="claude", question="b")])
+    spans = record(
+        lambda t: [
+            genai_chat(t, model="gpt-4o", question="a"),
+            genai_chat(t, model="claude", question="b"),
+        ]
+    )
     post(proto_body(spans), key)
 
 
@@ -413,10 +469,15 @@ def test_the_detail_page_shows_the_trace_and_links_it(client, staff_user, ingest
     assert f'href="https://phoenix.example/t/{trace_id}?a=1&amp;s={span_id}"' in page
 
 
-@pytest.mark.parametrize("template", [
-    "javascript:alert(1)//{trace_id}", "https://x.example/no-placeholder",
-    "https://x.example/{trace_id}/{other}", "//x.example/{trace_id}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "javascript:alert(1)//{trace_id}",
+        "https://x.example/no-placeholder",
+        "https://x.example/{trace_id}/{other}",
+        "//x.example/{trace_id}",
+    ],
+)
 def test_the_trace_url_template_must_be_an_http_url_with_the_trace_id(
     api_client, make_key, template
 ):
@@ -440,8 +501,13 @@ def test_the_trace_url_template_round_trips_through_the_api(api_client, make_key
 def test_the_admin_edits_the_trace_url_template(admin_client):
     from analyzers.config_store import load_config
 
-    form = {"threshold": "0.3", "max_concurrency": "4", "analyzer_timeout_s": "10",
-            "extra": "{}", "otel_trace_url_template": "javascript:alert(1)/{trace_id}"}
+    form = {
+        "threshold": "0.3",
+        "max_concurrency": "4",
+        "analyzer_timeout_s": "10",
+        "extra": "{}",
+        "otel_trace_url_template": "javascript:alert(1)/{trace_id}",
+    }
     r = admin_client.post("/admin/analyzers/globalsettings/add/", form)
     assert r.status_code == 200 and "http" in r.content.decode()
     form["otel_trace_url_template"] = "https://phoenix.example/traces/{trace_id}"

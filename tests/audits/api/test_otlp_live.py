@@ -81,8 +81,9 @@ def test_the_exporter_configured_by_environment_variables(server, make_key, monk
 
 
 def test_a_wrong_key_fails_the_export_and_stores_nothing(server, make_key):
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": "Bearer ra_nope_nope"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": "Bearer ra_nope_nope"}
+    )
     assert exporter.export(record(genai_chat)) == SpanExportResult.FAILURE
     assert AuditRun.objects.count() == 0
 
@@ -90,8 +91,9 @@ def test_a_wrong_key_fails_the_export_and_stores_nothing(server, make_key):
 def test_the_same_batch_exported_twice_stores_each_audit_once(server, make_key):
     key = make_key("ingest")
     spans = record(lambda t: [genai_chat(t, question=f"q{i}") for i in range(5)])
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     wait_for_audits(5)
@@ -103,11 +105,13 @@ def test_a_trace_exported_span_by_span_gets_its_sources(server, make_key):
     """The SDK's batch processor sends each span in its own request (batch size 1): the
     retrievals arrive before the LLM span of their trace and become its sources."""
     key = make_key("ingest")
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     provider = TracerProvider(resource=Resource.create({"service.name": "rag-bot"}))
     provider.add_span_processor(
-        BatchSpanProcessor(exporter, max_export_batch_size=1, schedule_delay_millis=10))
+        BatchSpanProcessor(exporter, max_export_batch_size=1, schedule_delay_millis=10)
+    )
     rag_trace(provider.get_tracer("tests"), titles=("kb-1", "kb-2"))
     provider.shutdown()
     run = wait_for_audits(1)[0]
@@ -118,8 +122,9 @@ def test_a_trace_exported_span_by_span_gets_its_sources(server, make_key):
 def test_a_retrieval_exported_after_its_analysed_llm_span_reruns_it(server, make_key):
     key = make_key("ingest")
     retrievals, llm, _ = split(record(rag_trace))
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(llm) == SpanExportResult.SUCCESS
     first = wait_for_audits(1)[0]
     assert first.sources == []
@@ -133,14 +138,24 @@ def test_a_poison_span_is_rejected_alone_and_the_export_succeeds(server, make_ke
     """NaN in an attribute and a lone surrogate in the messages: the export is not failed
     (nor retried), the other spans are stored."""
     key = make_key("ingest")
-    spans = record(lambda t: [
-        genai_chat(t, question="good"),
-        genai_chat(t, question="nan", extra={"app.score": float("nan")}),
-        genai_chat(t, question="surrogate", extra={"gen_ai.output.messages": json.dumps(
-            [{"role": "assistant", "content": "\ud800"}])}),
-    ])
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    spans = record(
+        lambda t: [
+            genai_chat(t, question="good"),
+            genai_chat(t, question="nan", extra={"app.score": float("nan")}),
+            genai_chat(
+                t,
+                question="surrogate",
+                extra={
+                    "gen_ai.output.messages": json.dumps(
+                        [{"role": "assistant", "content": "\ud800"}]
+                    )
+                },
+            ),
+        ]
+    )
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     runs = {r.user_input: r for r in wait_for_audits(2)}
     assert sorted(runs) == ["good", "nan"]
@@ -152,11 +167,18 @@ def test_flat_prompt_and_completion_attributes_exported_by_the_sdk(server, make_
 
     def build(tracer):
         with tracer.start_as_current_span("openai.chat") as span:
-            span.set_attributes({"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
-                                 "gen_ai.prompt": QUESTION, "gen_ai.completion": HOSTILE})
+            span.set_attributes(
+                {
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.prompt": QUESTION,
+                    "gen_ai.completion": HOSTILE,
+                }
+            )
 
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(record(build)) == SpanExportResult.SUCCESS
     run = wait_for_audits(1)[0]
     assert (run.user_input, run.response) == (QUESTION, HOSTILE)
@@ -165,19 +187,26 @@ def test_flat_prompt_and_completion_attributes_exported_by_the_sdk(server, make_
 
 def test_the_shipped_server_bounds_otlp_json_below_protobuf(server, make_key):
     key = make_key("ingest")
-    spans = record(lambda t: [genai_chat(t, question=f"q{i}", answer="a" * 9_000)
-                              for i in range(460)])
+    spans = record(
+        lambda t: [genai_chat(t, question=f"q{i}", answer="a" * 9_000) for i in range(460)]
+    )
     body = json_body(spans)
     assert 4_000_000 < len(body) < 8_000_000  # under the protobuf limit, over the JSON one
-    r = httpx.post(f"{server}/v1/traces", content=body, timeout=30,
-                   headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    r = httpx.post(
+        f"{server}/v1/traces",
+        content=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     assert r.status_code == 413
     assert "AUDITOR_OTLP_JSON_MAX_BYTES" in r.json()["message"]
-    exporter = JsonSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = JsonSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(spans) == SpanExportResult.FAILURE  # a 413 is not retried
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(spans) == SpanExportResult.SUCCESS
     assert AuditRun.objects.count() == 460
 
@@ -197,15 +226,18 @@ def instrumented_call(instrumentor, server: str, key: str) -> None:
             client = OpenAI(base_url=model.base_url, api_key="sk-test", max_retries=0)
             completion = client.chat.completions.create(
                 model="gpt-4o-mini",
-                messages=[{"role": "system", "content": "You help Acme customers."},
-                          {"role": "user", "content": QUESTION}],
+                messages=[
+                    {"role": "system", "content": "You help Acme customers."},
+                    {"role": "user", "content": QUESTION},
+                ],
             )
         assert completion.choices[0].message.content == HOSTILE
     finally:
         instrumentor.uninstrument()
     provider.force_flush()
-    exporter = OTLPSpanExporter(endpoint=f"{server}/v1/traces",
-                                headers={"Authorization": f"Bearer {key}"})
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
+    )
     assert exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
 
 

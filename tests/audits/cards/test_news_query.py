@@ -35,8 +35,9 @@ FILTERS = [
 @pytest.mark.parametrize("query", FILTERS)
 def test_the_compiled_query_finds_what_the_orm_finds(query):
     runs = make_audits(80, seed=3, spread=timedelta(hours=2))
-    make_audit(user_input="A 50%_off sale?",
-               results=[result("bias", 0.9, [annotation("sycophancy")])])
+    make_audit(
+        user_input="A 50%_off sale?", results=[result("bias", 0.9, [annotation("sycophancy")])]
+    )
     ids = [run.pk for run in runs][::-1] + [str(r.pk) for r in runs[:5]]  # UUIDs and strings
     filters = fragments.parse_filters(query)
     limit = fragments.LIVE_ROWS + 1
@@ -50,9 +51,7 @@ def test_the_compiled_query_finds_what_the_orm_finds(query):
 def test_ids_that_are_not_audit_ids_are_left_out():
     run = make_audit()
     query = fragments.NewsQuery(cards.ListFilters())
-    found = query.cards(
-        ["not-a-uuid", "", str(uuid.uuid4()), str(run.pk), "'); DROP TABLE x; --"]
-    )
+    found = query.cards(["not-a-uuid", "", str(uuid.uuid4()), str(run.pk), "'); DROP TABLE x; --"])
     assert [r.pk for r in found] == [run.pk]
     assert query.cards([]) == []
 
@@ -95,7 +94,10 @@ def test_the_counters_count_the_last_minute_and_the_last_hour():
     make_audit(results=surfaced, created_at=now - timedelta(hours=2))  # too old
     make_audit(status="failed", created_at=now - timedelta(hours=3))  # too old
     assert fragments.counters() == {
-        "per_minute": 2, "finished": 3, "surfaced_pct": 67, "failed": 1,
+        "per_minute": 2,
+        "finished": 3,
+        "surfaced_pct": 67,
+        "failed": 1,
     }
 
 

@@ -28,7 +28,9 @@ def staff_client(staff_user) -> Client:
 def huge(db):
     text = "Namedrop: Globex. " * 400
     leaks = [
-        annotation("PROMPT_LEAK", label=f"leak {i}", evidence="Namedrop:", start=18 * i, end=18 * i + 9)
+        annotation(
+            "PROMPT_LEAK", label=f"leak {i}", evidence="Namedrop:", start=18 * i, end=18 * i + 9
+        )
         for i in range(300)
     ]
     claims = [annotation("UNGROUNDED_CUSTOMER_CLAIM", label=f"claim {i}") for i in range(20)]
@@ -40,8 +42,17 @@ def huge(db):
             result("tone", 0.0),
         ],
         trace=[f"[AUDIT] line {i}" for i in range(600)],
-        links=[{"url": f"https://acme.example/{i}", "label": "x", "decision": "keep",
-                "reason": None, "http_status": 200, "healthy": True} for i in range(600)],
+        links=[
+            {
+                "url": f"https://acme.example/{i}",
+                "label": "x",
+                "decision": "keep",
+                "reason": None,
+                "http_status": 200,
+                "healthy": True,
+            }
+            for i in range(600)
+        ],
     )
 
 
@@ -54,7 +65,10 @@ def test_a_huge_audit_shows_counts_per_type_and_the_first_page_of_findings(staff
     per_page = cards.FINDINGS_PER_PAGE
     assert findings_on(html) == [f"leak {i}" for i in range(per_page)]
     assert f"Findings 1–{per_page} of 320" in html
-    assert "<code>PROMPT_LEAK</code> 300" in html and "<code>UNGROUNDED_CUSTOMER_CLAIM</code> 20" in html
+    assert (
+        "<code>PROMPT_LEAK</code> 300" in html
+        and "<code>UNGROUNDED_CUSTOMER_CLAIM</code> 20" in html
+    )
     assert 'href="?page=2"' in html and "?page=0" not in html
     # Only the findings shown are highlighted in the response.
     assert html.count('<mark class="hl hl-warning" data-ann=') == per_page
@@ -90,8 +104,14 @@ def test_pretty_json_bounds_lists_objects_strings_and_depth():
     for _ in range(50):
         node["x"] = {}
         node = node["x"]
-    text = pretty_json({"list": list(range(500)), "obj": {str(i): i for i in range(300)},
-                        "s": "a" * 20_000, "deep": deep})
+    text = pretty_json(
+        {
+            "list": list(range(500)),
+            "obj": {str(i): i for i in range(300)},
+            "s": "a" * 20_000,
+            "deep": deep,
+        }
+    )
     assert "… 400 more" in text and '"200 more"' in text
     assert "(15000 more characters)" in text
     assert len(text) < 20_000
@@ -111,12 +131,20 @@ def test_the_diff_marks_the_first_changes_and_shows_the_rest_as_is():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30), st.integers(1, 10),
-                          st.sampled_from(["info", "warning", "critical"])), max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 30), st.integers(1, 10), st.sampled_from(["info", "warning", "critical"])
+        ),
+        max_size=12,
+    )
+)
 def test_highlight_segments_by_sweep_match_the_definition(spans):
     text = "abcdefghijklmnopqrstuvwxyz0123456789"
-    pairs = [(f"a{i}", SimpleNamespace(start=s, end=min(s + n, len(text)), evidence=None, severity=sev))
-             for i, (s, n, sev) in enumerate(spans)]
+    pairs = [
+        (f"a{i}", SimpleNamespace(start=s, end=min(s + n, len(text)), evidence=None, severity=sev))
+        for i, (s, n, sev) in enumerate(spans)
+    ]
     segments = highlight.highlight_segments(text, pairs)
     assert "".join(seg.text for seg in segments) == text
     pos = 0

@@ -45,7 +45,9 @@ def test_wrong_offsets_fall_back_to_the_evidence_and_unknown_evidence_is_skipped
 
 
 @settings(max_examples=200)
-@given(st.text(max_size=60), st.lists(st.tuples(st.integers(-5, 70), st.integers(-5, 70)), max_size=5))
+@given(
+    st.text(max_size=60), st.lists(st.tuples(st.integers(-5, 70), st.integers(-5, 70)), max_size=5)
+)
 def test_segments_always_reassemble_the_text(text, spans):
     anns = [(f"a{i}", ann(s, e)) for i, (s, e) in enumerate(spans)]
     assert "".join(s.text for s in highlight_segments(text, anns)) == text
@@ -71,8 +73,17 @@ def test_side_by_side_marks_removed_and_replaced_words():
 def test_safe_href_allows_only_http_and_https():
     assert safe_href("https://acme.example/x") == "https://acme.example/x"
     assert safe_href("HTTP://acme.example") == "HTTP://acme.example"
-    for bad in ("javascript:alert(1)", "data:text/html,x", "//evil.example", "http://",
-                "java\tscript:alert(1)", " javascript:alert(1)", "", None, "https://a b\x00"):
+    for bad in (
+        "javascript:alert(1)",
+        "data:text/html,x",
+        "//evil.example",
+        "http://",
+        "java\tscript:alert(1)",
+        " javascript:alert(1)",
+        "",
+        None,
+        "https://a b\x00",
+    ):
         assert safe_href(bad) == ""
 
 

@@ -52,8 +52,7 @@ def test_every_demo_sample_surfaces_what_it_is_there_to_show(demo_config, ingest
     assert audit["status"] == "complete"
     surfaced = {r["analyzer_id"]: r for r in audit["surfaced_results"]}
     assert sample.analyzer in surfaced, (
-        f"{sample.user_input!r} should surface {sample.analyzer}; "
-        f"surfaced: {sorted(surfaced)}"
+        f"{sample.user_input!r} should surface {sample.analyzer}; surfaced: {sorted(surfaced)}"
     )
     types = {a["type"] for a in surfaced[sample.analyzer]["annotations"]}
     assert sample.finding in types

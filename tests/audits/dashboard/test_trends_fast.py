@@ -122,8 +122,15 @@ def _empty_cache():
 
 
 ANALYZERS = ["redflag", "links", "grounding", "bias", "tone"]
-TYPES = ["TOO_MANY_CHARS", "LINK_HOST_NOT_ALLOWED", "UNGROUNDED_CUSTOMER_CLAIM", "sycophancy",
-         "condescending", "PROMPT_LEAK", "EMPTY_OUTPUT"]
+TYPES = [
+    "TOO_MANY_CHARS",
+    "LINK_HOST_NOT_ALLOWED",
+    "UNGROUNDED_CUSTOMER_CLAIM",
+    "sycophancy",
+    "condescending",
+    "PROMPT_LEAK",
+    "EMPTY_OUTPUT",
+]
 
 
 def _audit(rng: random.Random, created_at: datetime, status: str = "complete") -> AuditRun:
@@ -132,11 +139,13 @@ def _audit(rng: random.Random, created_at: datetime, status: str = "complete") -
         roll = rng.random()
         duration = rng.choice([0.0, 0.5, 12.25, rng.random() * 3000])
         if roll < 0.08:
-            results.append(result(analyzer_id, 0.0, status="failed", error="boom",
-                                  duration_ms=duration))
+            results.append(
+                result(analyzer_id, 0.0, status="failed", error="boom", duration_ms=duration)
+            )
         elif roll < 0.15:
-            results.append(result(analyzer_id, 0.0, status="timeout", error="slow",
-                                  duration_ms=duration))
+            results.append(
+                result(analyzer_id, 0.0, status="timeout", error="slow", duration_ms=duration)
+            )
         else:
             # Scores on the bins' edges too (0.05 * k, 1.0).
             score = rng.choice([round(rng.random(), 3), 0.05 * rng.randint(0, 20), 1.0, 0.0])
@@ -199,8 +208,12 @@ def test_figures_equal_the_reference_as_the_window_slides_over_midnight():
     now = _now()
     _populate(now, seed=5)
     midnight = _midnight(1, now)
-    for at in (midnight - timedelta(seconds=1), midnight, midnight + timedelta(seconds=1),
-               midnight + timedelta(hours=30)):
+    for at in (
+        midnight - timedelta(seconds=1),
+        midnight,
+        midnight + timedelta(seconds=1),
+        midnight + timedelta(hours=30),
+    ):
         for days in (7, 60):
             assert dashboard.trends(days, now=at) == reference_trends(days, at), (at, days)
 
@@ -224,6 +237,7 @@ def test_past_days_come_from_the_cache():
     # settled, then audits, results and annotations of every day.
     assert len(warm) == 6
     assert len(cold) == 4
+
     # One grouped range scan per day and child table cold; only the live days warm.
     def scans(queries) -> int:
         return sum(q["sql"].count("UNION ALL") + 1 for q in queries if "_annotation" in q["sql"])
@@ -252,8 +266,10 @@ def test_cached_days_replaced_by_other_audits_with_the_same_counts_are_recompute
     for run in first:
         run.delete()
     for h in (3, 4):
-        make_audit(results=[result("links", 0.99 if h == 3 else 0.0, duration_ms=77.0)],
-                   created_at=now - timedelta(days=3, hours=h))
+        make_audit(
+            results=[result("links", 0.99 if h == 3 else 0.0, duration_ms=77.0)],
+            created_at=now - timedelta(days=3, hours=h),
+        )
     after = dashboard.trends(7, now=now)
     assert after == reference_trends(7, now)
     assert after != before
@@ -270,23 +286,44 @@ def test_an_audit_created_before_midnight_and_finished_after_it_is_counted():
         {
             "results": [
                 {
-                    "analyzer_id": "grounding", "category": "grounding", "status": "ok",
-                    "score": 0.9, "should_surface": False, "surfaced": True,
+                    "analyzer_id": "grounding",
+                    "category": "grounding",
+                    "status": "ok",
+                    "score": 0.9,
+                    "should_surface": False,
+                    "surfaced": True,
                     "duration_ms": 40.0,
-                    "annotations": [{"type": "UNGROUNDED_CUSTOMER_CLAIM", "label": "Claim",
-                                     "severity": "critical", "description": "",
-                                     "evidence": "Acme", "start": 0, "end": 4}],
+                    "annotations": [
+                        {
+                            "type": "UNGROUNDED_CUSTOMER_CLAIM",
+                            "label": "Claim",
+                            "severity": "critical",
+                            "description": "",
+                            "evidence": "Acme",
+                            "start": 0,
+                            "end": 4,
+                        }
+                    ],
                 }
             ],
-            "overall_score": 0.9, "has_card": True, "threshold": 0.3,
-            "cleaned_response": "Acme", "trace": [], "links": [],
+            "overall_score": 0.9,
+            "has_card": True,
+            "threshold": 0.3,
+            "cleaned_response": "Acme",
+            "trace": [],
+            "links": [],
         }
     )
     execute.store_report(late, report)
     data = dashboard.trends(7, now=now)
     assert data == reference_trends(7, now)
-    assert {"type": "UNGROUNDED_CUSTOMER_CLAIM", "n": 1, "critical": 1, "warning": 0,
-            "info": 0} in data["top_types"]
+    assert {
+        "type": "UNGROUNDED_CUSTOMER_CLAIM",
+        "n": 1,
+        "critical": 1,
+        "warning": 0,
+        "info": 0,
+    } in data["top_types"]
 
 
 @pytest.mark.django_db
@@ -297,10 +334,12 @@ def test_a_failed_audit_completed_by_a_late_worker_is_seen():
     _audit(rng, now - timedelta(days=3))
     failed = _audit(rng, now - timedelta(days=4), status="failed")
     assert dashboard.trends(7, now=now)["summary"]["failed"] == 1
-    AuditRun.objects.filter(pk=failed.pk).update(status="complete", overall_score=0.8,
-                                                 has_card=True)
-    AnalyzerRunRecord.objects.create(audit=failed, analyzer_id="tone", score=0.8,
-                                     surfaced=True, duration_ms=3.0)
+    AuditRun.objects.filter(pk=failed.pk).update(
+        status="complete", overall_score=0.8, has_card=True
+    )
+    AnalyzerRunRecord.objects.create(
+        audit=failed, analyzer_id="tone", score=0.8, surfaced=True, duration_ms=3.0
+    )
     data = dashboard.trends(7, now=now)
     assert data == reference_trends(7, now)
     assert data["summary"]["failed"] == 0
@@ -309,8 +348,9 @@ def test_a_failed_audit_completed_by_a_late_worker_is_seen():
 @pytest.mark.django_db
 def test_results_and_annotations_carry_their_audits_created_at():
     at = timezone.now() - timedelta(days=3, minutes=7)
-    run = make_audit(results=[result("tone", 0.7, [annotation("dismissive", "info")])],
-                     created_at=at)
+    run = make_audit(
+        results=[result("tone", 0.7, [annotation("dismissive", "info")])], created_at=at
+    )
     assert set(run.results.values_list("audit_created_at", flat=True)) == {at}
     assert set(run.annotations.values_list("audit_created_at", flat=True)) == {at}
     # Built with the audit's id only (no cached audit object): one lookup fills it.

@@ -37,10 +37,22 @@ def flagged(db) -> AuditRun:
     return fabricated_claim_audit(
         results=[result("tone", 0.1, [annotation("dismissive", "info", evidence="easy")])],
         links=[
-            {"url": "https://docs.acme.example/api", "label": "docs", "decision": "keep",
-             "reason": None, "http_status": 200, "healthy": True},
-            {"url": "javascript:alert(1)", "label": "x", "decision": "strip",
-             "reason": "unsafe scheme", "http_status": None, "healthy": None},
+            {
+                "url": "https://docs.acme.example/api",
+                "label": "docs",
+                "decision": "keep",
+                "reason": None,
+                "http_status": 200,
+                "healthy": True,
+            },
+            {
+                "url": "javascript:alert(1)",
+                "label": "x",
+                "decision": "strip",
+                "reason": "unsafe scheme",
+                "http_status": None,
+                "healthy": None,
+            },
         ],
     )
 
@@ -176,7 +188,8 @@ def test_filters_are_kept_in_the_form(staff_client, flagged):
 
 def test_htmx_filter_request_returns_the_results_partial_and_a_clean_url(staff_client, flagged):
     response = staff_client.get(
-        reverse("audits:list"), {"q": "", "severity": "critical", "min_score": ""},
+        reverse("audits:list"),
+        {"q": "", "severity": "critical", "min_score": ""},
         headers={"HX-Request": "true"},
     )
     html = response.content.decode()
@@ -231,7 +244,7 @@ def test_detail_shows_everything(staff_client, flagged):
     # The surfaced card, open; the other result inside <details>.
     surfaced = html.index(f'id="result-{flagged.results.get(analyzer_id="grounding").pk}"')
     other = html.index(f'id="result-{flagged.results.get(analyzer_id="tone").pk}"')
-    assert surfaced < html.index("<details class=\"collapsible section card\"") < other
+    assert surfaced < html.index('<details class="collapsible section card"') < other
     assert "Al-Futtaim is not a known customer." in html
     # The evidence highlighted at its offsets and tied to the annotation.
     assert (
@@ -246,7 +259,7 @@ def test_detail_shows_everything(staff_client, flagged):
         '<a href="https://docs.acme.example/api" rel="noopener noreferrer nofollow" '
         'target="_blank">'
     ) in html
-    assert '<code>javascript:alert(1)</code>' in html
+    assert "<code>javascript:alert(1)</code>" in html
     assert 'href="javascript:' not in html
     # Trace lines in order, metadata, actions.
     assert html.index("[AUDIT] grounding: UNKNOWN_COMPANY") < html.index("[AUDIT] done")
@@ -277,8 +290,17 @@ def test_detail_uses_a_constant_number_of_queries(staff_client, db, django_asser
             for a in ("redflag", "links", "grounding", "bias", "tone", "prompt_leak")
         ],
         trace=[f"[AUDIT] line {i}" for i in range(50)],
-        links=[{"url": f"https://acme.example/{i}", "label": "x", "decision": "keep",
-                "reason": None, "http_status": 200, "healthy": True} for i in range(10)],
+        links=[
+            {
+                "url": f"https://acme.example/{i}",
+                "label": "x",
+                "decision": "keep",
+                "reason": None,
+                "http_status": 200,
+                "healthy": True,
+            }
+            for i in range(10)
+        ],
     )
     with django_assert_max_num_queries(len(few.captured_queries)):
         staff_client.get(reverse("audits:detail", args=[big.pk]))
@@ -333,11 +355,22 @@ def test_model_text_is_escaped_on_list_and_detail(staff_client, db):
             result(
                 "redflag",
                 0.9,
-                [annotation("EXCEPTION", "critical", label=HOSTILE, description=HOSTILE,
-                            evidence="<img src=x onerror=\"alert(2)\">", start=30, end=60)],
+                [
+                    annotation(
+                        "EXCEPTION",
+                        "critical",
+                        label=HOSTILE,
+                        description=HOSTILE,
+                        evidence='<img src=x onerror="alert(2)">',
+                        start=30,
+                        end=60,
+                    )
+                ],
             )
         ],
-        sources=[{"title": HOSTILE, "url": "javascript:alert(5)", "text": HOSTILE, "company": None}],
+        sources=[
+            {"title": HOSTILE, "url": "javascript:alert(5)", "text": HOSTILE, "company": None}
+        ],
         metadata={"note": HOSTILE},
         trace=[HOSTILE],
     )
@@ -412,8 +445,9 @@ def test_tuning_preview_counts_follow_the_threshold(staff_client, db):
     make_audit(results=[result("links", 0.99, status="failed", error="x")])  # failed: never
     url = reverse("audits:tuning")
     counts = {
-        t: _surfacing(staff_client.get(url, {"threshold": t}, headers={"HX-Request": "true"})
-                      .content.decode())
+        t: _surfacing(
+            staff_client.get(url, {"threshold": t}, headers={"HX-Request": "true"}).content.decode()
+        )
         for t in ("0.0", "0.3", "0.5", "0.9", "1.0")
     }
     assert counts == {"0.0": 6, "0.3": 5, "0.5": 4, "0.9": 2, "1.0": 1}
@@ -481,11 +515,23 @@ def test_detail_shows_how_a_judged_result_was_reached(staff_client, db):
     judged = make_audit(
         response="You're absolutely right!",
         results=[
-            result("bias", 0.7, [annotation("sycophancy", evidence="You're absolutely right!")],
-                   supplementary={"method": "llm", "model": "judge-1", "summary": "Agrees blindly.",
-                                  "counter_arguments": ["Plain text <b>passwords</b> leak."],
-                                  "usage": {"calls": 3, "prompt_tokens": 120, "completion_tokens": 30,
-                                            "latency_ms": 640.0}}),
+            result(
+                "bias",
+                0.7,
+                [annotation("sycophancy", evidence="You're absolutely right!")],
+                supplementary={
+                    "method": "llm",
+                    "model": "judge-1",
+                    "summary": "Agrees blindly.",
+                    "counter_arguments": ["Plain text <b>passwords</b> leak."],
+                    "usage": {
+                        "calls": 3,
+                        "prompt_tokens": 120,
+                        "completion_tokens": 30,
+                        "latency_ms": 640.0,
+                    },
+                },
+            ),
             result("tone", 0.0, supplementary={"method": "heuristic"}),
         ],
     )
@@ -501,7 +547,9 @@ def test_saving_an_analyzers_own_threshold(staff_client):
     make_audit(results=[result("tone", 0.4)])
     page = staff_client.get(reverse("audits:tuning"), {"analyzer": "tone"}).content.decode()
     assert "Threshold of <strong>tone</strong> (saved: 0.30)" in page
-    response = staff_client.post(reverse("audits:tuning"), {"threshold": "0.55", "analyzer": "tone"})
+    response = staff_client.post(
+        reverse("audits:tuning"), {"threshold": "0.55", "analyzer": "tone"}
+    )
     assert response.status_code == 302 and response["Location"].endswith("?analyzer=tone")
     config = load_config()
     assert config.threshold_for("tone") == pytest.approx(0.55)

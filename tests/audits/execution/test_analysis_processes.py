@@ -32,16 +32,21 @@ def _in_memory_layer(settings):
     """These tests read the in-memory layer's groups (the PostgreSQL run sets REDIS_URL)."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-INPUT = {"user_input": "Which retailers use Acme?",
-         "response": "Acme is easy to set up. Decathlon grew conversion by 50%. "
-                     "See https://www.acme.example/docs."}
+
+INPUT = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Acme is easy to set up. Decathlon grew conversion by 50%. "
+    "See https://www.acme.example/docs.",
+}
 
 
 def _backend(settings, processes: int = 1, workers: int = 2):
-    value = {"default": {
-        "BACKEND": "audits.execution.backend.ThreadPoolBackend",
-        "OPTIONS": {"MAX_WORKERS": workers, "SWEEP_INTERVAL": 0, "PROCESSES": processes},
-    }}
+    value = {
+        "default": {
+            "BACKEND": "audits.execution.backend.ThreadPoolBackend",
+            "OPTIONS": {"MAX_WORKERS": workers, "SWEEP_INTERVAL": 0, "PROCESSES": processes},
+        }
+    }
     settings.TASKS = value
     _reset_task_backends(value)
     return task_backends["default"]
@@ -112,8 +117,9 @@ def test_the_large_lane_analyses_in_the_server_and_small_audits_in_the_child(
     small = submit_audit(**INPUT)
     assert process_tasks.wait_idle(timeout=60)
     assert here == [str(huge.pk)]  # the small one went to the child
-    assert set(AuditRun.objects.filter(pk__in=[huge.pk, small.pk])
-               .values_list("status", flat=True)) == {"complete"}
+    assert set(
+        AuditRun.objects.filter(pk__in=[huge.pk, small.pk]).values_list("status", flat=True)
+    ) == {"complete"}
 
 
 def test_the_live_feed_and_the_finished_signal_come_from_this_process(process_tasks):
@@ -262,7 +268,8 @@ def test_a_child_killed_mid_batch_leaves_its_runs_to_recovery_and_the_pool_is_re
         assert not thread.is_alive()
         assert failure and isinstance(failure[0], BrokenProcessPool)
         assert set(AuditRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
-            "running"}  # left behind, not lost
+            "running"
+        }  # left behind, not lost
 
         # A new child (without the slow analyzer) takes them over through the recovery.
         monkeypatch.delenv("AUDITOR_EXTRA_ANALYZERS")
@@ -295,8 +302,9 @@ def test_a_child_orphaned_by_its_parent_exits():
         "print(ap._submit(os.getpid), flush=True)\n"
         "os._exit(0)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True,
-                         timeout=60, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, timeout=60, text=True
+    )
     child = int(out.stdout.strip().splitlines()[-1])
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{child}"):
@@ -353,9 +361,12 @@ def test_a_server_with_analysis_processes_completes_audits_and_they_end_with_it(
             assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
             time.sleep(0.1)
         children = _spawned_children(server.pid)
-        r = httpx.post(f"http://127.0.0.1:{port}/api/audits/batch",
-                       json={"audits": [dict(INPUT) for _ in range(30)]},
-                       headers={"Authorization": f"Bearer {ingest_key}"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/api/audits/batch",
+            json={"audits": [dict(INPUT) for _ in range(30)]},
+            headers={"Authorization": f"Bearer {ingest_key}"},
+            timeout=30,
+        )
         assert r.status_code == 202, r.text
         ids = [a["id"] for a in r.json()["items"]]
         deadline = time.monotonic() + 60

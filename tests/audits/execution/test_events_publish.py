@@ -19,8 +19,11 @@ def _in_memory_layer(settings):
     """These tests read the in-memory layer's groups (the PostgreSQL run sets REDIS_URL)."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-INPUT = {"user_input": "Which retailers use Acme?",
-         "response": "Acme is easy to set up. See https://www.acme.example/docs."}
+
+INPUT = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Acme is easy to set up. See https://www.acme.example/docs.",
+}
 
 
 @pytest.fixture
@@ -56,9 +59,12 @@ def test_threads_publish_through_one_long_lived_loop(sent):
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)("audit-7", channel)
-    threads = [threading.Thread(target=events.publish,
-                                args=({"type": "analyzer_started", "audit_id": "7"},))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(
+            target=events.publish, args=({"type": "analyzer_started", "audit_id": "7"},)
+        )
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -95,8 +101,9 @@ def test_a_watched_audit_gets_one_event_per_state_change_and_no_trace_lines(sent
 def test_the_analyzers_progress_is_made_only_for_a_watched_audit(sent, monkeypatch):
     made = []
     real = execute._progress_callback
-    monkeypatch.setattr(execute, "_progress_callback",
-                        lambda audit_id: made.append(audit_id) or real(audit_id))
+    monkeypatch.setattr(
+        execute, "_progress_callback", lambda audit_id: made.append(audit_id) or real(audit_id)
+    )
     unwatched = submit_audit(**INPUT, enqueue=False)
     assert execute.execute_run(unwatched.pk) == "complete"
     assert made == []  # nobody could see it: no progress events built at all

@@ -51,14 +51,18 @@ def test_large_tasks_run_on_their_own_lane_and_never_hold_the_small_one(thread_t
 
 
 @pytest.mark.django_db
-def test_wait_true_answers_202_when_the_audit_takes_longer_than_the_bound(api_client, ingest_key, settings):
+def test_wait_true_answers_202_when_the_audit_takes_longer_than_the_bound(
+    api_client, ingest_key, settings
+):
     from tests.conftest import _reset_task_backends
 
     dummy = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
     settings.TASKS = dummy
     _reset_task_backends(dummy)  # queued, never run: the audit cannot finish in time
     settings.AUDITOR_WAIT_TIMEOUT_S = 0.3
-    r = api_client.post("/api/audits?wait=true", {"user_input": "q", "response": "r"}, key=ingest_key)
+    r = api_client.post(
+        "/api/audits?wait=true", {"user_input": "q", "response": "r"}, key=ingest_key
+    )
     assert r.status_code == 202, r.content
     body = r.json()
     assert body["status"] == "pending"
@@ -86,7 +90,9 @@ def test_huge_waits_of_one_key_do_not_starve_others(tmp_path, make_key):
 
         def post_huge() -> None:
             started = time.monotonic()
-            r = httpx.post(url, json=huge, headers={"Authorization": f"Bearer {big_key}"}, timeout=30)
+            r = httpx.post(
+                url, json=huge, headers={"Authorization": f"Bearer {big_key}"}, timeout=30
+            )
             outcomes.append((r.status_code, time.monotonic() - started, r.json()["id"]))
 
         threads = [threading.Thread(target=post_huge) for _ in range(3)]
@@ -94,8 +100,12 @@ def test_huge_waits_of_one_key_do_not_starve_others(tmp_path, make_key):
             t.start()
         time.sleep(0.3)
         started = time.monotonic()
-        small = httpx.post(url, json={"user_input": "q", "response": "Acme is fine."},
-                           headers={"Authorization": f"Bearer {small_key}"}, timeout=30)
+        small = httpx.post(
+            url,
+            json={"user_input": "q", "response": "Acme is fine."},
+            headers={"Authorization": f"Bearer {small_key}"},
+            timeout=30,
+        )
         small_s = time.monotonic() - started
         for t in threads:
             t.join()

@@ -46,8 +46,9 @@ def test_settle_collects_then_freezes_once_per_stage():
         assert heap.state()[1] == ["analysis", "start"]
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -103,7 +104,9 @@ def test_a_batch_of_audits_is_analysed_and_stored_without_collections(monkeypatc
         return analyse_and_store(runs, outcome)
 
     monkeypatch.setattr(execute, "_analyse_and_store", recording)
-    runs = [submit.submit_audit(user_input=f"q{i}", response=f"Answer {i}.", enqueue=False)
-            for i in range(2)]
+    runs = [
+        submit.submit_audit(user_input=f"q{i}", response=f"Answer {i}.", enqueue=False)
+        for i in range(2)
+    ]
     assert set(execute.execute_runs([run.pk for run in runs]).values()) == {"complete"}
     assert seen == [False] and gc.isenabled()

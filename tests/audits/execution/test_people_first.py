@@ -58,12 +58,14 @@ def test_only_page_views_count_as_a_person_waiting():
 def _seen_while_served(request, *, run_async: bool) -> bool:
     seen = []
     if run_async:
+
         async def view(req):
             seen.append(people_first.someone_waiting())
             return HttpResponse("ok")
 
         asyncio.run(PeopleFirstMiddleware(view)(request))
     else:
+
         def view(req):
             seen.append(people_first.someone_waiting())
             return HttpResponse("ok")
@@ -76,6 +78,7 @@ def _seen_while_served(request, *, run_async: bool) -> bool:
 @pytest.mark.parametrize("run_async", [False, True])
 def test_only_staff_page_views_make_the_analysis_wait(rf, run_async):
     """Anyone else's requests would let an anonymous client hold the analysis back."""
+
     def request(path, user, method="get"):
         req = getattr(rf, method)(path)
         req.user = user

@@ -22,8 +22,10 @@ from tests.live_support import BASE_DIR, child_database_url, free_port, start_da
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BODY = {"user_input": "Which retailers use Acme?",
-        "response": "Acme is easy to set up. Decathlon grew conversion by 50%."}
+BODY = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Acme is easy to set up. Decathlon grew conversion by 50%.",
+}
 
 
 def wait_until(predicate, timeout: float, step: float = 0.2) -> float:
@@ -45,15 +47,22 @@ def test_every_accepted_audit_completes_after_the_server_is_killed_mid_batch(
     unfinished at the kill however fast the machine; the restarted server runs without it."""
     port = free_port()
     log = tmp_path / "daphne.log"
-    server = start_daphne(port, log, AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
-                          SLOW_ANALYZER_SECONDS="0.2")
+    server = start_daphne(
+        port,
+        log,
+        AUDITOR_EXTRA_ANALYZERS="tests.slow_analyzer.SlowAnalyzer",
+        SLOW_ANALYZER_SECONDS="0.2",
+    )
     accepted: list[str] = []
 
     def submit(i: int) -> None:
         try:
-            r = httpx.post(f"http://127.0.0.1:{port}/api/audits",
-                           json={**BODY, "external_id": f"kill-{i}"},
-                           headers={"Authorization": f"Bearer {ingest_key}"}, timeout=10)
+            r = httpx.post(
+                f"http://127.0.0.1:{port}/api/audits",
+                json={**BODY, "external_id": f"kill-{i}"},
+                headers={"Authorization": f"Bearer {ingest_key}"},
+                timeout=10,
+            )
         except httpx.HTTPError:
             return  # the server died under this request: not accepted, nothing promised
         if 200 <= r.status_code < 300:
@@ -79,8 +88,10 @@ def test_every_accepted_audit_completes_after_the_server_is_killed_mid_batch(
 
         wait_until(all_complete, timeout=60, step=0.5)
         took = time.monotonic() - restarted
-        print(f"\n{len(accepted)} accepted, {left} unfinished at the kill ({running} running); "
-              f"all complete {took:.1f} s after the restart")
+        print(
+            f"\n{len(accepted)} accepted, {left} unfinished at the kill ({running} running); "
+            f"all complete {took:.1f} s after the restart"
+        )
     finally:
         stop(server)
     assert AuditRun.objects.filter(pk__in=accepted, attempts__gt=3).count() == 0
@@ -110,9 +121,19 @@ def start_worker(log: Path, **env_extra: str) -> subprocess.Popen:
     }
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--no-reload", "--no-startup-delay",
-             "--interval", "0.2"],
-            cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "manage.py",
+                "db_worker",
+                "--no-reload",
+                "--no-startup-delay",
+                "--interval",
+                "0.2",
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
 
 
@@ -141,8 +162,10 @@ def test_a_db_worker_killed_mid_run_is_taken_over_by_another(tmp_path: Path, dat
     started = time.monotonic()
     try:
         wait_until(lambda: AuditRun.objects.get(pk=run.pk).status == "complete", timeout=60)
-        print(f"\nrun complete {time.monotonic() - started:.1f} s after the second worker started"
-              f" (deadline 3 s)")
+        print(
+            f"\nrun complete {time.monotonic() - started:.1f} s after the second worker started"
+            f" (deadline 3 s)"
+        )
     finally:
         stop(second)
     task_row.refresh_from_db()
@@ -167,9 +190,11 @@ def test_a_task_row_that_killed_max_attempts_workers_fails_instead_of_looping(da
     once, thrice = DBTaskResult.objects.all()
     long_ago = timezone.now() - timedelta(minutes=5)
     DBTaskResult.objects.filter(pk=once.pk).update(
-        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a"])
+        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a"]
+    )
     DBTaskResult.objects.filter(pk=thrice.pk).update(
-        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a", "b", "c"])
+        status=TaskResultStatus.RUNNING, started_at=long_ago, worker_ids=["a", "b", "c"]
+    )
     assert take_over_task_rows(stale_after=timedelta(seconds=30), max_attempts=3) == 1
     once.refresh_from_db(), thrice.refresh_from_db()
     assert once.status == TaskResultStatus.READY
@@ -191,11 +216,13 @@ def test_the_run_of_a_dead_task_row_is_taken_over_with_it(database_tasks, settin
     dead, live, spent = (submit_audit(**BODY) for _ in range(3))
     now = timezone.now()
     rows = {str(r.args_kwargs["args"][0]): r.pk for r in DBTaskResult.objects.all()}
-    DBTaskResult.objects.update(status=TaskResultStatus.RUNNING,
-                                started_at=now - timedelta(seconds=31), worker_ids=["a"])
+    DBTaskResult.objects.update(
+        status=TaskResultStatus.RUNNING, started_at=now - timedelta(seconds=31), worker_ids=["a"]
+    )
     for run, age, attempts in ((dead, 29, 1), (live, 5, 1), (spent, 29, 3)):
         AuditRun.objects.filter(pk=run.pk).update(
-            status="running", started_at=now - timedelta(seconds=age), attempts=attempts)
+            status="running", started_at=now - timedelta(seconds=age), attempts=attempts
+        )
 
     assert take_over_task_rows(stale_after=timedelta(seconds=30), max_attempts=3) == 3
     assert DBTaskResult.objects.get(pk=rows[str(dead.pk)]).status == TaskResultStatus.READY

@@ -113,7 +113,9 @@ def test_old_pending_runs_can_be_requeued():
 def test_the_thread_backend_runs_audits_in_the_background(thread_tasks):
     runs = [submit_audit(**INPUT) for _ in range(5)]
     assert thread_tasks.wait_idle(timeout=30)
-    statuses = set(AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True))
+    statuses = set(
+        AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    )
     assert statuses == {"complete"}
 
 
@@ -172,9 +174,17 @@ def test_a_worker_killed_mid_run_leaves_a_run_completed_on_restart():
         "DJANGO_SETTINGS_MODULE": "auditor_site.settings",
     }
     worker = subprocess.Popen(
-        [sys.executable, "manage.py", "shell", "-c",
-         f"from audits.execution.execute import execute_run; execute_run('{run.pk}')"],
-        cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            f"from audits.execution.execute import execute_run; execute_run('{run.pk}')",
+        ],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 30

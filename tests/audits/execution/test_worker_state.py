@@ -28,8 +28,11 @@ def _in_memory_layer(settings):
     """These tests read the in-memory layer's groups (the PostgreSQL run sets REDIS_URL)."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-INPUT = {"user_input": "Which retailers use Acme?",
-         "response": "Acme is easy to set up. See https://www.acme.example/docs."}
+
+INPUT = {
+    "user_input": "Which retailers use Acme?",
+    "response": "Acme is easy to set up. See https://www.acme.example/docs.",
+}
 
 
 def test_the_engine_runs_on_one_loop_per_worker_thread():
@@ -74,8 +77,9 @@ def test_worker_threads_keep_their_database_connections(thread_tasks, settings):
         assert thread_tasks.wait_idle(timeout=60)
     finally:
         connection_created.disconnect(count)
-    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
-               .values_list("status", flat=True)) == {"complete"}
+    assert set(
+        AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    ) == {"complete"}
     # One connection per worker thread (2), not one per task (8).
     assert 1 <= len(opened) <= thread_tasks.max_workers
 
@@ -133,11 +137,13 @@ def batches(monkeypatch) -> list[int]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alone(
-    thread_tasks, batches,
+    thread_tasks,
+    batches,
 ):
     gate = threading.Event()
-    blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
-                for _ in range(thread_tasks.max_workers)]
+    blockers = [
+        thread_tasks._pool.executor.submit(gate.wait, 30) for _ in range(thread_tasks.max_workers)
+    ]
     runs = [submit_audit(**INPUT) for _ in range(3)]  # fewer than one per worker and a half
     gate.set()
     for blocker in blockers:
@@ -148,7 +154,8 @@ def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alon
     assert thread_tasks.wait_idle(timeout=60)
     assert batches == [3]  # alone: `execute_run`, no batch
     statuses = AuditRun.objects.filter(pk__in=[r.pk for r in [*runs, lone]]).values_list(
-        "status", flat=True)
+        "status", flat=True
+    )
     assert list(statuses) == ["complete"] * 4
 
 
@@ -156,16 +163,16 @@ def test_a_shallow_queue_is_taken_whole_by_one_worker_and_a_lone_audit_runs_alon
 def test_a_deep_queue_is_claimed_and_stored_in_small_batches(thread_tasks, monkeypatch, batches):
     monkeypatch.setattr(thread_tasks, "batch_size", 8)  # 20 queued: full batches of 8
     gate = threading.Event()
-    blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
-                for _ in range(thread_tasks.max_workers)]
+    blockers = [
+        thread_tasks._pool.executor.submit(gate.wait, 30) for _ in range(thread_tasks.max_workers)
+    ]
     runs = [submit_audit(**INPUT) for _ in range(20)]  # queued behind the blockers
     gate.set()
     for blocker in blockers:
         blocker.result()
     assert thread_tasks.wait_idle(timeout=60)
     assert max(batches) == thread_tasks.batch_size and sum(batches) >= 20 - len(batches)
-    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
-        "status", flat=True)
+    statuses = AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
     assert set(statuses) == {"complete"}
     for run in runs:
         run.refresh_from_db()
@@ -179,7 +186,10 @@ async def _no_pause() -> float:
 @pytest.mark.parametrize("someone", ["nobody", "a feed watcher", "a page request"])
 @pytest.mark.django_db(transaction=True)
 def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
-    thread_tasks, monkeypatch, batches, someone,
+    thread_tasks,
+    monkeypatch,
+    batches,
+    someone,
 ):
     monkeypatch.setattr(thread_tasks, "batch_size", 4)
     monkeypatch.setattr(thread_tasks, "deep_batch_size", 8)  # deep: 16 queued (2 threads)
@@ -190,13 +200,16 @@ def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
     with contextlib.ExitStack() as stack:
         if someone == "a feed watcher":
             async_to_sync(layer.group_add)(events.ALL_AUDITS_GROUP, "watcher-channel")
-            stack.callback(async_to_sync(layer.group_discard), events.ALL_AUDITS_GROUP,
-                           "watcher-channel")
+            stack.callback(
+                async_to_sync(layer.group_discard), events.ALL_AUDITS_GROUP, "watcher-channel"
+            )
         elif someone == "a page request":
             stack.enter_context(people_first.waiting())
         gate = threading.Event()
-        blockers = [thread_tasks._pool.executor.submit(gate.wait, 30)
-                    for _ in range(thread_tasks.max_workers)]
+        blockers = [
+            thread_tasks._pool.executor.submit(gate.wait, 30)
+            for _ in range(thread_tasks.max_workers)
+        ]
         runs = [submit_audit(**INPUT, enqueue=False) for _ in range(40)]
         queueing.enqueue_audits([(run.pk, False) for run in runs])  # queued behind blockers
         monkeypatch.setattr(people_first, "make_way", _no_pause)  # batches only, here
@@ -209,8 +222,9 @@ def test_a_deep_queue_takes_longer_batches_only_while_nobody_watches_or_waits(
         assert batches[:2] == [8, 8] and batches[-1] <= 4  # shallower: batches of 4 again
     else:
         assert max(batches) == 4
-    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
-        "status", flat=True)) == {"complete"}
+    assert set(
+        AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    ) == {"complete"}
 
 
 def test_the_deep_batch_limit_needs_a_deep_queue_and_never_raises(thread_tasks, monkeypatch):
@@ -241,10 +255,11 @@ def test_one_failing_audit_of_a_batch_leaves_the_others_complete(monkeypatch):
     outcome = execute.execute_runs([r.pk for r in runs] + [runs[0].pk])
     assert [outcome[str(r.pk)] for r in runs] == ["complete", "failed", "complete"]
     assert execute.execute_runs([runs[0].pk, runs[2].pk]) == {
-        str(runs[0].pk): "skipped", str(runs[2].pk): "skipped"}
+        str(runs[0].pk): "skipped",
+        str(runs[2].pk): "skipped",
+    }
     run = AuditRun.objects.get(pk=runs[1].pk)
     assert run.status == "failed" and "engine exploded" in run.error
-
 
 
 @pytest.mark.django_db(transaction=True)
@@ -282,7 +297,9 @@ def database_tasks(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_db_worker_logs_no_record_per_task_at_its_default_verbosity(
-    database_tasks, settings, caplog,
+    database_tasks,
+    settings,
+    caplog,
 ):
     from django.core.management import call_command
 
@@ -299,10 +316,14 @@ def test_db_worker_logs_no_record_per_task_at_its_default_verbosity(
     finally:
         connection.settings_dict = own_settings  # the worker made this thread's persistent
         tasks_logger.setLevel(level)
-    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list(
-        "status", flat=True)) == {"complete"}
-    assert not [r for r in caplog.records
-                if r.name.startswith("django.tasks") and r.levelno < logging.WARNING]
+    assert set(
+        AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    ) == {"complete"}
+    assert not [
+        r
+        for r in caplog.records
+        if r.name.startswith("django.tasks") and r.levelno < logging.WARNING
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -316,22 +337,27 @@ def test_db_worker_claims_a_deep_queue_in_batches(database_tasks, settings, batc
     own_settings = connection.settings_dict
     try:
         with CaptureQueriesContext(connection) as ctx:
-            call_command("db_worker", "--batch", "--no-startup-delay", "--no-reload",
-                         "--claim", "4")
+            call_command(
+                "db_worker", "--batch", "--no-startup-delay", "--no-reload", "--claim", "4"
+            )
     finally:
         connection.settings_dict = own_settings  # the worker made this thread's persistent
     assert batches == [4, 4, 3]
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"SUCCESSFUL"}
     # Claimed and marked successful with one UPDATE each per batch, not one per row.
-    updates = [q for q in ctx.captured_queries
-               if q["sql"].startswith('UPDATE "django_tasks_database_dbtaskresult"')]
+    updates = [
+        q
+        for q in ctx.captured_queries
+        if q["sql"].startswith('UPDATE "django_tasks_database_dbtaskresult"')
+    ]
     assert len(updates) == 6, [q["sql"][:80] for q in ctx.captured_queries]
     for row in DBTaskResult.objects.all():
         assert row.return_value == "complete" and len(row.worker_ids) == 1
         assert row.started_at is not None and row.finished_at >= row.started_at
         assert row.exception_class_path == "" and row.traceback == ""
-    assert set(AuditRun.objects.filter(pk__in=[r.pk for r in runs])
-               .values_list("status", flat=True)) == {"complete"}
+    assert set(
+        AuditRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    ) == {"complete"}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -62,8 +62,9 @@ def test_pages_name_an_audit_by_the_random_end_of_its_id(staff_user):
 
     client = Client()
     client.force_login(staff_user)
-    first, second = (submit_audit(user_input="q", response=f"Answer {i}.", enqueue=False)
-                     for i in range(2))
+    first, second = (
+        submit_audit(user_input="q", response=f"Answer {i}.", enqueue=False) for i in range(2)
+    )
     titles = []
     for run in (first, second):
         page = client.get(reverse("audits:detail", args=[run.pk])).content.decode()

@@ -133,8 +133,18 @@ def test_a_batch_follows_the_rule_and_records_with_one_insert(django_assert_max_
     from audits.store.collisions import CollisionBatch
 
     DatabaseCollisionStore().seen_before_sync("scope", "f", "C")  # recorded before the batch
-    asked = [("d", "A"), ("d", "A"), ("d", "B"), ("d", "A"), ("d", None), ("e", None),
-             ("e", None), ("f", "C"), ("f", "D"), ("f", "C")]
+    asked = [
+        ("d", "A"),
+        ("d", "A"),
+        ("d", "B"),
+        ("d", "A"),
+        ("d", None),
+        ("e", None),
+        ("e", None),
+        ("f", "C"),
+        ("f", "D"),
+        ("f", "C"),
+    ]
     memory = InMemoryCollisionStore()
     asyncio.run(memory.seen_before("scope", "f", "C"))
     expected = [asyncio.run(memory.seen_before("scope", d, f)) for d, f in asked]
@@ -157,8 +167,11 @@ def test_a_batch_of_one_output_flags_all_but_the_first_without_asking_one_by_one
     runs = [submit.submit_audit(**INPUT, enqueue=False) for _ in range(3)]
     asked = []
     one_by_one = DatabaseCollisionStore.seen_before_sync
-    monkeypatch.setattr(DatabaseCollisionStore, "seen_before_sync",
-                        lambda self, *a, **k: asked.append(a) or one_by_one(self, *a, **k))
+    monkeypatch.setattr(
+        DatabaseCollisionStore,
+        "seen_before_sync",
+        lambda self, *a, **k: asked.append(a) or one_by_one(self, *a, **k),
+    )
     outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
     assert asked == []
@@ -189,8 +202,9 @@ def test_a_digest_recorded_meanwhile_by_another_process_sends_the_batch_round_ag
             raced.append(True)
             for (scope_h, digest), row in self.state.items():
                 assert row is None
-                CollisionDigest.objects.create(scope_hash=scope_h, digest=digest,
-                                               first_family="elsewhere")
+                CollisionDigest.objects.create(
+                    scope_hash=scope_h, digest=digest, first_family="elsewhere"
+                )
 
     monkeypatch.setattr(CollisionBatch, "__init__", racing_read)
     outcome = execute.execute_runs([run.pk for run in runs])

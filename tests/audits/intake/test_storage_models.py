@@ -42,8 +42,7 @@ def test_submit_is_idempotent_and_detects_conflicts():
     again = submit_audit(**INPUT, external_id="e1", api_key=key, enqueue=False)
     assert first.was_created and not again.was_created and again.pk == first.pk
     with pytest.raises(ExternalIdConflict):
-        submit_audit(user_input="q", response="other", external_id="e1", api_key=key,
-                     enqueue=False)
+        submit_audit(user_input="q", response="other", external_id="e1", api_key=key, enqueue=False)
 
 
 @pytest.mark.django_db
@@ -111,8 +110,9 @@ def test_concurrent_submissions_store_each_audit_once_and_lose_none(thread_tasks
         try:
             for i in range(50):
                 external = f"shared-{i % 10}" if i % 5 == 0 else f"t{thread_no}-{i}"
-                r = client.post("/api/audits", {**INPUT, "response": f"r-{external}",
-                                                "external_id": external})
+                r = client.post(
+                    "/api/audits", {**INPUT, "response": f"r-{external}", "external_id": external}
+                )
                 out.append((r.status_code, r.json()["id"], external))
         finally:
             close_old_connections()

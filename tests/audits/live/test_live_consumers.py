@@ -201,13 +201,19 @@ async def test_a_burst_is_rendered_in_few_rounds_and_shows_its_newest_cards(
     for run in runs:
         await apublish({"type": "audit_submitted", "audit_id": str(run.pk)})
         await asyncio.sleep(0)  # as the outbox lets the loop run between its sends
-    newest = await sync_to_async(lambda: [str(pk) for pk in AuditRun.objects.order_by(
-        "-created_at", "-id").values_list("pk", flat=True)[:fragments.LIVE_ROWS]])()
+    newest = await sync_to_async(
+        lambda: [
+            str(pk)
+            for pk in AuditRun.objects.order_by("-created_at", "-id").values_list("pk", flat=True)[
+                : fragments.LIVE_ROWS
+            ]
+        ]
+    )()
     html = await receive_until(page, f'id="audit-card-{newest[0]}"')
     html += await drain(page)
     assert len(rounds) <= 3
     assert sorted(i for ids in rounds for i in ids) == sorted(str(r.pk) for r in runs)
-    burst = html[html.index("data-live-reset"):]
+    burst = html[html.index("data-live-reset") :]
     assert re.findall(r'id="audit-card-([0-9a-f-]+)"', burst) == newest  # newest on top
     await page.disconnect()
 
@@ -246,9 +252,7 @@ def test_a_page_s_next_update_looks_at_the_latest_news_only():
     assert "a11" not in pending and "a12" in pending
 
 
-async def test_a_page_in_a_burst_is_paced_and_a_quiet_filtered_page_is_not(
-    staff_user, monkeypatch
-):
+async def test_a_page_in_a_burst_is_paced_and_a_quiet_filtered_page_is_not(staff_user, monkeypatch):
     """After a burst, the pages watching everything wait BURST_INTERVAL_S for their next
     update; a page whose filters the burst does not match gets its card at once."""
     from audits.live import hub as live_hub
@@ -278,12 +282,28 @@ async def test_messages_for_an_audit_reach_its_group_only(staff_user):
     other = await sync_to_async(make_run)(status=AuditRun.Status.RUNNING)
     communicator, connected = await connect(f"/ws/audits/{run.pk}/", headers)
     assert connected
-    await apublish({"type": "analyzer_finished", "audit_id": str(other.pk), "analyzer_id": "tone",
-                    "status": "ok", "score": 0.1, "surfaced": False})
-    await apublish({"type": "analyzer_finished", "audit_id": str(run.pk), "analyzer_id": "redflag",
-                    "status": "ok", "score": 0.5, "surfaced": True})
+    await apublish(
+        {
+            "type": "analyzer_finished",
+            "audit_id": str(other.pk),
+            "analyzer_id": "tone",
+            "status": "ok",
+            "score": 0.1,
+            "surfaced": False,
+        }
+    )
+    await apublish(
+        {
+            "type": "analyzer_finished",
+            "audit_id": str(run.pk),
+            "analyzer_id": "redflag",
+            "status": "ok",
+            "score": 0.5,
+            "surfaced": True,
+        }
+    )
     html = await receive_until(communicator, f"progress-{run.pk}-redflag")
-    assert f'beforeend:#progress-{run.pk}' in html
+    assert f"beforeend:#progress-{run.pk}" in html
     assert "surfaced" in html
     assert "tone" not in html + await drain(communicator)
     await communicator.disconnect()
@@ -302,12 +322,16 @@ async def test_stream_progress_sends_new_trace_lines_and_the_audited_text(staff_
             [TraceLine(audit=run, position=start + i, text=t) for i, t in enumerate(lines)]
         )
 
-    await sync_to_async(progress)("See evil.example now.\n", "See now.\n", ["[AUDIT] stripped link"])
+    await sync_to_async(progress)(
+        "See evil.example now.\n", "See now.\n", ["[AUDIT] stripped link"]
+    )
     await apublish({"type": "stream_progress", "audit_id": str(run.pk)})
     html = await receive_until(communicator, f"trace-{run.pk}-0")
     assert f'<section hx-swap-oob="true" id="stream-{run.pk}"' in html
     assert re.search(r"<del[^>]*>\s*evil\.example\s*</del>", html)
-    await sync_to_async(progress)("See evil.example now.\n\nMore.\n", "See now.\n\nMore.\n", ["[AUDIT] ok"])
+    await sync_to_async(progress)(
+        "See evil.example now.\n\nMore.\n", "See now.\n\nMore.\n", ["[AUDIT] ok"]
+    )
     await apublish({"type": "stream_progress", "audit_id": str(run.pk)})
     html = await receive_until(communicator, f"trace-{run.pk}-1")
     assert f"trace-{run.pk}-0" not in html  # only what this client has not seen

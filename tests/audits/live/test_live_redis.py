@@ -21,10 +21,16 @@ def _redis_server() -> str:
     path = shutil.which("redis-server")
     if path is None:
         try:
-            subprocess.run(["apt-get", "install", "-y", "redis-server"], check=True,
-                           capture_output=True, timeout=180)
+            subprocess.run(
+                ["apt-get", "install", "-y", "redis-server"],
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
         except (OSError, subprocess.SubprocessError):
-            pytest.skip("redis-server is not installed and `apt-get install -y redis-server` failed")
+            pytest.skip(
+                "redis-server is not installed and `apt-get install -y redis-server` failed"
+            )
         path = shutil.which("redis-server")
         if path is None:
             pytest.skip("redis-server could not be installed")
@@ -35,8 +41,23 @@ def _redis_server() -> str:
 def redis_url():
     binary = _redis_server()
     port = free_port()
-    subprocess.run([binary, "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port),
-                    "--save", "", "--appendonly", "no"], check=True, timeout=10)
+    subprocess.run(
+        [
+            binary,
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        check=True,
+        timeout=10,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     try:
         import redis
@@ -91,7 +112,9 @@ def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
     assert "redis across processes" in html
 
 
-def test_live_sockets_on_the_redis_layer_survive_silence(redis_url, staff_user, ingest_key, tmp_path):
+def test_live_sockets_on_the_redis_layer_survive_silence(
+    redis_url, staff_user, ingest_key, tmp_path
+):
     """Nothing on the channel layer for longer than redis-py's default socket timeout: the
     layer's blocking reads wait on; both live sockets stay open and the feed still gets
     what the other server ingests afterwards."""
@@ -108,10 +131,14 @@ def test_live_sockets_on_the_redis_layer_survive_silence(redis_url, staff_user, 
         async def scenario() -> str:
             headers = {"Cookie": cookie}
             async with (
-                websockets.connect(f"ws://{two}/ws/audits/", additional_headers=headers,
-                                   origin=f"http://{two}") as feed,
-                websockets.connect(f"ws://{two}/ws/audits/{uuid.uuid4()}/",
-                                   additional_headers=headers, origin=f"http://{two}") as page,
+                websockets.connect(
+                    f"ws://{two}/ws/audits/", additional_headers=headers, origin=f"http://{two}"
+                ) as feed,
+                websockets.connect(
+                    f"ws://{two}/ws/audits/{uuid.uuid4()}/",
+                    additional_headers=headers,
+                    origin=f"http://{two}",
+                ) as page,
             ):
                 silence_until = time.monotonic() + 15
                 while (left := silence_until - time.monotonic()) > 0:

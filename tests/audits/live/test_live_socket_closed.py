@@ -76,9 +76,12 @@ async def test_a_detail_page_leaving_mid_stream_logs_no_error(staff_user, caplog
     headers = await sync_to_async(session_headers)(staff_user)
     with caplog.at_level(logging.INFO):
         await _leave_while_updates_arrive(
-            f"/ws/audits/{run.pk}/", headers,
-            [{"type": "stream_progress", "audit_id": str(run.pk)},
-             {"type": "stream_progress", "audit_id": str(run.pk)}],
+            f"/ws/audits/{run.pk}/",
+            headers,
+            [
+                {"type": "stream_progress", "audit_id": str(run.pk)},
+                {"type": "stream_progress", "audit_id": str(run.pk)},
+            ],
         )
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 

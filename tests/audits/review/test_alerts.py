@@ -58,8 +58,13 @@ def receiver() -> Iterator[Receiver]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
             state.hits.append(
-                {"at": time.monotonic(), "path": self.path, "body": body,
-                 "content_type": self.headers.get("Content-Type"), "host": self.headers.get("Host")}
+                {
+                    "at": time.monotonic(),
+                    "path": self.path,
+                    "body": body,
+                    "content_type": self.headers.get("Content-Type"),
+                    "host": self.headers.get("Host"),
+                }
             )
             status, headers = state.next()
             self.send_response(status)
@@ -139,14 +144,20 @@ def test_type_and_minimum_severity_must_meet_in_one_annotation():
 
 def test_severity_alone_matches_any_type_at_or_above():
     r = rule(min_severity="critical")
-    assert alert_rules.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "critical", "")]))
-    assert not alert_rules.rule_matches(r, facts(annotations=[("links", "LINK_UNHEALTHY", "warning", "")]))
+    assert alert_rules.rule_matches(
+        r, facts(annotations=[("links", "LINK_UNHEALTHY", "critical", "")])
+    )
+    assert not alert_rules.rule_matches(
+        r, facts(annotations=[("links", "LINK_UNHEALTHY", "warning", "")])
+    )
     assert not alert_rules.rule_matches(r, facts(annotations=[]))
 
 
 def test_analyzer_restricts_annotations_and_alone_means_its_result_surfaced():
     typed = rule(annotation_type="condescending", analyzer_id="tone")
-    assert alert_rules.rule_matches(typed, facts(annotations=[("tone", "condescending", "info", "")]))
+    assert alert_rules.rule_matches(
+        typed, facts(annotations=[("tone", "condescending", "info", "")])
+    )
     assert not alert_rules.rule_matches(
         typed, facts(annotations=[("custom_judge", "condescending", "info", "")])
     )
@@ -232,8 +243,11 @@ def test_without_a_window_every_matching_audit_alerts():
 @pytest.mark.django_db
 def test_a_window_fires_at_the_nth_matching_audit_then_cools_down():
     r = AlertRule.objects.create(
-        name="burst", webhook_url="https://hooks.example.com/a", min_severity="critical",
-        min_count=3, window_minutes=10,
+        name="burst",
+        webhook_url="https://hooks.example.com/a",
+        min_severity="critical",
+        min_count=3,
+        window_minutes=10,
     )
     t0 = timezone.now()
     fired = []
@@ -259,8 +273,11 @@ def test_a_window_fires_at_the_nth_matching_audit_then_cools_down():
 @pytest.mark.django_db
 def test_the_cooldown_holds_while_matches_keep_arriving():
     r = AlertRule.objects.create(
-        name="burst", webhook_url="https://hooks.example.com/a", min_overall_score=0.9,
-        min_count=2, window_minutes=5,
+        name="burst",
+        webhook_url="https://hooks.example.com/a",
+        min_overall_score=0.9,
+        min_count=2,
+        window_minutes=5,
     )
     t0 = timezone.now()
     results = []
@@ -277,7 +294,9 @@ def test_disabled_rules_and_unfinished_audits_never_fire():
     AlertRule.objects.create(
         name="off", webhook_url="https://hooks.example.com/a", min_severity="info", enabled=False
     )
-    AlertRule.objects.create(name="on", webhook_url="https://hooks.example.com/a", min_severity="info")
+    AlertRule.objects.create(
+        name="on", webhook_url="https://hooks.example.com/a", min_severity="info"
+    )
     assert alert_rules.evaluate(critical_audit(status="running").pk) == []
     assert [d.rule.name for d in alert_rules.evaluate(critical_audit().pk)] == ["on"]
 
@@ -290,20 +309,28 @@ def test_the_payload_carries_the_audit_the_matches_and_a_slack_text(settings):
     r = rule(pk=7, min_severity="warning", name="Bias & tone")
     f = facts(
         0.82,
-        [("bias", "sycophancy", "critical", "Agrees with everything"),
-         ("tone", "condescending", "info", "not matched")],
+        [
+            ("bias", "sycophancy", "critical", "Agrees with everything"),
+            ("tone", "condescending", "info", "not matched"),
+        ],
         surfaced=["bias"],
     )
     payload = alert_rules.build_payload(r, f)
     json.dumps(payload)  # serialisable as is
     assert payload["rule"] == {"id": 7, "name": "Bias & tone", "conditions": "severity ≥ warning"}
     assert payload["audit"] == {
-        "id": f.audit_id, "overall_score": 0.82, "surfaced_analyzers": ["bias"],
+        "id": f.audit_id,
+        "overall_score": 0.82,
+        "surfaced_analyzers": ["bias"],
         "url": f"https://auditor.example.com/audits/{f.audit_id}/",
     }
     assert payload["annotations"] == [
-        {"analyzer_id": "bias", "type": "sycophancy", "severity": "critical",
-         "label": "Agrees with everything"}
+        {
+            "analyzer_id": "bias",
+            "type": "sycophancy",
+            "severity": "critical",
+            "label": "Agrees with everything",
+        }
     ]
     text = payload["text"]
     assert text.startswith("*Response Auditor alert: Bias &amp; tone*")
@@ -454,8 +481,13 @@ def test_a_private_webhook_is_refused_without_the_private_network_setting(receiv
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "url",
-    ["http://169.254.169.254/latest/meta-data/", "http://localhost/hook", "http://2130706433/x",
-     "http://[::ffff:127.0.0.1]/x", "https://10.0.0.1/x"],
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://localhost/hook",
+        "http://2130706433/x",
+        "http://[::ffff:127.0.0.1]/x",
+        "https://10.0.0.1/x",
+    ],
 )
 def test_internal_addresses_are_refused_like_link_checks(url, settings):
     settings.AUDITOR_ALLOW_PRIVATE_NETWORKS = False
@@ -485,7 +517,9 @@ def test_without_enabled_rules_the_hook_queues_nothing_and_reads_at_most_once(
         for _ in range(100):
             alert_tasks.after_audit_finished("b")
     assert queued == []
-    AlertRule.objects.create(name="r", webhook_url="https://hooks.example.com/a", min_severity="info")
+    AlertRule.objects.create(
+        name="r", webhook_url="https://hooks.example.com/a", min_severity="info"
+    )
     alert_tasks.after_audit_finished("c")  # saving a rule cleared the cache
     assert queued == ["c"]
 
@@ -496,7 +530,9 @@ def test_a_submitted_audit_that_matches_a_rule_is_delivered(
 ):
     receiver.answer(500, 200)
     r = AlertRule.objects.create(
-        name="empty answers", webhook_url=receiver.url, annotation_type="EMPTY_OUTPUT",
+        name="empty answers",
+        webhook_url=receiver.url,
+        annotation_type="EMPTY_OUTPUT",
         min_severity="critical",
     )
     AlertRule.objects.create(  # never matches: no delivery
@@ -544,8 +580,13 @@ def test_the_admin_sends_a_test_alert_and_lists_its_delivery(admin_client, recei
 def test_the_admin_form_refuses_a_rule_without_conditions(admin_client):
     response = admin_client.post(
         "/admin/audits/alertrule/add/",
-        {"name": "none", "enabled": "on", "webhook_url": "https://hooks.example.com/a",
-         "min_count": 1, "min_severity": ""},
+        {
+            "name": "none",
+            "enabled": "on",
+            "webhook_url": "https://hooks.example.com/a",
+            "min_count": 1,
+            "min_severity": "",
+        },
     )
     assert response.status_code == 200
     assert "Set at least one condition" in response.content.decode()
@@ -556,8 +597,11 @@ def test_the_admin_form_refuses_a_rule_without_conditions(admin_client):
 def test_the_thread_backend_delivers_alerts_after_the_audits(receiver, fast_retries, thread_tasks):
     receiver.answer(503)
     AlertRule.objects.create(
-        name="empty", webhook_url=receiver.url, annotation_type="EMPTY_OUTPUT",
-        min_count=2, window_minutes=5,
+        name="empty",
+        webhook_url=receiver.url,
+        annotation_type="EMPTY_OUTPUT",
+        min_count=2,
+        window_minutes=5,
     )
     runs = [submit_audit(user_input="Anything?", response="") for _ in range(3)]
     for _ in range(3):  # the audits, then the evaluations they queue, then the delivery
@@ -593,12 +637,22 @@ def test_deleting_the_rule_during_retries_ends_the_delivery_quietly(
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "bad",
-    [{"min_count": ""}, {"min_count": "-2"}, {"min_overall_score": "high"},
-     {"webhook_url": "javascript:alert(1)"}, {"min_severity": "fatal"}],
+    [
+        {"min_count": ""},
+        {"min_count": "-2"},
+        {"min_overall_score": "high"},
+        {"webhook_url": "javascript:alert(1)"},
+        {"min_severity": "fatal"},
+    ],
 )
 def test_the_admin_form_answers_bad_values_with_errors_not_500(admin_client, bad):
-    form = {"name": "r", "enabled": "on", "webhook_url": "https://hooks.example.com/a",
-            "min_count": "1", "min_severity": "critical"} | bad
+    form = {
+        "name": "r",
+        "enabled": "on",
+        "webhook_url": "https://hooks.example.com/a",
+        "min_count": "1",
+        "min_severity": "critical",
+    } | bad
     response = admin_client.post("/admin/audits/alertrule/add/", form)
     assert response.status_code == 200
     assert "errornote" in response.content.decode()

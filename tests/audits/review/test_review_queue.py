@@ -30,7 +30,9 @@ def surfaced(score: float = 0.8, *, hours_ago: float = 1, **fields) -> AuditRun:
 @pytest.fixture
 def reviewers(django_user_model):
     def make(name: str, *, perm: bool = True, staff: bool = True):
-        user = django_user_model.objects.create_user(name, f"{name}@example.com", "pw-123456789", is_staff=staff)
+        user = django_user_model.objects.create_user(
+            name, f"{name}@example.com", "pw-123456789", is_staff=staff
+        )
         if perm:
             user.user_permissions.add(Permission.objects.get(codename="add_review"))
         return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
@@ -74,7 +76,11 @@ def test_claims_oldest_first_or_highest_score_first(alice):
     review_queue.release(alice)
     assert review_queue.claim_next(alice, "score") == new_high
     review_queue.release(alice)
-    assert [a.pk for a in review_queue.candidates(alice, "score")] == [new_high.pk, mid.pk, old_low.pk]
+    assert [a.pk for a in review_queue.candidates(alice, "score")] == [
+        new_high.pk,
+        mid.pk,
+        old_low.pk,
+    ]
     # An unknown order falls back to oldest first.
     assert review_queue.claim_next(alice, "nonsense") == old_low
 
@@ -251,7 +257,11 @@ def test_verdict_post_records_a_review_and_advances(alice):
     assert html.lstrip().startswith('<section id="review-panel"')
     assert f'id="queue-audit-{second.pk}"' in html
     review = Review.objects.get(audit=first)
-    assert (review.verdict, review.comment, review.reviewer) == ("false_positive", "not really", alice)
+    assert (review.verdict, review.comment, review.reviewer) == (
+        "false_positive",
+        "not really",
+        alice,
+    )
     assert review.annotation is None
     second.refresh_from_db()
     assert second.claimed_by == alice
@@ -270,12 +280,26 @@ def test_verdict_without_javascript_redirects_back_to_the_queue(alice):
 def test_bad_verdicts_are_400_and_unknown_audits_404(alice):
     run = surfaced()
     client = client_for(alice)
-    assert client.post(reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "maybe"}).status_code == 400
-    assert client.post(
-        reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "confirmed", "comment": "x" * 6000}
-    ).status_code == 400
+    assert (
+        client.post(
+            reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "maybe"}
+        ).status_code
+        == 400
+    )
+    assert (
+        client.post(
+            reverse("audits:queue_verdict", args=[run.pk]),
+            {"verdict": "confirmed", "comment": "x" * 6000},
+        ).status_code
+        == 400
+    )
     missing = "00000000-0000-0000-0000-000000000000"
-    assert client.post(reverse("audits:queue_verdict", args=[missing]), {"verdict": "confirmed"}).status_code == 404
+    assert (
+        client.post(
+            reverse("audits:queue_verdict", args=[missing]), {"verdict": "confirmed"}
+        ).status_code
+        == 404
+    )
     assert client.post(reverse("audits:queue_skip", args=[missing])).status_code == 404
     assert client.get(reverse("audits:queue_verdict", args=[run.pk])).status_code == 405
     assert not Review.objects.exists()
@@ -285,13 +309,17 @@ def test_skip_releases_and_moves_on_then_all_caught_up(alice, bob):
     first, second = surfaced(hours_ago=2), surfaced(hours_ago=1)
     client = client_for(alice)
     client.get(reverse("audits:queue"))
-    response = client.post(reverse("audits:queue_skip", args=[first.pk]), headers={"HX-Request": "true"})
+    response = client.post(
+        reverse("audits:queue_skip", args=[first.pk]), headers={"HX-Request": "true"}
+    )
     assert f'id="queue-audit-{second.pk}"' in response.content.decode()
     first.refresh_from_db()
     assert first.claimed_by is None
     # The skipped one is free for others.
     assert review_queue.claim_next(bob) == first
-    response = client.post(reverse("audits:queue_skip", args=[second.pk]), headers={"HX-Request": "true"})
+    response = client.post(
+        reverse("audits:queue_skip", args=[second.pk]), headers={"HX-Request": "true"}
+    )
     html = response.content.decode()
     assert "All caught up" in html and "you skipped" in html
     assert not Review.objects.exists()
@@ -307,10 +335,19 @@ def test_an_empty_queue_is_all_caught_up(alice):
 
 
 def test_highest_score_first_means_the_headline_score_not_the_mean(alice):
-    one_bad = make_audit(results=[result("tone", 0.9, [annotation("condescending", "warning")]),
-                                  result("redflag", 0.0), result("links", 0.0)])  # mean 0.3
-    evenly = make_audit(results=[result("tone", 0.6, [annotation("condescending", "warning")]),
-                                 result("redflag", 0.6)])  # mean 0.6
+    one_bad = make_audit(
+        results=[
+            result("tone", 0.9, [annotation("condescending", "warning")]),
+            result("redflag", 0.0),
+            result("links", 0.0),
+        ]
+    )  # mean 0.3
+    evenly = make_audit(
+        results=[
+            result("tone", 0.6, [annotation("condescending", "warning")]),
+            result("redflag", 0.6),
+        ]
+    )  # mean 0.6
     assert one_bad.overall_score < evenly.overall_score
     assert [a.pk for a in review_queue.candidates(alice, "score")] == [one_bad.pk, evenly.pk]
     html = client_for(alice).get(reverse("audits:queue") + "?order=score").content.decode()
@@ -364,7 +401,12 @@ def test_non_staff_users_are_refused(db, reviewers):
     run = surfaced()
     client = client_for(plain)
     assert client.get(reverse("audits:queue")).status_code == 403
-    assert client.post(reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "confirmed"}).status_code == 403
+    assert (
+        client.post(
+            reverse("audits:queue_verdict", args=[run.pk]), {"verdict": "confirmed"}
+        ).status_code
+        == 403
+    )
     assert client.post(reverse("audits:queue_skip", args=[run.pk])).status_code == 403
     assert not Review.objects.exists()
 

@@ -17,12 +17,32 @@ pytestmark = pytest.mark.django_db
 def test_rows_are_stored_with_json_uuids_dates_and_the_defaults_of_columns_left_out():
     created = timezone.now() - timedelta(days=3)
     run_id = uuid.uuid4()
-    columns = ["id", "request_hash", "user_input", "response", "sources", "metadata",
-               "config_snapshot", "created_at"]
-    insert_rows(AuditRun, columns, [
-        (run_id, "h" * 64, "question", "answer", [{"title": "t", "url": None}],
-         {"nested": {"n": 1.5}, "list": [1, "two"]}, {"threshold": 0.4}, created),
-    ])
+    columns = [
+        "id",
+        "request_hash",
+        "user_input",
+        "response",
+        "sources",
+        "metadata",
+        "config_snapshot",
+        "created_at",
+    ]
+    insert_rows(
+        AuditRun,
+        columns,
+        [
+            (
+                run_id,
+                "h" * 64,
+                "question",
+                "answer",
+                [{"title": "t", "url": None}],
+                {"nested": {"n": 1.5}, "list": [1, "two"]},
+                {"threshold": 0.4},
+                created,
+            ),
+        ],
+    )
     run = AuditRun.objects.get(pk=run_id)
     assert run.sources == [{"title": "t", "url": None}]
     assert run.metadata == {"nested": {"n": 1.5}, "list": [1, "two"]}
@@ -30,14 +50,24 @@ def test_rows_are_stored_with_json_uuids_dates_and_the_defaults_of_columns_left_
     assert run.created_at == created
     # Left out: the field defaults.
     assert (run.status, run.options, run.threshold, run.has_card, run.attempts) == (
-        "pending", {}, 0.3, False, 0)
+        "pending",
+        {},
+        0.3,
+        False,
+        0,
+    )
 
-    insert_rows(AnalyzerRunRecord, ["audit_id", "position", "analyzer_id", "supplementary",
-                                    "audit_created_at", "surfaced"],
-                [(run_id, i, f"a{i}", {"i": i}, created, i == 1) for i in range(3)])
+    insert_rows(
+        AnalyzerRunRecord,
+        ["audit_id", "position", "analyzer_id", "supplementary", "audit_created_at", "surfaced"],
+        [(run_id, i, f"a{i}", {"i": i}, created, i == 1) for i in range(3)],
+    )
     records = list(run.results.order_by("position"))
     assert [(r.analyzer_id, r.supplementary, r.surfaced) for r in records] == [
-        ("a0", {"i": 0}, False), ("a1", {"i": 1}, True), ("a2", {"i": 2}, False)]
+        ("a0", {"i": 0}, False),
+        ("a1", {"i": 1}, True),
+        ("a2", {"i": 2}, False),
+    ]
     assert {r.audit_created_at for r in records} == {created}
     assert len({r.pk for r in records}) == 3  # the database numbered them
 
@@ -45,8 +75,14 @@ def test_rows_are_stored_with_json_uuids_dates_and_the_defaults_of_columns_left_
 def test_one_statement_for_every_row(django_assert_num_queries):
     run = AuditRun.objects.create(user_input="q", response="r")
     with django_assert_num_queries(1):
-        assert insert_rows(TraceLine, ["audit_id", "position", "text"],
-                           [(run.pk, i, f"[AUDIT] {i}") for i in range(250)]) == 250
+        assert (
+            insert_rows(
+                TraceLine,
+                ["audit_id", "position", "text"],
+                [(run.pk, i, f"[AUDIT] {i}") for i in range(250)],
+            )
+            == 250
+        )
     assert list(run.trace_lines.values_list("text", flat=True))[:2] == ["[AUDIT] 0", "[AUDIT] 1"]
     assert insert_rows(TraceLine, ["audit_id", "text"], []) == 0
 
@@ -60,13 +96,17 @@ def test_rows_past_the_statement_size_go_in_further_statements_in_order(monkeypa
     monkeypatch.setattr(bulk, "MAX_ROWS_PER_INSERT", 3)
     run = AuditRun.objects.create(user_input="q", response="r")
     with CaptureQueriesContext(connection) as ctx:
-        insert_rows(TraceLine, ["audit_id", "position", "text"],
-                    [(run.pk, i, f"line {i}") for i in range(7)])
+        insert_rows(
+            TraceLine,
+            ["audit_id", "position", "text"],
+            [(run.pk, i, f"line {i}") for i in range(7)],
+        )
     sql = [q["sql"] for q in ctx.captured_queries]
     assert len(sql) == 3 and all(s.startswith('INSERT INTO "audits_traceline"') for s in sql)
     assert [s.count("line ") for s in sql] == [3, 3, 1]  # multi-row, not a step per row
     assert list(run.trace_lines.order_by("id").values_list("text", flat=True)) == [
-        f"line {i}" for i in range(7)]
+        f"line {i}" for i in range(7)
+    ]
 
 
 def test_a_statement_holds_no_more_parameters_than_the_database_allows():
@@ -81,8 +121,14 @@ def test_a_statement_holds_no_more_parameters_than_the_database_allows():
     raw = connection.connection
     before = raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 7)  # two rows of three
     try:
-        assert insert_rows(TraceLine, ["audit_id", "position", "text"],
-                           [(run.pk, i, f"line {i}") for i in range(5)]) == 5
+        assert (
+            insert_rows(
+                TraceLine,
+                ["audit_id", "position", "text"],
+                [(run.pk, i, f"line {i}") for i in range(5)],
+            )
+            == 5
+        )
     finally:
         raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, before)
     assert run.trace_lines.count() == 5
@@ -98,8 +144,7 @@ def test_a_statement_without_a_row_group_runs_once_per_row():
     rows = [[f"new {i}", db_value(AuditRun, "id", run.pk)] for i, run in enumerate(runs)]
     update = Statement(f"UPDATE {table} SET response = %s WHERE id = %s", rows, "default")
     assert run_statement(update) == 3
-    assert [AuditRun.objects.get(pk=run.pk).response for run in runs] == [
-        "new 0", "new 1", "new 2"]
+    assert [AuditRun.objects.get(pk=run.pk).response for run in runs] == ["new 0", "new 1", "new 2"]
 
 
 def test_a_primary_key_without_a_database_default_must_be_given():
@@ -116,10 +161,12 @@ def test_prepared_columns_are_passed_to_the_driver_as_they_are():
     run = AuditRun.objects.create(user_input="q", response="r")
     audit_id = db_value(AuditRun, "id", run.pk)  # converted once, e.g. for every table
     created = db_value(AuditRun, "created_at", run.created_at)
-    insert_rows(AnalyzerRunRecord, ["audit_id", "position", "analyzer_id", "supplementary",
-                                    "audit_created_at"],
-                [(audit_id, 0, "tone", json.dumps({"k": [1, 2]}), created)],
-                prepared=("audit_id", "supplementary", "audit_created_at"))
+    insert_rows(
+        AnalyzerRunRecord,
+        ["audit_id", "position", "analyzer_id", "supplementary", "audit_created_at"],
+        [(audit_id, 0, "tone", json.dumps({"k": [1, 2]}), created)],
+        prepared=("audit_id", "supplementary", "audit_created_at"),
+    )
     record = run.results.get()
     # Encoded once: a second conversion would have stored the JSON text as a JSON string.
     assert record.supplementary == {"k": [1, 2]}
@@ -138,8 +185,10 @@ def test_a_batch_of_reports_stores_each_annotation_under_its_own_result():
         "Decathlon grew conversion by 50%. Read [this](https://other.example/x).",
         "Plain answer with [one link](https://third.example/y).",
     ]
-    runs = [submit.submit_audit(user_input=f"q{i}", response=text, enqueue=False)
-            for i, text in enumerate(responses)]
+    runs = [
+        submit.submit_audit(user_input=f"q{i}", response=text, enqueue=False)
+        for i, text in enumerate(responses)
+    ]
     outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
     annotations = list(Annotation.objects.select_related("result"))
@@ -149,6 +198,9 @@ def test_a_batch_of_reports_stores_each_annotation_under_its_own_result():
         assert a.result.analyzer_id == a.analyzer_id
     for run in runs:
         stored = [(a.result.position, a.position) for a in annotations if a.audit_id == run.pk]
-        report = [(i, j) for i, r in enumerate(run.results.order_by("position"))
-                  for j in range(r.annotations.count())]
+        report = [
+            (i, j)
+            for i, r in enumerate(run.results.order_by("position"))
+            for j in range(r.annotations.count())
+        ]
         assert sorted(stored) == report

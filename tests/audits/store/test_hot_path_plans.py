@@ -30,9 +30,11 @@ def _body(i: int) -> dict:
     """An audit with links, bare URLs, a claim and a source: rows in every table."""
     return {
         "user_input": f"Question {i}: how do I tune search relevance?",
-        "response": (f"Answer {i}. Decathlon grew conversion by 50% with Acme. See "
-                     "[the docs](https://www.acme.example/docs), https://evil.example/x and "
-                     "www.other.example/p for details.\n\nTune synonyms first."),
+        "response": (
+            f"Answer {i}. Decathlon grew conversion by 50% with Acme. See "
+            "[the docs](https://www.acme.example/docs), https://evil.example/x and "
+            "www.other.example/p for details.\n\nTune synonyms first."
+        ),
         "sources": [{"title": "Docs", "url": "https://www.acme.example/docs", "text": "x"}],
         "metadata": {"session": "plans"},
     }
@@ -50,9 +52,13 @@ def _table_scans(sql: str) -> list[str]:
         cursor.execute("EXPLAIN QUERY PLAN " + sql)
         plan = [str(row[-1]) for row in cursor.fetchall()]
     own_rows = {step.split()[1] for step in plan if step.startswith("MATERIALIZE ")}
-    return [step for step in plan
-            if (m := re.match(r"SCAN (\w+)", step)) and not m.group(1).isdigit()
-            and m.group(1) not in own_rows | SMALL_TABLES]
+    return [
+        step
+        for step in plan
+        if (m := re.match(r"SCAN (\w+)", step))
+        and not m.group(1).isdigit()
+        and m.group(1) not in own_rows | SMALL_TABLES
+    ]
 
 
 @pytest.mark.django_db
@@ -63,11 +69,17 @@ def test_submitting_and_analysing_a_batch_seek_every_row(monkeypatch):
         runs = _submit(100, 32)
         outcome = execute.execute_runs([run.pk for run in runs])
     assert set(outcome.values()) == {"complete"}
-    statements = [q["sql"] for q in queries.captured_queries
-                  if q["sql"].lstrip().upper().startswith(("SELECT", "WITH", "UPDATE",
-                                                           "INSERT", "DELETE"))]
-    for table in ("audits_collisiondigest", "audits_annotation", "audits_traceline",
-                  "audits_auditlinks"):  # the whole path ran
+    statements = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "INSERT", "DELETE"))
+    ]
+    for table in (
+        "audits_collisiondigest",
+        "audits_annotation",
+        "audits_traceline",
+        "audits_auditlinks",
+    ):  # the whole path ran
         assert any(table in sql for sql in statements), table
     scans = {sql[:120]: found for sql in statements if (found := _table_scans(sql))}
     assert not scans, scans

@@ -36,22 +36,43 @@ def _links(n: int) -> list[LinkRecord]:
     links = []
     for i in range(n):
         if i % 3 == 0:
-            links.append(LinkRecord(url=f"https://acme.example/{i}", label=f"docs {i}",
-                                    decision="keep", http_status=200, healthy=True))
+            links.append(
+                LinkRecord(
+                    url=f"https://acme.example/{i}",
+                    label=f"docs {i}",
+                    decision="keep",
+                    http_status=200,
+                    healthy=True,
+                )
+            )
         elif i % 3 == 1:
-            links.append(LinkRecord(url=f"https://evil.example/{i}?d=x", label=HOSTILE,
-                                    decision="strip", reason="LINK_HOST_NOT_ALLOWED"))
+            links.append(
+                LinkRecord(
+                    url=f"https://evil.example/{i}?d=x",
+                    label=HOSTILE,
+                    decision="strip",
+                    reason="LINK_HOST_NOT_ALLOWED",
+                )
+            )
         else:
-            links.append(LinkRecord(url=f"https://acme.example/r{i}", label="this article",
-                                    decision="replace", reason="LINK_LABEL_UPGRADED",
-                                    http_status=404, healthy=False))
+            links.append(
+                LinkRecord(
+                    url=f"https://acme.example/r{i}",
+                    label="this article",
+                    decision="replace",
+                    reason="LINK_LABEL_UPGRADED",
+                    http_status=404,
+                    healthy=False,
+                )
+            )
     return links
 
 
 def _stored(links: list[LinkRecord]) -> AuditRun:
     run = AuditRun.objects.create(user_input="q", response="r", status="running")
-    report = AuditReport(threshold=0.3, overall_score=0.0, results=[], cleaned_response="r",
-                         links=links)
+    report = AuditReport(
+        threshold=0.3, overall_score=0.0, results=[], cleaned_response="r", links=links
+    )
     store_report(run, report, fresh=True)
     return run
 
@@ -66,7 +87,8 @@ def test_a_stored_report_keeps_its_links_in_one_row_in_order():
     (row,) = AuditLinks.objects.filter(audit=run)
     assert link_dicts(row.rows) == _contract(links)
     assert stored_links(row.rows)[1] == StoredLink(
-        "https://evil.example/1?d=x", HOSTILE, "strip", "LINK_HOST_NOT_ALLOWED", None, None)
+        "https://evil.example/1?d=x", HOSTILE, "strip", "LINK_HOST_NOT_ALLOWED", None, None
+    )
 
 
 def test_no_links_store_no_row_and_read_as_none(api_client):
@@ -79,8 +101,9 @@ def test_no_links_store_no_row_and_read_as_none(api_client):
 
 def test_a_retried_report_replaces_the_links_of_the_attempt_before():
     run = _stored(_links(5))
-    report = AuditReport(threshold=0.3, overall_score=0.0, results=[], cleaned_response="r",
-                         links=_links(2))
+    report = AuditReport(
+        threshold=0.3, overall_score=0.0, results=[], cleaned_response="r", links=_links(2)
+    )
     store_report(run, report)  # not fresh: what the earlier attempt stored goes first
     assert link_dicts(AuditLinks.objects.get(audit=run).rows) == _contract(_links(2))
 
@@ -108,7 +131,7 @@ def test_the_api_the_export_and_the_detail_page_read_every_link(api_client, staf
 
 LINKED = (
     "Read [the guide](https://docs.acme.example/guide) and [this](https://evil.example/x), "
-    "or https://blog.other.example/tuning and <https://evil.example/y?q=\"1\">.\n\n"
+    'or https://blog.other.example/tuning and <https://evil.example/y?q="1">.\n\n'
     "Then [setup](https://docs.acme.example/setup)."
 )
 
@@ -122,16 +145,18 @@ def _audited(text: str = LINKED) -> AuditRun:
 
 def _links_result(run: AuditRun) -> dict:
     with connection.cursor() as cursor:  # as stored, not as a reader rebuilds it
-        cursor.execute(f"SELECT supplementary FROM {AnalyzerRunRecord._meta.db_table} "
-                       "WHERE audit_id = %s AND analyzer_id = 'links'",
-                       [AnalyzerRunRecord._meta.get_field("audit").get_db_prep_value(
-                           run.pk, connection)])
+        cursor.execute(
+            f"SELECT supplementary FROM {AnalyzerRunRecord._meta.db_table} "
+            "WHERE audit_id = %s AND analyzer_id = 'links'",
+            [AnalyzerRunRecord._meta.get_field("audit").get_db_prep_value(run.pk, connection)],
+        )
         (value,) = cursor.fetchone()
     return json.loads(value) if isinstance(value, str) else value
 
 
 def test_the_links_result_keeps_its_list_once_and_every_reader_gives_it_back(
-        api_client, staff_user):
+    api_client, staff_user
+):
     run = _audited()
     table = link_dicts(AuditLinks.objects.get(audit=run).rows)
     assert len(table) == 5 and {link["decision"] for link in table} == {"strip"}
@@ -161,11 +186,17 @@ def test_the_links_result_keeps_its_list_once_and_every_reader_gives_it_back(
 def test_a_links_list_that_is_not_the_table_is_stored_whole(api_client):
     links = _links(3)
     own = [link.model_dump() for link in links[:2]]  # capped at another limit, say
-    result = AnalyzerRun(analyzer_id="links", category="links",
-                         supplementary={"links": own, "counts": {"keep": 1}})
+    result = AnalyzerRun(
+        analyzer_id="links", category="links", supplementary={"links": own, "counts": {"keep": 1}}
+    )
     run = AuditRun.objects.create(user_input="q", response="r", status="running")
-    store_report(run, AuditReport(threshold=0.3, overall_score=0.0, results=[result],
-                                  cleaned_response="r", links=links), fresh=True)
+    store_report(
+        run,
+        AuditReport(
+            threshold=0.3, overall_score=0.0, results=[result], cleaned_response="r", links=links
+        ),
+        fresh=True,
+    )
     assert _links_result(run)["links"] == own
     (got,) = api_client.get(f"/api/audits/{run.pk}").json()["results"]
     assert got["supplementary"]["links"] == own
@@ -175,7 +206,9 @@ def test_the_export_puts_the_row_back_in_stored_text_and_in_decoded_json():
     row = packed(_links(2))
     text = json.dumps({"links": IN_LINK_ROW, "counts": {"strip": 2}})
     assert json.loads(_supplementary("links", text, row)) == {
-        "links": json.loads(row), "counts": {"strip": 2}}
+        "links": json.loads(row),
+        "counts": {"strip": 2},
+    }
     decoded = {"counts": {"strip": 2}, "links": IN_LINK_ROW}  # jsonb's key order
     assert json.loads(_supplementary("links", decoded, row))["links"] == json.loads(row)
     assert json.loads(_supplementary("links", text, None))["links"] == []
@@ -209,23 +242,43 @@ def test_the_migration_packs_link_rows_in_order_and_back():
     Run, LinkCheck = old.get_model("audits", "AuditRun"), old.get_model("audits", "LinkCheck")
     one, two, bare = (Run.objects.create(status="complete") for _ in range(3))
     for position in (2, 0, 1):  # written out of order: read back by position
-        LinkCheck.objects.create(audit_id=one.pk, position=position, url=f"https://a/{position}",
-                                 label=HOSTILE, decision="keep", http_status=200, healthy=True)
-    LinkCheck.objects.create(audit_id=two.pk, url="javascript:x", decision="strip",
-                             reason="LINK_UNSAFE_SCHEME")
+        LinkCheck.objects.create(
+            audit_id=one.pk,
+            position=position,
+            url=f"https://a/{position}",
+            label=HOSTILE,
+            decision="keep",
+            http_status=200,
+            healthy=True,
+        )
+    LinkCheck.objects.create(
+        audit_id=two.pk, url="javascript:x", decision="strip", reason="LINK_UNSAFE_SCHEME"
+    )
     new = migrate_to(after).get_model("audits", "AuditLinks")
     tables = {t.audit_id: json.loads(t.rows) for t in new.objects.all()}
     assert set(tables) == {one.pk, two.pk}  # no row for the audit without links
-    assert [link["url"] for link in tables[one.pk]] == ["https://a/0", "https://a/1",
-                                                        "https://a/2"]
-    assert tables[one.pk][0] == {"url": "https://a/0", "label": HOSTILE, "decision": "keep",
-                                 "reason": None, "http_status": 200, "healthy": True}
-    assert tables[two.pk] == [{"url": "javascript:x", "label": "", "decision": "strip",
-                               "reason": "LINK_UNSAFE_SCHEME", "http_status": None,
-                               "healthy": None}]
+    assert [link["url"] for link in tables[one.pk]] == ["https://a/0", "https://a/1", "https://a/2"]
+    assert tables[one.pk][0] == {
+        "url": "https://a/0",
+        "label": HOSTILE,
+        "decision": "keep",
+        "reason": None,
+        "http_status": 200,
+        "healthy": True,
+    }
+    assert tables[two.pk] == [
+        {
+            "url": "javascript:x",
+            "label": "",
+            "decision": "strip",
+            "reason": "LINK_UNSAFE_SCHEME",
+            "http_status": None,
+            "healthy": None,
+        }
+    ]
 
     back = migrate_to(before).get_model("audits", "LinkCheck")  # and back: a row per link
-    assert list(back.objects.filter(audit_id=one.pk).order_by("position")
-                .values_list("position", "url")) == [(0, "https://a/0"), (1, "https://a/1"),
-                                                     (2, "https://a/2")]
+    assert list(
+        back.objects.filter(audit_id=one.pk).order_by("position").values_list("position", "url")
+    ) == [(0, "https://a/0"), (1, "https://a/1"), (2, "https://a/2")]
     migrate_to()

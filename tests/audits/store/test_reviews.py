@@ -57,7 +57,9 @@ def test_verdicts_on_findings_are_separate_from_the_audit_verdict(flagged, staff
     claim = _ann(flagged, "UNGROUNDED_CUSTOMER_CLAIM")
     tone = _ann(flagged, "dismissive")
     record_review(audit_id=flagged.pk, verdict="confirmed", user=staff_user)
-    record_review(audit_id=flagged.pk, verdict="false_positive", annotation_id=tone.pk, user=staff_user)
+    record_review(
+        audit_id=flagged.pk, verdict="false_positive", annotation_id=tone.pk, user=staff_user
+    )
     record_review(audit_id=flagged.pk, verdict="unsure", annotation_id=claim.pk, user=staff_user)
     record_review(audit_id=flagged.pk, verdict="confirmed", annotation_id=claim.pk, user=staff_user)
     current = {
@@ -150,12 +152,19 @@ def test_bad_review_bodies_get_a_4xx(api_client, make_key, flagged, body, status
 
 def test_a_review_of_an_unknown_audit_is_404(api_client, make_key):
     key = make_key("review")
-    assert api_client.post("/api/audits/not-a-uuid/reviews", {"verdict": "unsure"}, key=key).status_code == 404
+    assert (
+        api_client.post(
+            "/api/audits/not-a-uuid/reviews", {"verdict": "unsure"}, key=key
+        ).status_code
+        == 404
+    )
     missing = "/api/audits/00000000-0000-0000-0000-000000000000/reviews"
     assert api_client.post(missing, {"verdict": "unsure"}, key=key).status_code == 404
 
 
-def test_the_audit_carries_its_reviews_and_annotation_ids(api_client, make_key, flagged, staff_user):
+def test_the_audit_carries_its_reviews_and_annotation_ids(
+    api_client, make_key, flagged, staff_user
+):
     claim = _ann(flagged, "UNGROUNDED_CUSTOMER_CLAIM")
     record_review(audit_id=flagged.pk, verdict="unsure", user=staff_user)
     record_review(audit_id=flagged.pk, verdict="confirmed", annotation_id=claim.pk, user=staff_user)
@@ -201,12 +210,14 @@ def test_reviewed_and_verdict_filters(api_client, flagged, staff_user):
     untouched = make_audit(results=[result("tone", 0.9, [annotation("dismissive")])])
     record_review(audit_id=flagged.pk, verdict="confirmed", user=staff_user)
     # A false positive on one finding counts for `verdict=false_positive`.
-    record_review(
-        audit_id=fp.pk, verdict="false_positive", annotation_id=_ann(fp, "dismissive").pk
-    )
+    record_review(audit_id=fp.pk, verdict="false_positive", annotation_id=_ann(fp, "dismissive").pk)
     # A verdict replaced later no longer matches.
-    record_review(audit_id=flagged.pk, verdict="false_positive", annotation_id=_ann(flagged, "dismissive").pk)
-    record_review(audit_id=flagged.pk, verdict="confirmed", annotation_id=_ann(flagged, "dismissive").pk)
+    record_review(
+        audit_id=flagged.pk, verdict="false_positive", annotation_id=_ann(flagged, "dismissive").pk
+    )
+    record_review(
+        audit_id=flagged.pk, verdict="confirmed", annotation_id=_ann(flagged, "dismissive").pk
+    )
 
     def ids(**params):
         response = api_client.get("/api/audits", params)
@@ -241,7 +252,9 @@ def test_a_verdict_from_the_dashboard_swaps_in_the_updated_form(staff_client, fl
 
 
 def test_without_htmx_a_verdict_redirects_to_the_audit(staff_client, flagged):
-    response = staff_client.post(reverse("audits:review", args=[flagged.pk]), {"verdict": "confirmed"})
+    response = staff_client.post(
+        reverse("audits:review", args=[flagged.pk]), {"verdict": "confirmed"}
+    )
     assert response.status_code == 302
     assert response["Location"] == reverse("audits:detail", args=[flagged.pk])
     assert Review.objects.get().verdict == "confirmed"
@@ -253,7 +266,10 @@ def test_a_bad_dashboard_verdict_is_a_400(staff_client, flagged):
     assert staff_client.post(url, {"verdict": "confirmed", "annotation_id": "x"}).status_code == 400
     other = make_audit(results=[result("tone", 0.9, [annotation("dismissive")])])
     foreign = _ann(other, "dismissive").pk
-    assert staff_client.post(url, {"verdict": "confirmed", "annotation_id": foreign}).status_code == 400
+    assert (
+        staff_client.post(url, {"verdict": "confirmed", "annotation_id": foreign}).status_code
+        == 400
+    )
     assert not Review.objects.exists()
 
 
@@ -278,8 +294,11 @@ def test_the_detail_page_shows_forms_and_the_history(staff_client, flagged, staf
     claim = _ann(flagged, "UNGROUNDED_CUSTOMER_CLAIM")
     record_review(audit_id=flagged.pk, verdict="unsure", annotation_id=claim.pk, user=staff_user)
     record_review(
-        audit_id=flagged.pk, verdict="confirmed", annotation_id=claim.pk,
-        comment="<script>x</script>", user=staff_user,
+        audit_id=flagged.pk,
+        verdict="confirmed",
+        annotation_id=claim.pk,
+        comment="<script>x</script>",
+        user=staff_user,
     )
     html = staff_client.get(reverse("audits:detail", args=[flagged.pk])).content.decode()
     assert f'id="verdict-{flagged.pk}"' in html  # the whole audit
@@ -288,9 +307,13 @@ def test_the_detail_page_shows_forms_and_the_history(staff_client, flagged, staf
     assert html.count('class="superseded"') == 1
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x</script>" not in html
     # The history section refreshes what it holds as an htmx partial.
-    assert 'hx-get="' + reverse("audits:detail", args=[flagged.pk]) + '?section=review_history"' in html
+    assert (
+        'hx-get="' + reverse("audits:detail", args=[flagged.pk]) + '?section=review_history"'
+        in html
+    )
     history = staff_client.get(
-        reverse("audits:detail", args=[flagged.pk]), {"section": "review_history"},
+        reverse("audits:detail", args=[flagged.pk]),
+        {"section": "review_history"},
         headers={"HX-Request": "true"},
     ).content.decode()
     assert history.lstrip().startswith(f'<h2 id="reviews-title-{flagged.pk}"')
@@ -326,7 +349,10 @@ def test_the_admin_lists_verdicts_read_only(staff_client, flagged, staff_user):
     assert review.verdict == "confirmed"
     audit_page = staff_client.get(f"/admin/audits/auditrun/{flagged.pk}/change/").content.decode()
     assert "&lt;i&gt;x&lt;/i&gt;" in audit_page  # the review inline
-    assert staff_client.get("/admin/audits/auditrun/", {"reviewed_at__isnull": "True"}).status_code == 200
+    assert (
+        staff_client.get("/admin/audits/auditrun/", {"reviewed_at__isnull": "True"}).status_code
+        == 200
+    )
 
 
 def test_the_csv_export_carries_the_audit_verdict(api_client, flagged, staff_user):
@@ -351,7 +377,9 @@ def test_an_annotation_id_that_is_no_plain_number_is_a_400_not_a_500(staff_clien
     assert not Review.objects.exists()
 
 
-def test_staff_who_may_not_review_see_verdicts_without_buttons(django_user_model, flagged, staff_user):
+def test_staff_who_may_not_review_see_verdicts_without_buttons(
+    django_user_model, flagged, staff_user
+):
     record_review(audit_id=flagged.pk, verdict="confirmed", comment="seen <it>", user=staff_user)
     viewer = django_user_model.objects.create_user("viewer", password="pw-123456789", is_staff=True)
     client = Client()

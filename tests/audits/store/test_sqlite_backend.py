@@ -28,11 +28,14 @@ def test_placeholders_become_question_marks():
     assert run("SELECT %s, %s || 'b', %s", [1, "a", None]) == (1, "ab", None)
 
 
-@pytest.mark.parametrize(("sql", "expected"), [
-    ("SELECT %s, '100%%'", (7, "100%")),
-    ("SELECT %s, '%%s'", (7, "%s")),  # a literal "%s", not a placeholder
-    ("SELECT %s, '%%%%s'", (7, "%%s")),
-])
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT %s, '100%%'", (7, "100%")),
+        ("SELECT %s, '%%s'", (7, "%s")),  # a literal "%s", not a placeholder
+        ("SELECT %s, '%%%%s'", (7, "%%s")),
+    ],
+)
 def test_escaped_percent_signs_stay_literal(sql, expected):
     assert run(sql, [7]) == expected
 

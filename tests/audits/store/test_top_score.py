@@ -27,8 +27,12 @@ def _run(analyzer_id: str, score: float, status: str = "ok", **extra) -> Analyze
 
 
 def test_top_result_is_the_highest_successful_score_and_its_analyzer():
-    runs = [_run("bias", 0.2), _run("grounding", 1.0, status="failed"), _run("tone", 0.7),
-            _run("links", 0.7)]
+    runs = [
+        _run("bias", 0.2),
+        _run("grounding", 1.0, status="failed"),
+        _run("tone", 0.7),
+        _run("links", 0.7),
+    ]
     assert top_result(runs) == (0.7, "tone")  # the failed 1.0 does not count; ties: first
     assert top_result([_run("bias", 0.9, status="timeout")]) == (None, "")
 
@@ -50,8 +54,13 @@ def test_store_report_stores_the_highest_score_not_the_mean():
 
 def test_the_migration_backfills_stored_audits_from_their_results():
     migration = importlib.import_module("audits.migrations.0007_top_score_and_view_preference")
-    done = make_audit(results=[result("bias", 0.2), result("grounding", 0.9),
-                               result("tone", 1.0, status="failed")])
+    done = make_audit(
+        results=[
+            result("bias", 0.2),
+            result("grounding", 0.9),
+            result("tone", 1.0, status="failed"),
+        ]
+    )
     none_ok = make_audit(results=[result("tone", 0.0, status="failed")])
     pending = make_audit(status="pending")
     AuditRun.objects.update(top_score=None, top_analyzer="")
@@ -102,13 +111,18 @@ def _expected(runs: list[AuditRun], sort: str) -> list[str]:
     elif sort == "created_at":
         ordered = sorted(runs, key=time_key)
     elif sort == "-top_score":
-        scored = sorted((r for r in runs if r.top_score is not None),
-                        key=lambda r: (r.top_score, r.created_at, r.pk), reverse=True)
+        scored = sorted(
+            (r for r in runs if r.top_score is not None),
+            key=lambda r: (r.top_score, r.created_at, r.pk),
+            reverse=True,
+        )
         unscored = sorted((r for r in runs if r.top_score is None), key=time_key, reverse=True)
         ordered = scored + unscored
     else:
-        scored = sorted((r for r in runs if r.top_score is not None),
-                        key=lambda r: (r.top_score, r.created_at, r.pk))
+        scored = sorted(
+            (r for r in runs if r.top_score is not None),
+            key=lambda r: (r.top_score, r.created_at, r.pk),
+        )
         unscored = sorted((r for r in runs if r.top_score is None), key=time_key)
         ordered = scored + unscored
     return [str(r.pk) for r in ordered]

@@ -24,16 +24,23 @@ LINES = [f"[AUDIT] line {i}" for i in range(600)]
 
 def _stored(trace: list[str]) -> AuditRun:
     run = AuditRun.objects.create(user_input="q", response="r", status="running")
-    report = AuditReport(threshold=0.3, overall_score=0.0, results=[], cleaned_response="r",
-                         trace=trace)
+    report = AuditReport(
+        threshold=0.3, overall_score=0.0, results=[], cleaned_response="r", trace=trace
+    )
     store_report(run, report, fresh=True)
     return run
 
 
 def test_rows_hold_lines_and_give_them_back_in_order_with_their_positions():
     rows = [(0, packed(["a", "", "b"])), (3, "c"), (4, packed(["d", "e"]))]
-    assert list(lines_of(rows)) == [Line(0, "a"), Line(1, ""), Line(2, "b"), Line(3, "c"),
-                                    Line(4, "d"), Line(5, "e")]
+    assert list(lines_of(rows)) == [
+        Line(0, "a"),
+        Line(1, ""),
+        Line(2, "b"),
+        Line(3, "c"),
+        Line(4, "d"),
+        Line(5, "e"),
+    ]
     # a trace line is one line: a break inside one is kept as a space
     assert packed(["x\ny", "z"]) == "x y\nz"
     assert packed(["x\r\ny"]) == "x\r y"  # only "\n" separates lines
@@ -99,8 +106,9 @@ def test_the_migration_keeps_a_break_inside_an_older_line_as_a_space():
     after = ("audits", "0011_trace_lines_without_breaks")
     old = migrate_to(before)
     run = old.get_model("audits", "AuditRun").objects.create(status="complete")
-    old.get_model("audits", "TraceLine").objects.create(audit_id=run.pk, position=0,
-                                                        text="[AUDIT] a\nb")
+    old.get_model("audits", "TraceLine").objects.create(
+        audit_id=run.pk, position=0, text="[AUDIT] a\nb"
+    )
     migrate_to(after)
     assert TraceLine.objects.get().text == "[AUDIT] a b"
     migrate_to()

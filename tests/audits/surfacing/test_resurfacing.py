@@ -45,7 +45,9 @@ def expected_flags(run: AuditRun) -> dict[int, bool]:
     thresholds = policies.current_thresholds().with_options(run.options)
     return {
         r.pk: decide_surfaced(
-            status=r.status, score=r.score, should_surface=r.should_surface,
+            status=r.status,
+            score=r.score,
+            should_surface=r.should_surface,
             threshold=thresholds.for_analyzer(r.analyzer_id),
         )
         for r in run.results.all()
@@ -100,8 +102,12 @@ def test_resurfaced_audits_equal_audits_analysed_at_the_new_thresholds():
     """Analysed at 0.3 then re-surfaced at 0.6 (global) and 0.1 (tone) == analysed there."""
     for user_input, response in INPUTS:
         execute.execute_run(
-            submit.submit_audit(user_input=user_input, response=response,
-                                  collision_key=f"a-{user_input}", enqueue=False).pk
+            submit.submit_audit(
+                user_input=user_input,
+                response=response,
+                collision_key=f"a-{user_input}",
+                enqueue=False,
+            ).pk
         )
     before = dict(AnalyzerRunRecord.objects.values_list("pk", "surfaced"))
     save_threshold(0.6)
@@ -113,8 +119,9 @@ def test_resurfaced_audits_equal_audits_analysed_at_the_new_thresholds():
     }
     fresh = {}
     for user_input, response in INPUTS:
-        run = submit.submit_audit(user_input=user_input, response=response,
-                                    collision_key=f"b-{user_input}", enqueue=False)
+        run = submit.submit_audit(
+            user_input=user_input, response=response, collision_key=f"b-{user_input}", enqueue=False
+        )
         execute.execute_run(run.pk)
         run.refresh_from_db()
         fresh[user_input] = (run.has_card, dict(run.results.values_list("analyzer_id", "surfaced")))
@@ -143,9 +150,10 @@ def test_saving_the_global_threshold_changes_the_api_surfaced_list(read_key):
     save_threshold(0.9)
     at_09 = surfaced_count()
     assert at_09 < at_03
-    assert at_09 == AuditRun.objects.filter(
-        results__status="ok", results__score__gte=0.9
-    ).distinct().count()
+    assert (
+        at_09
+        == AuditRun.objects.filter(results__status="ok", results__score__gte=0.9).distinct().count()
+    )
     assert_follow_current()
     save_threshold(0.3)
     assert surfaced_count() == at_03
@@ -155,10 +163,11 @@ def test_saving_the_global_threshold_changes_the_api_surfaced_list(read_key):
 def test_an_analyzers_own_threshold_re_surfaces_only_its_results():
     run = make_audit(results=[result("bias", 0.4), result("tone", 0.4)])
     assert set(run.results.filter(surfaced=True).values_list("analyzer_id", flat=True)) == {
-        "bias", "tone"}
+        "bias",
+        "tone",
+    }
     save_threshold(0.5, analyzer="bias")
-    assert set(run.results.filter(surfaced=True).values_list("analyzer_id", flat=True)) == {
-        "tone"}
+    assert set(run.results.filter(surfaced=True).values_list("analyzer_id", flat=True)) == {"tone"}
     run.refresh_from_db()
     assert run.has_card
     save_threshold(0.45)  # global: tone goes too
@@ -370,7 +379,10 @@ def test_bounded_batches():
     """Each write touches at most BATCH audits, in chunks the database accepts."""
     assert jobs.BATCH <= 5000
     assert list(jobs._chunks(list(range(2000)))) == [
-        list(range(0, 900)), list(range(900, 1800)), list(range(1800, 2000))]
+        list(range(0, 900)),
+        list(range(900, 1800)),
+        list(range(1800, 2000)),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
