@@ -21,8 +21,17 @@ api = NinjaAPI(
     title="Response Auditor API",
     version="1.0.0",
     description=(
+        "[← Back to the dashboard](/)\n\n"
         "Submit model responses for audit, read and export audits, edit the configuration. "
-        "Authenticate with `Authorization: Bearer <api key>`."
+        "Authenticate with `Authorization: Bearer <api key>`.\n\n"
+        "Served beside these routes, with the same keys (see docs/reference/contract.md):\n\n"
+        "- `POST /v1/chat/completions`, `GET /v1/models`: the OpenAI-compatible proxy; "
+        "clients receive only audited text.\n"
+        "- `POST /v1/traces`: OpenTelemetry traces (OTLP/HTTP, protobuf or JSON); each "
+        "model call with its messages becomes an audit.\n"
+        "- `POST /api/audits/stream` (NDJSON in, server-sent events out) and the WebSocket "
+        "`/ws/ingest/`: a response streamed in, audited paragraph by paragraph.\n"
+        "- `GET /healthz`, `GET /readyz`, `GET /metrics`: health and Prometheus metrics."
     ),
     urls_namespace="api",
 )
