@@ -150,3 +150,24 @@ def test_rerun_action_creates_a_new_linked_run(admin_client, django_capture_on_c
 def test_non_staff_users_cannot_open_the_admin(client, plain_user):
     client.force_login(plain_user)
     assert client.get("/admin/audits/auditrun/").status_code == 302
+
+
+def test_the_link_table_shows_model_urls_and_labels_as_text(admin_client):
+    import json
+
+    from audits.models import AuditLinks
+
+    run = make_audit()
+    evil = '"><img src=x onerror=alert(1)>'
+    link = {
+        "url": f"https://evil.example/{evil}",
+        "label": evil,
+        "decision": "stripped",
+        "reason": evil,
+        "http_status": None,
+        "healthy": None,
+    }
+    AuditLinks.objects.create(audit=run, rows=json.dumps([link]))
+    page = admin_client.get(f"/admin/audits/auditrun/{run.pk}/change/").content.decode()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<img src=x onerror" not in page
