@@ -19,7 +19,7 @@ from django.db.models.functions import Cast
 from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from audits.store import link_rows
 from audits.store.ordering import DEFAULT_SORT
-from audits.store.queries import after_cursor, encode_cursor_raw
+from audits.store.queries import RUN_FIELDS, after_cursor, encode_cursor_raw
 from audits.store.trace_rows import texts_of
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -88,44 +88,17 @@ def _raw(qs: QuerySet) -> list[tuple]:
         return cursor.fetchall()
 
 
-RUN_COLUMNS = (
-    "id",
-    "external_id",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "status",
-    "incomplete",
-    "error",
-    "attempts",
-    "rerun_of_id",
-    "user_input",
-    "response",
-    "cleaned_response",
-    "sources",
-    "metadata",
-    "collision_key",
-    "options",
-    "threshold",
-    "overall_score",
-    "has_card",
-    "reviewed_at",
-    "top_score",
-    "top_analyzer",
-)
-
-
 _DATETIME_COLUMNS = ("created_at", "started_at", "finished_at", "reviewed_at")
 
 
 def _run_values(page: QuerySet[AuditRun]) -> QuerySet:
-    """`RUN_COLUMNS` tuples; on SQLite the datetimes as their stored text, which `_dt`
+    """`RUN_FIELDS` tuples; on SQLite the datetimes as their stored text, which `_dt`
     formats directly (parsing them to datetime objects and back cost a third of the time)."""
     if connections[page.db].vendor != "sqlite":
-        return page.values_list(*RUN_COLUMNS)
+        return page.values_list(*RUN_FIELDS)
     texts = {f"{name}_text": Cast(name, TextField()) for name in _DATETIME_COLUMNS}
     return page.annotate(**texts).values_list(
-        *(f"{c}_text" if c in _DATETIME_COLUMNS else c for c in RUN_COLUMNS)
+        *(f"{c}_text" if c in _DATETIME_COLUMNS else c for c in RUN_FIELDS)
     )
 
 

@@ -232,7 +232,6 @@ def _refuse_run(run_id: Any, response: str, detail: str) -> dict[str, Any]:
 @dataclass
 class StreamSession:
     run_id: Any
-    auditor: InlineStreamAuditor
     stream: BoundedStream
     cleaned: list[str] = field(default_factory=list)
     trace_count: int = 0
@@ -271,7 +270,6 @@ class StreamSession:
         )
         session = cls(
             run_id=run.pk,
-            auditor=auditor,
             stream=BoundedStream(auditor),
             max_trace_lines=config.limits.max_trace_lines,
             limits=config.limits,
@@ -289,6 +287,10 @@ class StreamSession:
     @property
     def audit_id(self) -> str:
         return str(self.run_id)
+
+    @property
+    def auditor(self) -> InlineStreamAuditor:
+        return self.stream.auditor
 
     @property
     def split_long(self) -> bool:
