@@ -8,7 +8,6 @@ import io
 import json
 
 import pytest
-from django.conf import settings as django_settings
 from django.core.management import call_command
 
 from audits.management.commands.demo_stream import SAMPLES
@@ -25,13 +24,6 @@ DEMO_CASES = [
 REPEATED = {case["id"] for case in DEMO_CASES if case.get("collision_key")}
 
 
-# On SQLite this test leaves the test database unusable for the rest of the pytest process
-# ("disk I/O error" at every later connection); not found yet (CHANGELOG, open problems). It
-# runs in the PostgreSQL run.
-@pytest.mark.skipif(
-    "sqlite" in django_settings.DATABASES["default"]["ENGINE"],
-    reason="breaks the SQLite test database for later tests (under investigation)",
-)
 def test_demo_duplicates_appear_only_where_a_sample_shows_one(tmp_path, ingest_key, settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     call_command("setup_demo", audits=60, days=3, stdout=io.StringIO())
