@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import string
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,6 +66,17 @@ def files_holding(values: tuple[str, ...] = RAW) -> list[str]:
     found = []
     for path in (name, Path(f"{name}-wal")):
         if path.exists():
-            data = path.read_bytes()
+            data = raw_bytes(path)
             found += [f"{path.name}: {v[:8]}…" for v in values if v.encode() in data]
     return found
+
+
+def raw_bytes(path: Path) -> bytes:
+    """The file's bytes, read by a child process: closing a descriptor of the database file
+    in this process would drop every POSIX lock SQLite holds on it here, and another
+    process's last close would then delete the WAL under this process's open connection
+    (https://sqlite.org/howtocorrupt.html, 2.2)."""
+    read = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    return subprocess.run(
+        [sys.executable, "-c", read, str(path)], capture_output=True, check=True
+    ).stdout
