@@ -116,7 +116,24 @@ def pieces(draw) -> str:
 
 
 SEPARATORS = st.sampled_from(
-    [" ", "\n", "\n\n", "\t", "\r\n", "\x00", "", "> ", "\n- ", "\n    ", "\n<div>\n", "`", "\\"]
+    [
+        " ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r\n",
+        "\x00",
+        "",
+        "> ",
+        "\n- ",
+        "\n    ",
+        "\n<div>\n",
+        "`",
+        "\\",
+        "\n\n    ",  # an indented code block, or a list item's or HTML block's content
+        "\n\n\t",
+        "\n\n<pre>\n\n",
+    ]
 )
 responses = st.lists(st.tuples(pieces(), SEPARATORS), min_size=1, max_size=6).map(
     lambda parts: "".join(p + s for p, s in parts)

@@ -17,6 +17,7 @@ from .text import (
     Doc,
     SpanSet,
     fenced_spans,
+    indented_code_end,
     merge_spans,
     one_line,
     unbroken_code_spans,
@@ -87,6 +88,7 @@ class Ctx:
         "trace_room",
         "trace_cut",
         "open_fence",
+        "indented_code",
     )
 
     def __init__(
@@ -97,11 +99,14 @@ class Ctx:
         sources: SourceIndex,
         caps: RecordCaps | None = None,
         open_fence: str | None = None,
+        indented_code: bool = False,
     ) -> None:
         self.original = text
         # what the paragraphs before left open (text.fence_state_after): the text starts
         # inside that fence, or, when UNKNOWN_FENCE, no code in it is trusted as inert
         self.open_fence = open_fence
+        # whether an indented code block may open the text (text.INDENT_CLEAR before it)
+        self.indented_code = indented_code and open_fence is None
         self.base = base
         self.settings = settings
         self.sources = sources
@@ -126,16 +131,21 @@ class Ctx:
         self.trace_cut = 0
 
     def code(self) -> tuple[SpanSet, list[tuple[int, int]]]:
-        """Code regions (fences and code spans) and fences of the current text, cached."""
+        """Code regions (code blocks and code spans) and code blocks (fenced, or the
+        indented block the text opens with) of the current text, cached."""
         text = self.doc.text
         if self._code is None or self._code[0] is not text:
             open_fence = self.open_fence
+            opens_indented = self.indented_code and text[:1] in (" ", "\t")
+            indented = indented_code_end(text) if opens_indented else 0
             if open_fence == UNKNOWN_FENCE or (
-                "`" not in text and "~~~" not in text and not open_fence
-            ):  # no code trusted, or no fence and no code span
+                "`" not in text and "~~~" not in text and not open_fence and not indented
+            ):  # no code trusted, or no code block and no code span
                 self._code = (text, _NO_CODE, [])
             else:
                 fences = fenced_spans(text, open_fence)
+                if indented:  # no fence starts in it (a fence is indented 3 columns at most)
+                    fences = merge_spans([(0, indented)], fences)
                 spans = merge_spans(fences, unbroken_code_spans(text, fences))
                 self._code = (text, SpanSet(spans), fences)
         return self._code[1], self._code[2]

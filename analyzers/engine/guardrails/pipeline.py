@@ -65,14 +65,16 @@ def audit_paragraph(
     sources: SourceIndex,
     caps: RecordCaps | None = None,
     open_fence: str | None = None,
+    indented_code: bool = False,
 ) -> ParagraphResult:
     """`caps`: the audit's record budget; records past it are counted, not built.
     `open_fence`: what the cleaned paragraphs before leave open (see
-    `text.fence_state_after`)."""
+    `text.fence_state_after`); `indented_code`: whether they leave INDENT_CLEAR (see
+    `text.indent_state_after`)."""
     if len(text) < LARGE_PARAGRAPH:
-        return _audit_paragraph(text, base, settings, sources, caps, open_fence)
+        return _audit_paragraph(text, base, settings, sources, caps, open_fence, indented_code)
     with collector_paused():  # scoped, and safe with concurrent threads (see collector)
-        return _audit_paragraph(text, base, settings, sources, caps, open_fence)
+        return _audit_paragraph(text, base, settings, sources, caps, open_fence, indented_code)
 
 
 def nothing_to_find(text: str, settings: GuardrailSettings) -> bool:
@@ -106,13 +108,14 @@ def _audit_paragraph(
     sources: SourceIndex,
     caps: RecordCaps | None,
     open_fence: str | None,
+    indented_code: bool,
 ) -> ParagraphResult:
     if nothing_to_find(text, settings):  # what the rules below would return for it
         out = ParagraphResult(text, [], [], [PARAGRAPH_IN, PARAGRAPH_OUT], [], [])
         if caps is not None:
             caps.take_trace(out.trace, 0)
         return out
-    ctx = Ctx(text, base, settings, sources, caps, open_fence)
+    ctx = Ctx(text, base, settings, sources, caps, open_fence, indented_code)
     if settings.prompt_leak and settings.patterns:
         strip_prompt_leaks(ctx)
     if settings.links:

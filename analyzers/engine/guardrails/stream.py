@@ -19,7 +19,7 @@ from .caps import RecordCaps
 from .context import PendingClaim
 from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
-from .text import fence_state_after
+from .text import INDENT_CLEAR, fence_state_after, indent_state_after
 
 
 @dataclass(slots=True)
@@ -100,6 +100,7 @@ class InlineStreamAuditor:
         self._fence: str | None = None
         # what the cleaned paragraphs so far leave open (text.fence_state_after)
         self._open_fence: str | None = None
+        self._indent_state = INDENT_CLEAR  # and around an indented code block (text.py)
         self._suppress_blank = False
         self._out: list[str] = []
         self._out_len = 0
@@ -232,10 +233,12 @@ class InlineStreamAuditor:
             self.sources,
             self._caps,
             self._open_fence,
+            self._indent_state == INDENT_CLEAR,
         )
         cleaned = result.text
         if self.settings.redact and cleaned:
             cleaned = self._redact(cleaned, result.pending)
+        self._indent_state = indent_state_after(cleaned, self._indent_state, self._open_fence)
         if self._open_fence is not None or "```" in cleaned or "~~~" in cleaned:
             self._open_fence = fence_state_after(cleaned, self._open_fence)
         if cleaned and not cleaned.isspace():

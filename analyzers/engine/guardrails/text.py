@@ -233,6 +233,63 @@ def fence_state_after(text: str, open_fence: str | None) -> str | None:
     return _scan_fences(text, open_fence)[1]
 
 
+# What the paragraphs before leave open around an indented code block. A paragraph that
+# opens with a line indented 4 columns (after a blank line, outside a fence) is code only
+# at the top level: inside a list item, quote or plugin block (footnote, admonition,
+# definition) it is that block's content, and inside a raw HTML block that blank lines do
+# not end (`<pre>`, `<!--`, ...) it is raw HTML. A line of the text that may open one of
+# those (its first character neither a letter nor `#`, backtick or tilde) leaves
+# INDENT_CONTAINER, which a paragraph opening with a letter at column 0 ends (it closes
+# every such block), or INDENT_HTML (a line opening with `<`), kept for the whole response.
+INDENT_CLEAR = 0
+INDENT_CONTAINER = 1
+INDENT_HTML = 2
+_MAY_OPEN_BLOCK = re.compile(r"^ {0,3}(?=[^ \t\n])(?![^\W\d_]|[#`~])(.)", re.MULTILINE)
+
+
+def indent_state_after(text: str, state: int, open_fence: str | None) -> int:
+    """What `text` (a cleaned paragraph, after `state`, starting in `open_fence`) leaves
+    for the next paragraph. Lines in the fences it trusts as code open nothing."""
+    if state == INDENT_HTML or not text:
+        return state
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text[0].isalpha() and open_fence is None:
+        state = INDENT_CLEAR  # at column 0 after a blank line: every open block ended
+        if "\n" not in text:
+            return state  # no other line
+    elif state == INDENT_CONTAINER and "<" not in text:
+        return state  # nothing can change it
+    fences: list[tuple[int, int]] = []
+    if open_fence != UNKNOWN_FENCE and (open_fence or "```" in text or "~~~" in text):
+        fences = fenced_spans(text, open_fence)
+    for m in _MAY_OPEN_BLOCK.finditer(text):
+        at = m.start()
+        if any(s <= at < e for s, e in fences):
+            continue
+        if m.group(1) == "<":
+            return INDENT_HTML
+        state = INDENT_CONTAINER
+    return state
+
+
+def indented_code_end(text: str) -> int:
+    """Where the indented code block that `text` opens with ends (0: it opens with none);
+    only a paragraph after INDENT_CLEAR and outside a fence opens one."""
+    n = len(text)
+    pos = end = 0
+    while pos < n:
+        line_end = _LINE_END.search(text, pos)
+        stop = line_end.start() if line_end else n
+        col, first = _columns(text, pos, stop)
+        if first < stop:  # not blank
+            if col < 4:
+                break
+            end = stop
+        pos = line_end.end() if line_end else n
+    return end
+
+
 def _columns(text: str, pos: int, end: int) -> tuple[int, int]:
     """(indentation in columns, tabs to the next multiple of 4; where it ends)."""
     col = 0
