@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from analyzers.api import router as config_router
+from analyzers.api.router import router as config_router
 from analyzers.auth import PayloadTooLarge, RateLimited
 from audits.api.candidates import router as candidates_router
 from audits.api.router import router as audits_router

@@ -2,15 +2,16 @@
 `python -m auditor_site.serve`).
 
 Every HTTP request passes `BodyLimitMiddleware` first: bodies over `AUDITOR_MAX_BODY_BYTES`
-get 413 before they are read (auditor_site/body_limit.py); then `KeyGate`: a body to an
+get 413 before they are read (auditor_site/edge/body_limit.py); then `KeyGate`: a body to an
 endpoint that needs an API key is refused from the head when the key cannot pass
-(auditor_site/key_gate.py). Requests and WebSockets wait at
+(auditor_site/edge/key_gate.py). Requests and WebSockets wait at
 most `AUDITOR_REQUEST_LOCK_WAIT_MS` for SQLite's write lock (analyzers/lock_wait.py).
 
 `POST /api/audits` is answered in front of Django in its common case (a recently
 verified key, a valid body: audits/api/submit_asgi.py), else by Django; so is
 `GET /api/audits/<id>` (audits/api/poll_asgi.py). Probes (`/healthz`, `/readyz`:
-auditor_site/health.py) and `/metrics` (auditor_site/metrics.py) are answered here too.
+auditor_site/probes/health.py) and `/metrics` (auditor_site/probes/metrics.py) are answered
+here too.
 `POST /api/audits/stream` and the OpenAI-compatible proxy (`/v1/chat/completions`,
 `/v1/models`) go to plain ASGI apps in front of Django (Django reads a whole body before
 its views run, and cannot see a client leave mid-answer); `/ws/ingest/` is authenticated
@@ -44,13 +45,13 @@ from django.conf import settings  # noqa: E402
 
 from analyzers.lock_wait import lock_wait  # noqa: E402
 from auditor_site.api import api  # noqa: E402
-from auditor_site.body_limit import BodyLimitMiddleware  # noqa: E402
-from auditor_site.health import PATHS as HEALTH_PATHS  # noqa: E402
-from auditor_site.health import health_endpoint  # noqa: E402
-from auditor_site.key_gate import KeyGate  # noqa: E402
-from auditor_site.metrics import PATH as METRICS_PATH  # noqa: E402
-from auditor_site.metrics import live_connection, metrics_endpoint  # noqa: E402
-from auditor_site.ws_origin import SameOriginValidator  # noqa: E402
+from auditor_site.edge.body_limit import BodyLimitMiddleware  # noqa: E402
+from auditor_site.edge.key_gate import KeyGate  # noqa: E402
+from auditor_site.edge.ws_origin import SameOriginValidator  # noqa: E402
+from auditor_site.probes.health import PATHS as HEALTH_PATHS  # noqa: E402
+from auditor_site.probes.health import health_endpoint  # noqa: E402
+from auditor_site.probes.metrics import PATH as METRICS_PATH  # noqa: E402
+from auditor_site.probes.metrics import live_connection, metrics_endpoint  # noqa: E402
 from audits.api.poll_asgi import PollEndpoint, is_poll  # noqa: E402
 from audits.api.proxy import PATHS as PROXY_PATHS  # noqa: E402
 from audits.api.proxy import proxy_endpoint  # noqa: E402
@@ -61,7 +62,7 @@ from audits.api.submit_asgi import SubmitEndpoint  # noqa: E402
 from audits.live.routing import ingest_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 STREAM_PATH = "/api/audits/stream"
-# Bodies sent as they come: their idle timeout is the streams' (auditor_site/head_limit.py).
+# Bodies sent as they come: their idle timeout is the streams' (auditor_site/edge/head_limit.py).
 STREAMING_PATHS = frozenset({STREAM_PATH, STREAM_PATH + "/", CHAT_PATH, CHAT_PATH + "/"})
 submit_endpoint = SubmitEndpoint(api, django_asgi_app)
 poll_endpoint = PollEndpoint(api, django_asgi_app)
@@ -71,7 +72,7 @@ async def route_http(scope, receive, send):
     lock_wait.set(settings.AUDITOR_REQUEST_LOCK_WAIT_MS)
     if scope["path"] in HEALTH_PATHS:  # probes: no session, no key, no middleware
         await health_endpoint(scope, receive, send)
-    elif scope["path"] == METRICS_PATH:  # its own access check (auditor_site/metrics.py)
+    elif scope["path"] == METRICS_PATH:  # its own access check (auditor_site/probes/metrics.py)
         await metrics_endpoint(scope, receive, send)
     elif scope["path"] in (STREAM_PATH, STREAM_PATH + "/"):
         await stream_endpoint(scope, receive, send)
@@ -107,7 +108,7 @@ http_app = BodyLimitMiddleware(
 
 
 ingest_app = URLRouter(ingest_urlpatterns)
-# Same origin = scheme, host and port (auditor_site/ws_origin.py), then the staff session.
+# Same origin = scheme, host and port (auditor_site/edge/ws_origin.py), then the staff session.
 live_app = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 

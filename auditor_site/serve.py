@@ -6,7 +6,7 @@ daphne, uvicorn hands a request body to the application as it arrives and stops 
 the socket while the application does not ask for more, so `BodyLimitMiddleware` refuses
 an oversized upload before it is buffered. A WebSocket message may be at most
 `AUDITOR_MAX_BODY_BYTES` plus 64 KiB of framing, and a request's line and headers
-`AUDITOR_MAX_HEAD_BYTES` (auditor_site/head_limit.py: httptools has no such bound). The
+`AUDITOR_MAX_HEAD_BYTES` (auditor_site/edge/head_limit.py: httptools has no such bound). The
 same protocol times heads and bodies and caps the open connections
 (`AUDITOR_MAX_CONNECTIONS`). The client's address (REMOTE_ADDR: the login throttle) is the
 peer's, or what `X-Forwarded-For` says when the peer is in `AUDITOR_TRUSTED_PROXIES`.
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImproperlyConfigured as exc:
         sys.exit(f"error: {exc}")
     import auditor_site.asgi  # deferred: after django.setup() (loaded now, settled with the rest)
-    from auditor_site.head_limit import HeadLimitedProtocol  # deferred: after django.setup()
+    from auditor_site.edge.head_limit import HeadLimitedProtocol  # deferred: after django.setup()
 
     heap.settle("start")
     config = uvicorn.Config(

@@ -214,7 +214,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# GET /metrics (auditor_site/metrics.py): off (404) unless a scraper may pass, with
+# GET /metrics (auditor_site/probes/metrics.py): off (404) unless a scraper may pass, with
 # `Authorization: Bearer <AUDITOR_METRICS_TOKEN>` or from an address or network in
 # AUDITOR_METRICS_ALLOW; the windowed metrics cover the last AUDITOR_METRICS_WINDOW_S s.
 AUDITOR_METRICS_TOKEN = os.environ.get("AUDITOR_METRICS_TOKEN", "")
@@ -278,7 +278,7 @@ else:
     raise ImproperlyConfigured("AUDITOR_TASK_BACKEND must be 'thread', 'database' or 'immediate'")
 # API limits: request body size and requests per minute per API key.
 AUDITOR_MAX_BODY_BYTES = envint("AUDITOR_MAX_BODY_BYTES", 1_000_000)
-# A request's line and headers, on the shipped server (auditor_site/head_limit.py): their
+# A request's line and headers, on the shipped server (auditor_site/edge/head_limit.py): their
 # size, and the seconds they may take to arrive.
 AUDITOR_MAX_HEAD_BYTES = envint("AUDITOR_MAX_HEAD_BYTES", 65_536)
 AUDITOR_HEAD_TIMEOUT_S = max(1, envint("AUDITOR_HEAD_TIMEOUT_S", 30))
@@ -295,7 +295,7 @@ def default_max_connections() -> int:
     return max(16, min(int(soft * 0.8) - 100, 10_000))
 
 
-# Past this many open connections, a new one gets 503 at once (auditor_site/head_limit.py).
+# Past this many open connections, a new one gets 503 at once (auditor_site/edge/head_limit.py).
 AUDITOR_MAX_CONNECTIONS = max(1, envint("AUDITOR_MAX_CONNECTIONS", default_max_connections()))
 # Addresses (IPs or CIDRs, comma-separated) whose X-Forwarded-For / X-Forwarded-Proto the
 # server believes (the reverse proxy in front); none by default: the peer is the client.

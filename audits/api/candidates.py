@@ -1,6 +1,6 @@
 """A candidate configuration's evidence: POST /api/config/candidates/{id}/replay, GET .../diff
 and POST .../promote (admin keys, as the rest of /api/config; the candidates themselves are
-the configuration app's, analyzers.api)."""
+the configuration app's, analyzers.api.router)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
 from analyzers import candidates
-from analyzers.api import ONE_ERRORS, get_candidate
-from analyzers.api_errors import DetailError
+from analyzers.api.errors import DetailError
+from analyzers.api.router import ONE_ERRORS, get_candidate
 from analyzers.auth import admin_auth
 from audits.shadow import control
 from audits.shadow.compare import compare

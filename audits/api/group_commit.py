@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, transaction
 
-from analyzers.api_errors import DetailError
+from analyzers.api.errors import DetailError
 from analyzers.config_store import option_errors
 from audits.intake import submit as intake
 from audits.store.db_threads import run_in_db_thread

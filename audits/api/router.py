@@ -20,7 +20,8 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import Field, field_validator
 
-from analyzers.api_errors import DetailError
+from analyzers.api.errors import DetailError
+from analyzers.api.schemas import ErrorOut
 from analyzers.auth import (
     admin_auth,
     ingest_auth,
@@ -31,7 +32,6 @@ from analyzers.auth import (
     staff_export_auth,
 )
 from analyzers.config_store import option_errors
-from analyzers.schemas import ErrorOut
 from audits.api import group_commit, polling
 from audits.api.export import export_page
 from audits.api.stream_http import buffered_stream

@@ -83,7 +83,7 @@ class SubmitEndpoint:
         if request is None or key is None:
             await self.django(scope, receive, send)
             return
-        try:  # its size bounded before (auditor_site.body_limit): no 413 here
+        try:  # its size bounded before (auditor_site.edge.body_limit): no 413 here
             raw = await read_body(receive, settings.AUDITOR_MAX_BODY_BYTES)
         except Disconnected:  # the client left: nothing stored, nobody to answer
             return

@@ -14,7 +14,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from analyzers.config_store import save_config
 from audits.models import AuditRun
-from tests.auditor_site.test_server_limits import rss_kb
+from tests.auditor_site.edge.test_server_limits import rss_kb
 from tests.live_support import BASE_DIR, free_port, start_server, stop
 from tests.proxy_upstream import Completion, UpstreamServer, stream_frames
 

@@ -45,7 +45,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from auditor_site.health import respond
+from auditor_site.probes.health import respond
 from audits.api.asgi_body import Receive, Send
 from audits.models import AnalyzerRunRecord, AuditRun
 

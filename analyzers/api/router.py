@@ -9,11 +9,12 @@ from django.http import HttpRequest
 from ninja import Body, Field, Router, Schema, Status
 from ninja.errors import HttpError
 
-from . import candidates
-from .api_errors import DetailError
-from .auth import admin_auth
-from .config_store import ConfigError, export_config, parse_config, save_config
-from .models import CandidateConfig, ConfigChange
+from analyzers import candidates
+from analyzers.auth import admin_auth
+from analyzers.config_store import ConfigError, export_config, parse_config, save_config
+from analyzers.models import CandidateConfig, ConfigChange
+
+from .errors import DetailError
 from .schemas import ErrorOut
 
 router = Router(tags=["config"])

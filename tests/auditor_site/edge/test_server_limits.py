@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from auditor_site.body_limit import BodyLimitMiddleware
+from auditor_site.edge.body_limit import BodyLimitMiddleware
 from tests.live_support import free_port, start_server, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,7 +64,7 @@ def test_a_chunked_body_over_the_limit_gets_413_while_it_is_still_being_sent(ser
     port, _ = server
     key = make_key(
         "ingest"
-    )  # without one, the head alone is refused (tests/auditor_site/test_edge_limits.py)
+    )  # without one, the head alone is refused (tests/auditor_site/edge/test_edge_limits.py)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
             b"POST /api/audits HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -12,7 +12,7 @@ import pytest
 from django.db import OperationalError, connection, connections
 from prometheus_client.parser import text_string_to_metric_families
 
-from auditor_site import health
+from auditor_site.probes import health
 from bench.services import PgCluster
 from tests.live_support import live_server
 

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from analyzers.config_store import save_config
-from auditor_site.key_gate import KeyGate, ninja_checks
-from tests.auditor_site.test_server_limits import read_status
+from auditor_site.edge.key_gate import KeyGate, ninja_checks
+from tests.auditor_site.edge.test_server_limits import read_status
 from tests.live_support import BASE_DIR, free_port, session_headers, start_server, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)

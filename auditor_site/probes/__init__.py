@@ -1,0 +1,1 @@
+"""Probes answered in front of Django: `/healthz`, `/readyz` and `/metrics`."""
