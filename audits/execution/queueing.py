@@ -53,7 +53,7 @@ def queue_shares_transaction(using: str | None) -> bool:
 
 def insert_queue_rows(queued: list[tuple[Any, bool]]) -> None:
     """django-tasks-db's queue rows of `queued` (`(run_id, large)`), in one INSERT inside
-    the audits' transaction.
+    the audits' transaction; a row carries up to RUNS_PER_ROW runs (`run_audit`'s args).
 
     Its `enqueue` makes each row with `objects.create()` and then a TaskResult for the
     `task_enqueued` signal (whose only receiver logs at debug level): several times the
@@ -80,11 +80,25 @@ def insert_queue_rows(queued: list[tuple[Any, bool]]) -> None:
             backend.alias,
             enqueued_at,
         )
+        groups = [[one] for one in ids] if large else row_groups(ids)
         rows.extend(
-            (backend._get_id(), {"args": [run_id], "kwargs": {}}, *constant) for run_id in ids
+            (backend._get_id(), {"args": group, "kwargs": {}}, *constant) for group in groups
         )
     insert_rows(DBTaskResult, QUEUE_ROW_COLUMNS, rows)
-    logger.debug("%d audits queued", len(rows))
+    logger.debug("%d audits queued in %d rows", len(queued), len(rows))
+
+
+# Runs of a submitted batch carried by one queue row: a worker claims, analyses and stores
+# them together (one claim, one transaction), and several rows let several workers share
+# a big batch. Large audits keep a row each (their lane's point is to run alone).
+RUNS_PER_ROW = 32
+
+
+def row_groups(ids: list[str]) -> list[list[str]]:
+    """`ids` in the fewest rows of at most RUNS_PER_ROW, of even sizes."""
+    rows = -(-len(ids) // RUNS_PER_ROW)
+    size = -(-len(ids) // rows) if rows else 0
+    return [ids[i : i + size] for i in range(0, len(ids), size)] if size else []
 
 
 QUEUE_ROW_COLUMNS = (

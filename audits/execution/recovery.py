@@ -146,15 +146,15 @@ def take_over_task_rows(*, stale_after: timedelta, max_attempts: int) -> int:
         elif same.update(status=TaskResultStatus.READY):
             taken += 1
             if task_path == run_audit.module_path and (args_kwargs or {}).get("args"):
-                _release_run_of_dead_row(args_kwargs["args"][0], stale_after, now, max_attempts)
+                _release_runs_of_dead_row(args_kwargs["args"], stale_after, now, max_attempts)
     return taken
 
 
-def _release_run_of_dead_row(
-    run_id: str, stale_after: timedelta, now: datetime, max_attempts: int
+def _release_runs_of_dead_row(
+    run_ids: list[str], stale_after: timedelta, now: datetime, max_attempts: int
 ) -> None:
-    """The run a dead task row carried goes back to pending with the row, so the worker that
-    takes the row over runs it (instead of finding it `running` and a later sweep queueing
+    """The runs a dead task row carried go back to pending with the row, so the worker that
+    takes the row over runs them (instead of finding it `running` and a later sweep queueing
     it again with a second row).
 
     The dead worker claimed the run just after the row, so before its first beat the run may
@@ -162,7 +162,7 @@ def _release_run_of_dead_row(
     (each beats every `heartbeat_seconds()`, a quarter of `stale_after`). A run out of
     attempts stays for `recover_stale_runs` to fail."""
     AuditRun.objects.filter(
-        pk=run_id,
+        pk__in=run_ids,
         status=AuditRun.Status.RUNNING,
         attempts__lt=max_attempts,
         started_at__lt=now - stale_after + timedelta(seconds=heartbeat_seconds()),
@@ -174,7 +174,7 @@ def queued_run_ids() -> set[str] | None:
 
     backend = task_backends[run_audit.backend]
     if hasattr(backend, "queued_args"):
-        return {str(args[0]) for args in backend.queued_args(run_audit.module_path) if args}
+        return {str(one) for args in backend.queued_args(run_audit.module_path) for one in args}
     if _is_database_backend(backend):
         from django.tasks.base import TaskResultStatus
         from django_tasks_db.models import DBTaskResult
@@ -183,7 +183,7 @@ def queued_run_ids() -> set[str] | None:
             task_path=run_audit.module_path,
             status__in=[TaskResultStatus.READY, TaskResultStatus.RUNNING],
         ).values_list("args_kwargs", flat=True)
-        return {str(a["args"][0]) for a in rows if a.get("args")}
+        return {str(one) for a in rows for one in a.get("args") or ()}
     return set()  # immediate: nothing waits in a queue
 
 

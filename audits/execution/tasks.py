@@ -9,11 +9,14 @@ from audits.execution import execute, processes
 
 
 @task()
-def run_audit(run_id: str) -> str:
-    """Audit one stored run; see `audits.execution.execute.execute_run` (in an analysis
-    process when the thread backend has them: audits.execution.processes)."""
-    if processes.configured():
-        return str(processes.execute_runs([run_id]).get(str(run_id), "skipped"))
+def run_audit(run_id: str, *more: str) -> str:
+    """Audit one stored run, or several (a database queue row carries a submitted batch's
+    runs: one claim and one transaction for them); see `audits.execution.execute` (in an
+    analysis process when the thread backend has them: audits.execution.processes)."""
+    if processes.configured() or more:
+        execute_runs = processes.execute_runs if processes.configured() else execute.execute_runs
+        outcome = execute_runs([run_id, *more])
+        return ",".join(str(outcome.get(str(one), "skipped")) for one in (run_id, *more))
     return str(execute.execute_run(run_id))
 
 
@@ -21,8 +24,8 @@ def run_audit_batch(calls: list[list]) -> list[str]:
     """Several queued `run_audit` calls at once (`execute.execute_runs`); a backend that
     batches a deep queue (audits.execution.backend) calls this instead, with each call's args."""
     execute_runs = processes.execute_runs if processes.configured() else execute.execute_runs
-    outcome = execute_runs([args[0] for args in calls])
-    return [str(outcome.get(str(args[0]), "skipped")) for args in calls]
+    outcome = execute_runs([one for args in calls for one in args])
+    return [",".join(str(outcome.get(str(one), "skipped")) for one in args) for args in calls]
 
 
 run_audit.func.batch = run_audit_batch

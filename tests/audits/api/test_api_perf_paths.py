@@ -83,9 +83,11 @@ def test_a_database_queue_row_commits_with_the_audit(api_client, ingest_key, set
 def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
     api_client, ingest_key, settings, django_assert_max_num_queries
 ):
-    """A batch's database queue rows: one INSERT, each the row `run_audit.enqueue` makes."""
+    """A batch's database queue rows: one INSERT, each the row `run_audit.enqueue` makes,
+    carrying up to RUNS_PER_ROW of its audits (a large one alone, on its lane)."""
     from django_tasks_db.models import DBTaskResult
 
+    from audits.execution.queueing import RUNS_PER_ROW
     from audits.execution.tasks import run_audit
     from tests.conftest import _reset_task_backends
 
@@ -93,13 +95,16 @@ def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
     settings.TASKS = value
     _reset_task_backends(value)
     big = {**BODY, "response": "x" * settings.AUDITOR_LARGE_AUDIT_CHARS}
+    small = RUNS_PER_ROW + 8  # two rows of 20
     # the key, its rate counter, the configuration, the audits, their queue rows: 18
     with django_assert_max_num_queries(20):
-        r = api_client.post("/api/audits/batch", {"audits": [BODY] * 20 + [big]}, key=ingest_key)
+        r = api_client.post("/api/audits/batch", {"audits": [BODY] * small + [big]}, key=ingest_key)
     assert r.status_code == 202
     ids = [item["id"] for item in r.json()["items"]]
-    rows = {row.args_kwargs["args"][0]: row for row in DBTaskResult.objects.all()}
-    assert sorted(rows) == sorted(ids)
+    rows = list(DBTaskResult.objects.all())
+    assert sorted(len(row.args_kwargs["args"]) for row in rows) == [1, 20, 20]
+    carried = [one for row in rows for one in row.args_kwargs["args"]]
+    assert sorted(carried) == sorted(ids)  # each audit in exactly one row
     made = run_audit.enqueue(ids[0]).db_result  # the library's own way, for comparison
     fields = [
         "status",
@@ -110,11 +115,31 @@ def test_a_batch_queues_its_audits_in_one_insert_with_the_rows_enqueue_makes(
         "backend_name",
         "worker_ids",
     ]
-    for run_id, row in rows.items():
-        assert row.args_kwargs == {"args": [run_id], "kwargs": {}}
+    assert [ids[-1]] in [row.args_kwargs["args"] for row in rows]  # the large one alone
+    for row in rows:
+        assert row.args_kwargs["kwargs"] == {}
         assert row.enqueued_at is not None
         assert [getattr(row, f) for f in fields] == [getattr(made, f) for f in fields]
     assert made.args_kwargs == {"args": [ids[0]], "kwargs": {}}
+
+
+def test_a_row_of_several_audits_runs_them_all(api_client, ingest_key, settings):
+    """`run_audit` with a row's several runs analyses and stores each of them."""
+    from django_tasks_db.models import DBTaskResult
+
+    from audits.execution.tasks import run_audit
+    from tests.conftest import _reset_task_backends
+
+    value = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = value
+    _reset_task_backends(value)
+    r = api_client.post("/api/audits/batch", {"audits": [BODY] * 5}, key=ingest_key)
+    (row,) = DBTaskResult.objects.all()
+    outcome = run_audit.call(*row.args_kwargs["args"])
+    assert outcome.split(",") == ["complete"] * 5
+    ids = [item["id"] for item in r.json()["items"]]
+    statuses = AuditRun.objects.filter(pk__in=ids).values_list("status", flat=True)
+    assert sorted(statuses) == ["complete"] * 5
 
 
 def test_submitted_rows_are_converted_before_the_write_lock(api_client, ingest_key, monkeypatch):
