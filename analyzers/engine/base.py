@@ -7,6 +7,7 @@ async `analyze(audit, settings, context)` returning an `AnalyzerResult`. Write o
         id = "shouting"
         category = "communication"
         description = "Flags responses written in capitals."
+        annotation_types = ("SHOUTING",)
 
         class Settings(AnalyzerSettings):
             max_ratio: float = 0.5
@@ -81,6 +82,9 @@ class Analyzer:
     Settings: ClassVar[type[AnalyzerSettings]] = AnalyzerSettings
     # Settings only the configuration may set, never per-audit `options` (e.g. code paths).
     config_only_settings: ClassVar[frozenset[str]] = frozenset()
+    # The annotation type codes `analyze` may emit, declared once where they are defined:
+    # the dashboard's filters offer them (`Registry.annotation_types`).
+    annotation_types: ClassVar[tuple[str, ...]] = ()
 
     def parse_settings(self, raw: dict[str, Any]) -> AnalyzerSettings:
         return self.Settings.model_validate(raw)

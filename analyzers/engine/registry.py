@@ -62,11 +62,20 @@ class Registry:
     def ids(self) -> list[str]:
         return list(self._by_id)
 
+    def annotation_types(self) -> list[str]:
+        """The annotation types the analyzers declare, in registry order, each once."""
+        return list(dict.fromkeys(t for a in self._by_id.values() for t in a.annotation_types))
+
     def __iter__(self) -> Iterator[Analyzer]:
         return iter(self._by_id.values())
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+def builtin_ids() -> list[str]:
+    """The ids of the built-in analyzers (a custom judge may take none of them)."""
+    return [_instantiate(import_dotted(path), path).id for path in BUILTIN_ANALYZERS]
 
 
 def build_registry(

@@ -30,37 +30,6 @@ from audits.surfacing import policies
 PAGE_SIZE = 25
 TABLE_PAGE_SIZE = 50  # rows of the table view per page
 SEVERITIES = ("info", "warning", "critical")
-KNOWN_TYPES = (
-    "EMPTY_OUTPUT",
-    "TOO_MANY_CHARS",
-    "TOO_MANY_TOKENS",
-    "TOKEN_LENGTH_SPIKE",
-    "JSON_PARSE_FAILED",
-    "REQUIRED_FIELD_MISSING",
-    "SELF_CONTRADICTION",
-    "COLLISION_DETECTED",
-    "VALIDATOR_FAILED",
-    "EXCEPTION",
-    "LINK_HOST_NOT_ALLOWED",
-    "LINK_TECH_DOC_NOT_ALLOWED",
-    "LINK_LABEL_UPGRADED",
-    "LINK_LABEL_SUFFIX_NORMALIZED",
-    "HTML_ANCHOR_CONVERTED",
-    "DANGLING_ATTRIBUTION",
-    "LINK_UNHEALTHY",
-    "LINK_UNSAFE_SCHEME",
-    "UNGROUNDED_CUSTOMER_CLAIM",
-    "PROMPT_LEAK",
-    "sycophancy",
-    "confirmation_bias",
-    "anchoring_bias",
-    "authority_deference",
-    "recency_bias",
-    "false_consensus",
-    "condescending",
-    "dismissive",
-    "unprofessional",
-)
 
 
 # --- list filters -------------------------------------------------------------------------
@@ -239,12 +208,14 @@ class ListFilters:
 def filter_choices(filters: ListFilters | None = None) -> dict[str, list[str]]:
     """Analyzer ids and annotation types for the filter selects.
 
-    From the engine's registry, the configuration and the contract's codes, not from a
-    DISTINCT over the tables (which grow with every audit); a value in the URL is always
-    offered back.
+    From the engine's registry (its analyzers and the annotation types they declare) and
+    the configuration, not from a DISTINCT over the tables (which grow with every audit); a
+    value in the URL is always offered back, so a stored type no analyzer declares still
+    filters.
     """
-    analyzers = set(current_registry().ids()) | set(load_config().analyzers)
-    types = set(KNOWN_TYPES)
+    registry = current_registry()
+    analyzers = set(registry.ids()) | set(load_config().analyzers)
+    types = set(registry.annotation_types())
     if filters is not None:
         if filters.analyzer:
             analyzers.add(filters.analyzer)

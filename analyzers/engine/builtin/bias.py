@@ -96,6 +96,7 @@ class BiasAnalyzer(Analyzer):
         "by phrase heuristics."
     )
     Settings = BiasSettings
+    annotation_types = BIAS_TYPES
 
     def never_waits(self, settings: BiasSettings, context: AuditContext) -> bool:
         """Without a model (none configured, or `use_model` off) only the heuristic runs."""

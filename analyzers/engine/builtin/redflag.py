@@ -24,6 +24,30 @@ from analyzers.engine.registry import RegistryError, import_dotted
 
 SEVERITY_WEIGHT = {"info": 0.1, "warning": 0.4}
 
+# The annotation types (`RedflagAnalyzer.annotation_types`).
+EMPTY_OUTPUT = "EMPTY_OUTPUT"
+TOO_MANY_CHARS = "TOO_MANY_CHARS"
+TOO_MANY_TOKENS = "TOO_MANY_TOKENS"
+TOKEN_LENGTH_SPIKE = "TOKEN_LENGTH_SPIKE"
+JSON_PARSE_FAILED = "JSON_PARSE_FAILED"
+REQUIRED_FIELD_MISSING = "REQUIRED_FIELD_MISSING"
+SELF_CONTRADICTION = "SELF_CONTRADICTION"
+COLLISION_DETECTED = "COLLISION_DETECTED"
+VALIDATOR_FAILED = "VALIDATOR_FAILED"
+EXCEPTION = "EXCEPTION"
+REDFLAG_TYPES = (
+    EMPTY_OUTPUT,
+    TOO_MANY_CHARS,
+    TOO_MANY_TOKENS,
+    TOKEN_LENGTH_SPIKE,
+    JSON_PARSE_FAILED,
+    REQUIRED_FIELD_MISSING,
+    SELF_CONTRADICTION,
+    COLLISION_DETECTED,
+    VALIDATOR_FAILED,
+    EXCEPTION,
+)
+
 _NOT_CERTAIN = re.compile(
     r"\b(?:not|never)\s+(?:entirely\s+|completely\s+|totally\s+|100%\s+)?(?:certain|sure)\b"
     r"|\buncertain\b",
@@ -209,7 +233,7 @@ def find_self_contradiction(text: str) -> Annotation | None:
         if certain:
             evidence, start, end = _span_evidence(text, not_certain, certain)
             return Annotation(
-                type="SELF_CONTRADICTION",
+                type=SELF_CONTRADICTION,
                 label="Confidence contradiction",
                 severity="warning",
                 description=(f"Says it is {not_certain.group(0)!r} yet also {certain.group(0)!r}."),
@@ -223,7 +247,7 @@ def find_self_contradiction(text: str) -> Annotation | None:
         if hedge:
             evidence, start, end = _span_evidence(text, answer, hedge)
             return Annotation(
-                type="SELF_CONTRADICTION",
+                type=SELF_CONTRADICTION,
                 label="Hedged definitive answer",
                 severity="warning",
                 description=f"Gives a definitive answer, then hedges with {hedge.group(0)!r}.",
@@ -253,6 +277,7 @@ class RedflagAnalyzer(Analyzer):
     )
     Settings = RedflagSettings
     config_only_settings: ClassVar[frozenset[str]] = frozenset({"validators"})
+    annotation_types = REDFLAG_TYPES
 
     def never_waits(self, settings: RedflagSettings, context: AuditContext) -> bool:
         """No custom validator (they may wait), and duplicates either not tracked or
@@ -276,7 +301,7 @@ class RedflagAnalyzer(Analyzer):
         if not text.strip():
             flags.append(
                 Annotation(
-                    type="EMPTY_OUTPUT",
+                    type=EMPTY_OUTPUT,
                     label="Empty output",
                     severity="critical",
                     description="The response is empty after trimming whitespace.",
@@ -285,7 +310,7 @@ class RedflagAnalyzer(Analyzer):
         if settings.max_chars is not None and len(text) > settings.max_chars:
             flags.append(
                 Annotation(
-                    type="TOO_MANY_CHARS",
+                    type=TOO_MANY_CHARS,
                     label="Too many characters",
                     severity="warning",
                     description=f"{len(text)} characters, more than the limit of {settings.max_chars}.",
@@ -294,7 +319,7 @@ class RedflagAnalyzer(Analyzer):
         if settings.max_tokens is not None and tokens > settings.max_tokens:
             flags.append(
                 Annotation(
-                    type="TOO_MANY_TOKENS",
+                    type=TOO_MANY_TOKENS,
                     label="Too many tokens",
                     severity="warning",
                     description=f"{tokens} tokens, more than the limit of {settings.max_tokens}.",
@@ -303,7 +328,7 @@ class RedflagAnalyzer(Analyzer):
         if is_spike:
             flags.append(
                 Annotation(
-                    type="TOKEN_LENGTH_SPIKE",
+                    type=TOKEN_LENGTH_SPIKE,
                     label="Token length spike",
                     severity="info",
                     description=(
@@ -320,7 +345,7 @@ class RedflagAnalyzer(Analyzer):
                 parsed = None
                 flags.append(
                     Annotation(
-                        type="JSON_PARSE_FAILED",
+                        type=JSON_PARSE_FAILED,
                         label="Not valid JSON",
                         severity="critical",
                         description="The response was required to be JSON and could not be parsed.",
@@ -334,7 +359,7 @@ class RedflagAnalyzer(Analyzer):
                     if not has_path(parsed, path):
                         flags.append(
                             Annotation(
-                                type="REQUIRED_FIELD_MISSING",
+                                type=REQUIRED_FIELD_MISSING,
                                 label="Required field missing",
                                 severity="critical",
                                 description=f"The JSON has no field {path!r}.",
@@ -349,7 +374,7 @@ class RedflagAnalyzer(Analyzer):
         if settings.track_collisions and tokens and await seen_before(context, _digest(*words)):
             flags.append(
                 Annotation(
-                    type="COLLISION_DETECTED",
+                    type=COLLISION_DETECTED,
                     label="Duplicate output",
                     severity="warning",
                     description="The same content was already produced for this collision key.",
@@ -361,7 +386,7 @@ class RedflagAnalyzer(Analyzer):
             if allowed is not None and not validator_allowed(path, allowed):
                 flags.append(
                     Annotation(
-                        type="EXCEPTION",
+                        type=EXCEPTION,
                         label="Validator not allowed",
                         severity="warning",
                         description=f"Validator {path} is outside the modules the operator "
@@ -395,7 +420,7 @@ async def run_validator(path: str, text: str, parsed: Any, audit: AuditInput) ->
     except Exception as exc:
         return [
             Annotation(
-                type="EXCEPTION",
+                type=EXCEPTION,
                 label="Validator raised",
                 severity="warning",
                 description=f"Validator {path} raised {type(exc).__name__}: {exc}",
@@ -405,7 +430,7 @@ async def run_validator(path: str, text: str, parsed: Any, audit: AuditInput) ->
         message = outcome.get("message") if isinstance(outcome, dict) else None
         return [
             Annotation(
-                type="VALIDATOR_FAILED",
+                type=VALIDATOR_FAILED,
                 label="Validator failed",
                 severity="warning",
                 description=f"Validator {path} failed" + (f": {message}" if message else "."),

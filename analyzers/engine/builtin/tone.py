@@ -5,7 +5,7 @@ One model call (`tone_detect` prompt) when a model is configured, phrase rules o
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -16,13 +16,14 @@ from analyzers.engine.builtin.judging import JudgedItem, verify_items
 from analyzers.engine.contract import AnalyzerResult, Annotation, AuditInput
 from analyzers.engine.llm import LLMClient, Usage, get_llm_client, load_prompt
 
-TONE_TYPES = ("condescending", "dismissive", "unprofessional")
+ToneType = Literal["condescending", "dismissive", "unprofessional"]
+TONE_TYPES: tuple[str, ...] = get_args(ToneType)
 # A heuristic run's usage: no model call (copied per result, never shared).
 _NO_USAGE = Usage().as_dict()
 
 
 class ToneIssue(JudgedItem):
-    type: Literal["condescending", "dismissive", "unprofessional"]
+    type: ToneType
 
 
 class ToneReview(BaseModel):
@@ -46,6 +47,7 @@ class ToneAnalyzer(Analyzer):
         "model or, without one, by phrase heuristics."
     )
     Settings = ToneSettings
+    annotation_types = TONE_TYPES
 
     def never_waits(self, settings: ToneSettings, context: AuditContext) -> bool:
         """Without a model (none configured, or `use_model` off) only the heuristic runs."""

@@ -50,6 +50,11 @@ SURFACE_CODES = frozenset(
         "HTML_UNSAFE_MARKUP",
     }
 )
+# Which analyzer records each code of `LABELS`: grounding and prompt_leak one each, links
+# every other (their `annotation_types`).
+GROUNDING_TYPES = ("UNGROUNDED_CUSTOMER_CLAIM",)
+PROMPT_LEAK_TYPES = ("PROMPT_LEAK",)
+LINKS_TYPES = tuple(code for code in LABELS if code not in GROUNDING_TYPES + PROMPT_LEAK_TYPES)
 
 
 # `LinkRecord.model_dump()` with its defaults, without the wrapper's keyword passing
@@ -331,6 +336,7 @@ class LinksAnalyzer(Analyzer):
         "dangling attributions, and checks link health."
     )
     Settings = LinksSettings
+    annotation_types = LINKS_TYPES
 
     def never_waits(self, settings: LinksSettings, context: AuditContext) -> bool:
         return not (settings.check_health and health_checks_on(context.config))
@@ -389,6 +395,7 @@ class GroundingAnalyzer(Analyzer):
         "sentence links to its (healthy) case study."
     )
     Settings = GroundingSettings
+    annotation_types = GROUNDING_TYPES
 
     def never_waits(self, settings: GroundingSettings, context: AuditContext) -> bool:
         return not health_checks_on(context.config)
@@ -423,6 +430,7 @@ class PromptLeakAnalyzer(Analyzer):
     category = "compliance"
     description = "Removes lines that start with an echoed prompt-template heading."
     Settings = PromptLeakSettings
+    annotation_types = PROMPT_LEAK_TYPES
 
     def never_waits(self, settings: PromptLeakSettings, context: AuditContext) -> bool:
         return True

@@ -76,6 +76,7 @@ class PrivacyAnalyzer(Analyzer):
         "addresses (off by default) and API keys, private keys and JSON Web Tokens."
     )
     Settings = PrivacySettings
+    annotation_types = d.TYPES
 
     def never_waits(self, settings: PrivacySettings, context: AuditContext) -> bool:
         return True
