@@ -47,7 +47,7 @@ run: native
 test: native
 	$(MAKE) --no-print-directory check
 	$(PY) -m pytest -q -m "not browser" -p no:cacheprovider
-	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/engine
+	AUDITOR_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/analyzers/engine
 	$(PY) -m pytest -q -m browser -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] || exit $$rc
 
 # The documentation site (docs/, mkdocs-material) in strict mode: a broken link or anchor, or a

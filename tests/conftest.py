@@ -180,7 +180,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_collection_modifyitems(config, items):
     """Tests that watch calls between guardrail functions are skipped when the guardrails
-    are compiled (`make test` runs tests/engine once more as Python)."""
+    are compiled (`make test` runs tests/analyzers/engine once more as Python)."""
     from analyzers.engine.guardrails import COMPILED
 
     if COMPILED:

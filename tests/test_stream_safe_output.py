@@ -19,6 +19,7 @@ from analyzers.config_store import load_config, save_config
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 from audits.models import AuditRun
+from tests.analyzers.engine.rendering import problems
 from tests.audits.api.test_proxy import (  # noqa: F401
     MESSAGES,
     SAMPLE_CONFIG,
@@ -30,7 +31,6 @@ from tests.audits.api.test_proxy import (  # noqa: F401
     upstream,
 )
 from tests.audits.api.test_stream_endpoint import HEAD, body_messages, call_http, ingest
-from tests.engine.rendering import problems
 from tests.proxy_upstream import Completion
 
 pytestmark = pytest.mark.django_db(transaction=True)

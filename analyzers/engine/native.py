@@ -6,7 +6,7 @@ sources and of the interpreter. The package's `__init__` puts that folder first 
 `__path__` only when the stamp matches the sources it sees, so a module edited since the
 build runs as Python, never as its stale build; so does everything when no C compiler was
 found or `AUDITOR_PURE_PYTHON` is set. The compiled modules give the same reports as the
-Python ones (tests/engine/test_native.py), faster (docs/contributing/performance.md).
+Python ones (tests/analyzers/engine/test_native.py), faster (docs/contributing/performance.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ was made since (what the Python documentation advises for long-running servers).
 Garbage is collected just before (`gc.collect()`), so nothing already unreachable is kept;
 an object frozen here and later dropped is still freed by its reference count, and only a
 reference cycle among such objects (none is made by design: see
-tests/engine/test_engine_no_cycles.py) would stay.
+tests/analyzers/engine/test_engine_no_cycles.py) would stay.
 
 While a batch of audits is analysed and stored (`services.execute_runs`), the collector
 does not run at all (`batch_without_collections`, lifted once the batch's runs and reports

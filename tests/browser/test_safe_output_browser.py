@@ -11,7 +11,7 @@ import pytest
 
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import audit_text
-from tests.engine.rendering import render
+from tests.analyzers.engine.rendering import render
 
 ALLOWED = ("acme.example", "www.acme.example")
 SETTINGS = GuardrailSettings.build(allowed_hosts=ALLOWED)

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - a future Python without it: no gates, 
     _parser = None
 
 # Non-ASCII characters that `re.IGNORECASE` matches to an ASCII letter (checked against
-# every code point in tests/engine/test_heuristics_gate.py).
+# every code point in tests/analyzers/engine/test_heuristics_gate.py).
 FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
 _FOLD_TABLE = str.maketrans(FOLD)
 _LETTERS_ONLY = bytes(i if 97 <= i <= 122 else 32 for i in range(256))

@@ -431,7 +431,7 @@ def _simple_run_starts(text: str) -> list[int]:
 
 # texts shorter than this are scanned run by run only (with the memoised verdicts of
 # runs, cheaper than the one regex pass over simple runs); both ways find the same (see
-# tests/engine/test_guardrails_speed.py)
+# tests/analyzers/engine/test_guardrails_speed.py)
 SIMPLE_RUNS_FROM = 4096
 
 

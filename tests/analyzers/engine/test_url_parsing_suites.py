@@ -17,7 +17,7 @@ import pytest
 
 from analyzers.engine.guardrails.urls import host_allowed, parse_http_url
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "urltestdata.json"
+DATA = Path(__file__).resolve().parents[2] / "data" / "urltestdata.json"
 
 
 def _whatwg_cases() -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 from analyzers.engine.base import Analyzer
 from analyzers.engine.registry import BUILTIN_ANALYZERS, RegistryError, build_registry
 
-ANALYZERS_DOC = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "analyzers.md"
+ANALYZERS_DOC = Path(__file__).resolve().parents[3] / "docs" / "concepts" / "analyzers.md"
 
 
 class ThirdParty(Analyzer):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"  # the sample cases and configuration
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"  # the sample cases and configuration
 
 
 def run_audit(path: Path, **options) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from analyzers.engine.guardrails import autolinks
 from analyzers.engine.guardrails import settings as guardrail_settings
 from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config, source_key
 from analyzers.engine.guardrails.urls import canonicalize
-from tests.engine.url_strategies import url_cores
+from tests.analyzers.engine.url_strategies import url_cores
 
 ALLOWED = ("acme.example", ".docs.example")
 CORES = url_cores(extra=("<", ">"))

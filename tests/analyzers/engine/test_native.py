@@ -16,7 +16,7 @@ from test_safe_output_property import HOSTS, PATHS, SCHEMES
 import analyzers.engine.guardrails as guardrails
 from analyzers.engine import native
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "tests" / "samples"
 

@@ -156,7 +156,7 @@ def test_one_line_fast_path_agrees_with_the_plain_squeeze(text):
 # -- bare URLs: the simple-URL fast paths agree with the marker-by-marker scan ----------
 
 from analyzers.engine.guardrails import autolinks  # noqa: E402
-from tests.engine.url_strategies import url_cores  # noqa: E402
+from tests.analyzers.engine.url_strategies import url_cores  # noqa: E402
 
 ALLOWED = ("acme.example", ".docs.example")
 CORES = url_cores()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "analyzers" / "engine" / "guardrails"
+PACKAGE = Path(__file__).resolve().parents[3] / "analyzers" / "engine" / "guardrails"
 
 
 def _local_imports(path: Path) -> set[str]:

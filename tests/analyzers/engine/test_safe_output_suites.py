@@ -22,7 +22,7 @@ from rendering import problems, rendered_destinations, url_verdict
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import audit_text
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 OPENAI = json.loads((DATA / "openai_guardrails_url_cases.json").read_text(encoding="utf-8"))
 WHATWG = [
     c

@@ -21,7 +21,7 @@ from analyzers.engine.limits import Limits
 from analyzers.engine.linkcheck import LinkHealth
 from analyzers.engine.registry import build_registry
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "config.json"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "config.json"
 HOSTS = ["acme.example", "www.acme.example", "docs.acme.example"]
 
 TAGS = (
