@@ -1,11 +1,13 @@
 """The guardrails compiled to C with mypyc, used only while they match their sources.
 
 `python -m analyzers.engine.native` compiles the modules of `analyzers/engine/guardrails`
-(all but `PURE`) with mypyc into `guardrails/_native/`, with a stamp: a digest of those
-sources and of the interpreter. The package's `__init__` puts that folder first on its
-`__path__` only when the stamp matches the sources it sees, so a module edited since the
-build runs as Python, never as its stale build; so does everything when no C compiler was
-found or `AUDITOR_PURE_PYTHON` is set. The compiled modules give the same reports as the
+and its subpackages (all but `PURE` and the `__init__`s) with mypyc into `guardrails/_native/`
+(a subpackage's in the folder of its name there), with a stamp: a digest of those sources
+and of the interpreter. The package's `__init__` puts that folder first on its `__path__`
+only when the stamp matches the sources it sees, so a module edited since the build runs as
+Python, never as its stale build; so does everything when no C compiler was found or
+`AUDITOR_PURE_PYTHON` is set. A subpackage follows its parent's choice (`follow`): compiled
+modules use their compiled siblings' classes, so the build is used whole or not at all. The compiled modules give the same reports as the
 Python ones (tests/analyzers/engine/test_native.py), faster (docs/contributing/performance.md).
 """
 
@@ -22,15 +24,19 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent / "guardrails"
 TARGET = PACKAGE / "_native"
 STAMP = TARGET / "STAMP"
-# pydantic models stay Python (mypyc would make native classes of them), and so does
-# the package's `__init__`, which decides whether the compiled modules are used.
-PURE = frozenset({"__init__.py", "analyzers.py"})
+# pydantic models stay Python (mypyc would make native classes of them), and so do the
+# packages' `__init__`s, which decide whether the compiled modules are used.
+PURE = frozenset({"analyzers.py"})  # paths relative to PACKAGE
 GROUP = "analyzers.engine.guardrails.native"  # the shared library: `native__mypyc`
 SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX"))  # of this interpreter's extensions
 
 
 def sources() -> list[Path]:
-    return sorted(path for path in PACKAGE.glob("*.py") if path.name not in PURE)
+    return sorted(
+        path
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and path.relative_to(PACKAGE).as_posix() not in PURE
+    )
 
 
 def fingerprint() -> str:
@@ -38,7 +44,7 @@ def fingerprint() -> str:
     digest = hashlib.sha256(sys.version.encode())
     digest.update(SUFFIX.encode())
     for path in sources():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
@@ -56,6 +62,15 @@ def use_if_current(package_path: list[str]) -> bool:
         return False
     package_path.insert(0, str(TARGET))
     return True
+
+
+def follow(package_path: list[str], compiled: bool) -> bool:
+    """Give a subpackage of the guardrails its parent's choice: when compiled, its compiled
+    modules (in the folder of its name under TARGET) go first on its `__path__`."""
+    if compiled:
+        relative = Path(package_path[-1]).resolve().relative_to(PACKAGE)
+        package_path.insert(0, str(TARGET / relative))
+    return compiled
 
 
 def build() -> None:
@@ -79,8 +94,10 @@ def build() -> None:
         built = Path(command.build_lib, *GROUP.split(".")[:-1])
         shutil.rmtree(TARGET, ignore_errors=True)
         TARGET.mkdir()
-        for library in built.glob("*" + SUFFIX):
-            shutil.copy2(library, TARGET / library.name)
+        for library in built.rglob("*" + SUFFIX):
+            copy = TARGET / library.relative_to(built)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(library, copy)
     STAMP.write_text(fingerprint() + "\n")
 
 

@@ -34,7 +34,7 @@ from .settings import (
     settings_from_config,
 )
 from .stream import GuardrailResult, audit_text
-from .text import one_line
+from .syntax.text import one_line
 
 MEMO_KEY = "guardrails"
 SEED_KEY = "guardrails.seed"  # a pipeline result computed already (see Seed)

@@ -8,11 +8,11 @@ from typing import Any
 
 from ..contract import Annotation, LinkRecord
 from .caps import RecordCaps
-from .markdown import MdLink, scan_links
 from .records import annotation as make_annotation
 from .records import link_record
 from .settings import GuardrailSettings, SourceIndex
-from .text import (
+from .syntax.markdown import MdLink, scan_links
+from .syntax.text import (
     UNKNOWN_FENCE,
     Doc,
     SpanSet,

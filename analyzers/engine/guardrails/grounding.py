@@ -18,7 +18,7 @@ from wordfreq import zipf_frequency
 from .context import Ctx, PendingClaim
 from .links import canonical, fragmentless
 from .settings import Customer, GuardrailSettings, SourceIndex
-from .text import has_digit, one_line
+from .syntax.text import has_digit, one_line
 
 UNKNOWN_COMPANY = "UNKNOWN_COMPANY"
 METRIC_NOT_IN_SOURCES = "METRIC_NOT_IN_SOURCES"

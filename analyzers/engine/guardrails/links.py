@@ -8,7 +8,10 @@ import re
 from functools import lru_cache
 
 from ..contract import Annotation
-from .autolinks import (
+from .context import Ctx
+from .records import link_record
+from .settings import GuardrailSettings
+from .syntax.autolinks import (
     DOMAIN,
     EMAIL,
     RUN_START,
@@ -20,12 +23,9 @@ from .autolinks import (
     may_hold_url,
     url_like,
 )
-from .context import Ctx
-from .markdown import MdLink, escape_label, format_destination, scan_anchors
-from .records import link_record
-from .settings import GuardrailSettings
-from .text import BlankRuns, SpanSet, merge_spans, one_line
-from .urls import (
+from .syntax.markdown import MdLink, escape_label, format_destination, scan_anchors
+from .syntax.text import BlankRuns, SpanSet, merge_spans, one_line
+from .syntax.urls import (
     USERINFO,
     CanonicalURL,
     canonicalize,

@@ -26,8 +26,8 @@ import nh3
 
 from .context import Ctx
 from .links import decide
-from .markdown import _AUTOLINK, _EMAIL_AUTOLINK
-from .text import SpanSet, one_line
+from .syntax.markdown import _AUTOLINK, _EMAIL_AUTOLINK
+from .syntax.text import SpanSet, one_line
 
 ALLOWED_TAGS = frozenset(
     {

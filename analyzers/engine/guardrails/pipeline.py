@@ -13,7 +13,6 @@ URLs, `www.` hosts, e-mail addresses and bare domains, anchors and URL attribute
 
 from __future__ import annotations
 
-from .autolinks import may_hold_url
 from .caps import RecordCaps
 from .collector import collector_paused
 from .context import LABELS, PARAGRAPH_IN, PARAGRAPH_OUT, Ctx, ParagraphResult, PendingClaim
@@ -29,7 +28,8 @@ from .links import (
 from .markup import sanitize_markup
 from .prompt_leak import may_start_heading, strip_prompt_leaks
 from .settings import GuardrailSettings, SourceIndex
-from .text import has_digit
+from .syntax.autolinks import may_hold_url
+from .syntax.text import has_digit
 
 __all__ = ["LABELS", "Ctx", "ParagraphResult", "PendingClaim", "audit_paragraph"]
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from ..config import AuditorConfig, KnownCustomer
 from ..contract import Source
-from .urls import (
+from .syntax.urls import (
     canonicalize,
     normalise_allowed_path,
     normalise_host_entry,

@@ -19,7 +19,7 @@ from .caps import RecordCaps
 from .context import PendingClaim
 from .pipeline import audit_paragraph
 from .settings import GuardrailSettings, SourceIndex, settings_from_config
-from .text import INDENT_CLEAR, fence_state_after, indent_state_after
+from .syntax.text import INDENT_CLEAR, fence_state_after, indent_state_after
 
 
 @dataclass(slots=True)

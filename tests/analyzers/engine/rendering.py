@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
-from analyzers.engine.guardrails.urls import host_allowed, parse_http_url
+from analyzers.engine.guardrails.syntax.urls import host_allowed, parse_http_url
 
 MD = MarkdownIt("commonmark", {"linkify": True, "html": True}).enable("linkify")
 

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.contract import Source
-from analyzers.engine.guardrails import autolinks
 from analyzers.engine.guardrails import settings as guardrail_settings
 from analyzers.engine.guardrails.settings import SourceIndex, settings_from_config, source_key
-from analyzers.engine.guardrails.urls import canonicalize
+from analyzers.engine.guardrails.syntax import autolinks
+from analyzers.engine.guardrails.syntax.urls import canonicalize
 from tests.analyzers.engine.url_strategies import url_cores
 
 ALLOWED = ("acme.example", ".docs.example")

@@ -9,7 +9,7 @@ from rendering import problems
 
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import audit_text
-from analyzers.engine.guardrails.text import UNKNOWN_FENCE, fence_state_after, fenced_spans
+from analyzers.engine.guardrails.syntax.text import UNKNOWN_FENCE, fence_state_after, fenced_spans
 
 ALLOWED = ("acme.example",)
 STRIP = GuardrailSettings.build(allowed_hosts=ALLOWED)

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.engine.guardrails.autolinks import _MARKER, marker_search, may_hold_url
+from analyzers.engine.guardrails.syntax.autolinks import _MARKER, marker_search, may_hold_url
 
 ALPHABET = st.sampled_from(list("wW./@a1_$~ é\n-:") + ["www.", "//", "x.y", "a@b."])
 

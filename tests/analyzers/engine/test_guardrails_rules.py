@@ -8,7 +8,7 @@ from analyzers.engine.config import KnownCustomer
 from analyzers.engine.contract import Source
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import audit_text
-from analyzers.engine.guardrails.urls import canonicalize, host_allowed
+from analyzers.engine.guardrails.syntax.urls import canonicalize, host_allowed
 
 CASE = "https://www.acme.example/customers/{slug}"
 

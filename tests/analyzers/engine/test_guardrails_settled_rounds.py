@@ -13,10 +13,10 @@ from analyzers.engine.contract import LinkRecord
 from analyzers.engine.guardrails import markup
 from analyzers.engine.guardrails.analyzers import _dump_link, _serialize_link
 from analyzers.engine.guardrails.context import may_hold_link
-from analyzers.engine.guardrails.markdown import scan_links
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
-from analyzers.engine.guardrails.text import SpanSet
+from analyzers.engine.guardrails.syntax.markdown import scan_links
+from analyzers.engine.guardrails.syntax.text import SpanSet
 
 SETTINGS = settings_from_config(AuditorConfig.model_validate({"allowed_hosts": ["acme.example"]}))
 

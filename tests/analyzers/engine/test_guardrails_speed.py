@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from analyzers.engine.config import AuditorConfig
 from analyzers.engine.guardrails.links import _may_repeat_suffix, strip_suffixes
-from analyzers.engine.guardrails.markdown import MAX_PAREN_DEPTH, parse_destination
 from analyzers.engine.guardrails.settings import settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
-from analyzers.engine.guardrails.text import has_digit, one_line
+from analyzers.engine.guardrails.syntax.markdown import MAX_PAREN_DEPTH, parse_destination
+from analyzers.engine.guardrails.syntax.text import has_digit, one_line
 
 
 def reference_bare_destination(text: str, i: int) -> int | None:
@@ -155,7 +155,7 @@ def test_one_line_fast_path_agrees_with_the_plain_squeeze(text):
 
 # -- bare URLs: the simple-URL fast paths agree with the marker-by-marker scan ----------
 
-from analyzers.engine.guardrails import autolinks  # noqa: E402
+from analyzers.engine.guardrails.syntax import autolinks  # noqa: E402
 from tests.analyzers.engine.url_strategies import url_cores  # noqa: E402
 
 ALLOWED = ("acme.example", ".docs.example")

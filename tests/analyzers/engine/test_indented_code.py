@@ -9,7 +9,7 @@ from rendering import MD, problems
 
 from analyzers.engine.guardrails.settings import GuardrailSettings
 from analyzers.engine.guardrails.stream import InlineStreamAuditor, audit_text
-from analyzers.engine.guardrails.text import (
+from analyzers.engine.guardrails.syntax.text import (
     INDENT_CLEAR,
     INDENT_CONTAINER,
     INDENT_HTML,

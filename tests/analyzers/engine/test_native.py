@@ -62,6 +62,51 @@ def test_without_a_build_or_when_asked_it_runs_as_python(package, monkeypatch):
     assert not native.use_if_current([str(package)])
 
 
+def test_a_subpackage_module_counts_in_the_stamp(package):
+    sub = package / "sub"
+    sub.mkdir()
+    (sub / "__init__.py").write_text("")
+    (sub / "deep.py").write_text("Z = 1\n")
+    assert not native.use_if_current([str(package)])
+    native.STAMP.write_text(native.fingerprint() + "\n")
+    assert native.use_if_current([str(package)])
+    (sub / "deep.py").write_text("Z = 2\n")
+    assert not native.use_if_current([str(package)])
+
+
+def test_a_subpackage_takes_the_choice_of_its_parent(package):
+    sub = str(package / "sub")
+    path = [sub]
+    assert native.follow(path, True)
+    assert path == [str(package / "_native" / "sub"), sub]
+    path = [sub]
+    assert not native.follow(path, False)
+    assert path == [sub]
+
+
+COMPILED_MODULES = [
+    "analyzers.engine.guardrails."
+    + ".".join(path.relative_to(native.PACKAGE).with_suffix("").parts)
+    for path in native.sources()
+]
+
+
+@pytest.mark.skipif(not guardrails.COMPILED, reason="the guardrails are not compiled here")
+@pytest.mark.parametrize("module", COMPILED_MODULES)
+def test_each_module_imported_first_loads_compiled(module):
+    """Imported by name before any compiled module pulls it in (which mypyc does natively),
+    a module loads its build: subpackages follow their parent's choice."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as m; print(m.__file__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(native.SUFFIX), done.stdout
+
+
 def _corpus() -> list[str]:
     """Responses from the samples, the ported URL suites, and random mixes of the property
     test's hostile pieces."""
@@ -131,6 +176,7 @@ REPORTS = """
 import json, sys
 from analyzers.engine.config import AuditorConfig
 import analyzers.engine.guardrails as guardrails
+from analyzers.engine import native
 from analyzers.engine.guardrails.settings import GuardrailSettings, settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
 
@@ -148,7 +194,13 @@ for text in json.load(open(sys.argv[2])):
             r.cleaned_response, [(o, a.model_dump()) for o, a in r.annotations],
             [link.model_dump() for link in r.links], r.trace, r.claims, repr(r.pending),
         ])
-json.dump({"compiled": guardrails.COMPILED, "reports": reports}, sys.stdout)
+loaded = [
+    name
+    for name, module in sys.modules.items()
+    if name.startswith("analyzers.engine.guardrails.")
+    and (getattr(module, "__file__", None) or "").endswith(native.SUFFIX)
+]
+json.dump({"compiled": guardrails.COMPILED, "native": loaded, "reports": reports}, sys.stdout)
 """
 
 
@@ -174,6 +226,8 @@ def test_the_compiled_guardrails_give_the_reports_python_gives(tmp_path):
 
     compiled, python = reports(pure=False), reports(pure=True)
     assert (compiled["compiled"], python["compiled"]) == (True, False)
+    assert set(COMPILED_MODULES) <= set(compiled["native"]), "some ran as Python"
+    assert python["native"] == []
     assert len(compiled["reports"]) > 2000
     for i, (a, b) in enumerate(zip(compiled["reports"], python["reports"], strict=True)):
         assert a == b, f"report {i} differs"

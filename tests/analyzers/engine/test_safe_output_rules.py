@@ -6,9 +6,9 @@ import pytest
 from rendering import problems, rendered_destinations
 
 from analyzers.engine.config import AuditorConfig
-from analyzers.engine.guardrails import autolinks
 from analyzers.engine.guardrails.settings import GuardrailSettings, settings_from_config
 from analyzers.engine.guardrails.stream import audit_text
+from analyzers.engine.guardrails.syntax import autolinks
 
 HOSTS = ("acme.example", "www.acme.example", "docs.acme.example")
 S = GuardrailSettings.build(allowed_hosts=HOSTS)

@@ -15,7 +15,7 @@ from pathlib import Path
 import ada_url
 import pytest
 
-from analyzers.engine.guardrails.urls import host_allowed, parse_http_url
+from analyzers.engine.guardrails.syntax.urls import host_allowed, parse_http_url
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "urltestdata.json"
 
