@@ -257,6 +257,12 @@ def test_list_filters(api_client):
         str(low.id),
     }
     assert ids(until=(timezone.now() - timedelta(days=1)).isoformat()) == {str(old.id)}
+    # an offset ISO 8601 allows and PostgreSQL cannot hold: the same instant in UTC
+    day_ago = timezone.now() - timedelta(days=1)
+    far_east = day_ago.astimezone(timezone.get_fixed_timezone(20 * 60 + 22))
+    assert ids(since=far_east.isoformat()) == {str(high.id), str(low.id)}
+    late = {"until": "9999-12-31T23:59:59-20:00"}  # past the last date once in UTC
+    assert api_client.get("/api/audits", late).status_code == 422
     assert ids(q="decathlon") == {str(high.id)}
     assert api_client.get("/api/audits", {"severity": "huge"}).status_code == 422
     assert api_client.get("/api/audits", {"min_score": "x"}).status_code == 422
@@ -380,12 +386,13 @@ def test_the_fast_export_lines_equal_the_serializer():
 
 
 def run_inserts(ctx) -> list[str]:
-    """The statements inserting into the runs' table, as "INSERT" or, for an executemany
-    (captured as "N times: INSERT …"), "N times"."""
+    """The statements inserting into the runs' table, as "INSERT" (on PostgreSQL a COPY)
+    or, for an executemany (captured as "N times: INSERT …"), "N times"."""
     return [
         q["sql"].split(": ", 1)[0] if re.match(r"\d+ times: ", q["sql"]) else "INSERT"
         for q in ctx.captured_queries
         if 'INSERT INTO "audits_auditrun"' in q["sql"][:60]
+        or q["sql"].startswith('COPY "audits_auditrun"')
     ]
 
 

@@ -55,8 +55,14 @@ def api_key(name: str = "ingest") -> ApiKey:
 
 
 def run_inserts(queries) -> int:
-    """INSERT statements into the runs' table (an executemany is one: "N times: INSERT")."""
-    return sum(1 for q in queries if 'INSERT INTO "audits_auditrun"' in q["sql"])
+    """INSERT statements into the runs' table (an executemany is one: "N times: INSERT";
+    on PostgreSQL a COPY)."""
+    return sum(
+        1
+        for q in queries
+        if 'INSERT INTO "audits_auditrun"' in q["sql"]
+        or q["sql"].startswith('COPY "audits_auditrun"')
+    )
 
 
 # --- storing a group --------------------------------------------------------------------
