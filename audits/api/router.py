@@ -9,7 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from asgiref.sync import sync_to_async
@@ -90,6 +90,18 @@ class ListFilters(Schema):
         description="metadata `key:value` (repeatable, all must match), e.g. `model:gpt-4o`, "
         "`service_name:checkout`; a top-level metadata key, compared as text or number",
     )
+
+    @field_validator("since", "until")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """An offset the database cannot hold (PostgreSQL: under 16 hours; ISO 8601 allows
+        up to 24) compares as the same instant in UTC."""
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the date is out of range") from None
 
     def to_filters(self) -> queries.AuditFilters:
         for name in ("analyzer", "type", "q"):
