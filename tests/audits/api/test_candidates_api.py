@@ -27,7 +27,7 @@ from audits.store.verdicts import record_review
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = json.loads((Path(__file__).parent / "samples" / "config.json").read_text())
+SAMPLE = json.loads((Path(__file__).parents[2] / "samples" / "config.json").read_text())
 EVIL = "See [the offer](https://offers.evil.example/deal) for details."
 CLEAN = "Acme ships orders on Tuesdays and Thursdays."
 
