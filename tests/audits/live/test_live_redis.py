@@ -195,3 +195,41 @@ def test_on_redis_only_the_audits_someone_watches_get_their_progress(redis_url, 
     assert watched_audits(ids) == {"third"}
     redis.Redis.from_url(redis_url).shutdown(nosave=True)
     assert watched_audits(ids) == set(ids)
+
+
+def test_on_redis_a_batch_of_events_goes_only_to_groups_with_a_member(
+    redis_url, settings, monkeypatch
+):
+    """A worker's batch of state changes: one question to Redis, then sends only to the
+    groups someone is in (here one audit's page; no Live page), in order."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from audits.events import audit_group, publish_many
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url]},
+        }
+    }
+    layer = get_channel_layer()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(audit_group("seen"), page)
+    sent, send = [], layer.group_send
+
+    async def recorded(group, message):
+        sent.append((group, message["event"]["type"]))
+        await send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", recorded)
+    publish_many(
+        [
+            {"type": "audit_started", "audit_id": "seen"},
+            {"type": "audit_started", "audit_id": "unseen"},
+            {"type": "audit_finished", "audit_id": "seen", "status": "complete"},
+        ]
+    )
+    assert sent == [(audit_group("seen"), "audit_started"), (audit_group("seen"), "audit_finished")]
+    got = [async_to_sync(layer.receive)(page)["event"]["type"] for _ in range(2)]
+    assert got == ["audit_started", "audit_finished"]
