@@ -105,24 +105,18 @@ def watched_audits(audit_ids: list[str]) -> set[str]:
 
 
 async def _redis_watched(layer: RedisChannelLayer, audit_ids: list[str]) -> set[str]:
-    groups = {audit_group(audit_id): audit_id for audit_id in audit_ids}
-    return {groups[group] for group in await _redis_members(layer, list(groups))}
-
-
-async def _redis_members(layer: RedisChannelLayer, groups: list[str]) -> set[str]:
-    """The `groups` with a live member: one pipelined ZCOUNT each, per Redis shard."""
     since = time.time() - layer.group_expiry
     shards: dict[int, list[str]] = {}
-    for group in groups:
-        shards.setdefault(layer.consistent_hash(group), []).append(group)
-    live: set[str] = set()
-    for index, names in shards.items():
+    for audit_id in audit_ids:
+        shards.setdefault(layer.consistent_hash(audit_group(audit_id)), []).append(audit_id)
+    watched: set[str] = set()
+    for index, ids in shards.items():
         async with layer.connection(index).pipeline(transaction=False) as pipe:
-            for group in names:
-                pipe.zcount(layer._group_key(group), since, "+inf")
+            for audit_id in ids:
+                pipe.zcount(layer._group_key(audit_group(audit_id)), since, "+inf")
             counts = await pipe.execute()
-        live.update(group for group, count in zip(names, counts, strict=True) if count)
-    return live
+        watched.update(i for i, count in zip(ids, counts, strict=True) if count)
+    return watched
 
 
 def _watched_groups(event: dict[str, Any], layer: Any) -> list[str]:
@@ -261,51 +255,6 @@ async def apublish(event: dict[str, Any]) -> None:
             _outbox(loop).put(event, groups)
     except Exception:
         logger.warning("could not publish %s event", event.get("type"), exc_info=True)
-
-
-def publish_many(batch: list[dict[str, Any]]) -> None:
-    """`publish` for several events (a batch's state changes), in order. On Redis, from a
-    process without a server loop (a `db_worker`), one round trip tells which of their
-    groups have a live member and one trip to the publisher loop sends them there only
-    (every group when Redis cannot tell); elsewhere each is published as by `publish`."""
-    layer = get_channel_layer()
-    if (
-        _capture is not None
-        or not isinstance(layer, RedisChannelLayer)
-        or _other_server_loop() is not None
-        or _in_loop()
-    ):
-        for event in batch:
-            publish(event)
-        return
-    if not batch:
-        return
-    future = asyncio.run_coroutine_threadsafe(_send_to_members(layer, batch), publisher_loop())
-    try:
-        future.result(timeout=PUBLISH_WAIT)
-    except FutureTimeout:
-        logger.warning("the publisher loop is slow: %d events still queued", len(batch))
-    except Exception:
-        logger.warning("could not publish %d events", len(batch), exc_info=True)
-
-
-async def _send_to_members(layer: RedisChannelLayer, batch: list[dict[str, Any]]) -> None:
-    groups = list(dict.fromkeys(group for event in batch for group in _groups(event)))
-    try:
-        live = await _redis_members(layer, groups)
-    except Exception:
-        logger.warning("could not ask Redis who watches; sending to every group", exc_info=True)
-        live = set(groups)
-    for event in batch:
-        await _send(event, [group for group in _groups(event) if group in live])
-
-
-def _in_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def publish(event: dict[str, Any]) -> None:

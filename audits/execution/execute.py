@@ -30,7 +30,7 @@ from analyzers.policy import audit_services
 from audits.events import (
     apublish,
     capturing,
-    publish_many,
+    publish,
     watched_audits,
 )
 from audits.execution import heap, people_first, workers
@@ -232,7 +232,7 @@ def _execute_claimed(run_id: Any) -> str:
         return AuditRun.Status.FAILED
     run, report = done[0]
     if run.status == AuditRun.Status.COMPLETE:
-        _finished([(run, report)])
+        _finished(run, report)
     return run.status
 
 
@@ -248,11 +248,9 @@ def _analyse(
     the GIL to the loop's thread and back). A run whose analysis raises is marked failed."""
     calls = []
     watched = watched_audits([str(run.pk) for run in runs])  # one question for the batch
-    if announce:
-        publish_many(
-            [{"type": "audit_started", "audit_id": str(r.pk), "attempt": r.attempts} for r in runs]
-        )
     for run in runs:
+        if announce:
+            publish({"type": "audit_started", "audit_id": str(run.pk), "attempt": run.attempts})
         try:
             calls.append((run, _engine_call(run, collisions, str(run.pk) in watched)))
         except Exception as exc:
@@ -321,26 +319,22 @@ def _analyse_and_store(
     return done
 
 
-def _finished(done: list[tuple[AuditRun, AuditReport]]) -> None:
-    """The complete runs' final events, then their signals."""
+def _finished(run: AuditRun, report: AuditReport) -> None:
+    audit_id = str(run.pk)
     # One event per state change: the trace lines and the card travel with the final
     # event (pages read them from the database once they get it); nothing is read back.
-    publish_many(
-        [
-            {
-                "type": "audit_finished",
-                "audit_id": str(run.pk),
-                "status": run.status,
-                "overall_score": run.overall_score,
-                "has_card": run.has_card,
-                "trace_lines": len(report.trace),
-            }
-            for run, report in done
-        ]
+    publish(
+        {
+            "type": "audit_finished",
+            "audit_id": audit_id,
+            "status": run.status,
+            "overall_score": run.overall_score,
+            "has_card": run.has_card,
+            "trace_lines": len(report.trace),
+        }
     )
     if not capturing():  # an analysis process: its parent sends the signal with the event
-        for run, _ in done:
-            send_finished_signal(str(run.pk))
+        send_finished_signal(audit_id)
 
 
 def _nothing_stored(runs: list[AuditRun]) -> bool:
@@ -446,9 +440,10 @@ def _execute_batch(runs: list[AuditRun], outcome: dict[str, str]) -> None:
         for run in runs:
             stack.enter_context(running_run(run.pk))
         done = _analyse_and_store(runs, outcome)
-    for run, _ in done:
+    for run, report in done:
         outcome[str(run.pk)] = run.status
-    _finished([(run, report) for run, report in done if run.status == AuditRun.Status.COMPLETE])
+        if run.status == AuditRun.Status.COMPLETE:
+            _finished(run, report)
 
 
 def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:
