@@ -79,7 +79,7 @@ def has_watchers(group: str, layer: Any = None) -> bool:
         return False
     if isinstance(layer, InMemoryChannelLayer):
         return bool(layer.groups.get(group))
-    return True  # Redis: a round trip per group; batches ask at once (`watched_audits`)
+    return True  # Redis and others: membership is not cheap to ask, send anyway
 
 
 def watched_audits(audit_ids: list[str]) -> set[str]:
