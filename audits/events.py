@@ -10,8 +10,8 @@ costs hundreds of deliveries.
 Nothing is sent to a group nobody watches, where the layer can tell (the in-memory layer:
 its group table). On Redis, a batch's analysis asks once which of its audits have a live
 member (`watched_audits`) and makes no progress events for the others; state changes are
-sent to every group. A page that starts watching later reads the database after joining
-its group, so it misses nothing. Events
+sent to every group. A page that starts
+watching later reads the database after joining its group, so it misses nothing. Events
 published from threads without a loop are handed to the server's loop without waiting
 (one drain task keeps their order), or, in a process without a server loop (db_worker,
 tests), to one long-lived publisher loop of the process.

@@ -29,6 +29,7 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.policy import audit_services
 from audits.events import (
     apublish,
+    audit_watched,
     capturing,
     publish,
     watched_audits,
@@ -193,7 +194,7 @@ def _engine_call(
     audit_id = str(run.pk)
     memo = _MEMOS.pop(audit_id, None)
     if watched is None:
-        watched = audit_id in watched_audits([audit_id])
+        watched = audit_watched(audit_id)
 
     def make():
         coro = auditor.audit(
