@@ -8,9 +8,7 @@ stream progress) stays off the feed group: with hundreds of watchers every messa
 costs hundreds of deliveries.
 
 Nothing is sent to a group nobody watches, where the layer can tell (the in-memory layer:
-its group table). On Redis, a batch's analysis asks once which of its audits have a live
-member (`watched_audits`) and makes no progress events for the others; state changes are
-sent to every group. A page that starts
+its group table; the Redis layer cannot, so everything is sent). A page that starts
 watching later reads the database after joining its group, so it misses nothing. Events
 published from threads without a loop are handed to the server's loop without waiting
 (one drain task keeps their order), or, in a process without a server loop (db_worker,
@@ -27,20 +25,11 @@ import asyncio
 import collections
 import logging
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-
-try:
-    from channels_redis.core import RedisChannelLayer
-except ImportError:  # pragma: no cover - the `redis` extra
-
-    class RedisChannelLayer:  # type: ignore[no-redef]
-        """Stands for the Redis layer when channels_redis is not installed: never one."""
-
 
 logger = logging.getLogger(__name__)
 
@@ -80,43 +69,6 @@ def has_watchers(group: str, layer: Any = None) -> bool:
     if isinstance(layer, InMemoryChannelLayer):
         return bool(layer.groups.get(group))
     return True  # Redis and others: membership is not cheap to ask, send anyway
-
-
-def watched_audits(audit_ids: list[str]) -> set[str]:
-    """Which of `audit_ids` someone watches now (is in the audit's group): the in-memory
-    layer's group table, or one round trip to Redis for them all (channels_redis keeps a
-    group as a sorted set of its channels, scored by when they joined; a member older than
-    the layer's `group_expiry` is gone). Every id when the layer cannot tell or Redis does
-    not answer in time: progress is then sent, as before."""
-    if not audit_ids or _capture is not None:
-        return {i for i in audit_ids if audit_watched(i)}
-    layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
-        return {i for i in audit_ids if has_watchers(audit_group(i), layer)}
-    if not isinstance(layer, RedisChannelLayer):
-        return set(audit_ids)
-    future = asyncio.run_coroutine_threadsafe(_redis_watched(layer, audit_ids), publisher_loop())
-    try:
-        return future.result(timeout=PUBLISH_WAIT)
-    except Exception:
-        future.cancel()
-        logger.warning("could not ask Redis who watches %d audits", len(audit_ids), exc_info=True)
-        return set(audit_ids)
-
-
-async def _redis_watched(layer: RedisChannelLayer, audit_ids: list[str]) -> set[str]:
-    since = time.time() - layer.group_expiry
-    shards: dict[int, list[str]] = {}
-    for audit_id in audit_ids:
-        shards.setdefault(layer.consistent_hash(audit_group(audit_id)), []).append(audit_id)
-    watched: set[str] = set()
-    for index, ids in shards.items():
-        async with layer.connection(index).pipeline(transaction=False) as pipe:
-            for audit_id in ids:
-                pipe.zcount(layer._group_key(audit_group(audit_id)), since, "+inf")
-            counts = await pipe.execute()
-        watched.update(i for i, count in zip(ids, counts, strict=True) if count)
-    return watched
 
 
 def _watched_groups(event: dict[str, Any], layer: Any) -> list[str]:

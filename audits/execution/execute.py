@@ -32,7 +32,6 @@ from audits.events import (
     audit_watched,
     capturing,
     publish,
-    watched_audits,
 )
 from audits.execution import heap, people_first, workers
 from audits.execution.heartbeats import running_run
@@ -176,12 +175,9 @@ def _audit(run: AuditRun, collisions: CollisionBatch | None = None) -> AuditRepo
     return workers.run_engine(_engine_call(run, collisions))
 
 
-def _engine_call(
-    run: AuditRun, collisions: CollisionBatch | None = None, watched: bool | None = None
-):
+def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
     """A function returning the engine's coroutine auditing `run` (built in this thread:
-    the auditor, the input and the collision family). `watched`: whether someone sees its
-    progress (asked here when not given)."""
+    the auditor, the input and the collision family)."""
     auditor = _auditor_for(run)
     family = collision_family(run)
     audit = AuditInput(
@@ -193,8 +189,6 @@ def _engine_call(
 
     audit_id = str(run.pk)
     memo = _MEMOS.pop(audit_id, None)
-    if watched is None:
-        watched = audit_watched(audit_id)
 
     def make():
         coro = auditor.audit(
@@ -203,7 +197,7 @@ def _engine_call(
             collision_key=run.collision_key,
             collision_family=family,
             # (nobody to see the analyzers' progress: no events made for it)
-            progress=_progress_callback(audit_id) if watched else None,
+            progress=_progress_callback(audit_id) if audit_watched(audit_id) else None,
             memo=memo,
         )
         return coro if collisions is None else collisions.run(run.pk, coro)
@@ -248,12 +242,11 @@ def _analyse(
     engine loop (a trip per audit cost more than the duplicate checks it saved: each hands
     the GIL to the loop's thread and back). A run whose analysis raises is marked failed."""
     calls = []
-    watched = watched_audits([str(run.pk) for run in runs])  # one question for the batch
     for run in runs:
         if announce:
             publish({"type": "audit_started", "audit_id": str(run.pk), "attempt": run.attempts})
         try:
-            calls.append((run, _engine_call(run, collisions, str(run.pk) in watched)))
+            calls.append((run, _engine_call(run, collisions)))
         except Exception as exc:
             _analysis_failed(run, exc, outcome)
 
