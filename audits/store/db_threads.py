@@ -27,7 +27,7 @@ from typing import Any
 from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db import connections
+from django.db import OperationalError, connections
 
 MAX_CONNECTION_AGE = 60.0
 FEED_THREADS = 4  # sets of filters the live feed renders side by side (and its counters)
@@ -90,6 +90,17 @@ async def run_in_db_thread[T](request: Any, func: Callable[..., T], *args: Any) 
 
 
 async def run_in_feed_thread[T](func: Callable[..., T], *args: Any) -> T:
-    """`func(*args)` on one of the live feed's threads."""
+    """`func(*args)` (a read) on one of the live feed's threads."""
     pool = _pool("feed-db", FEED_THREADS)
-    return await SyncToAsync(_call, thread_sensitive=False, executor=pool)(func, *args)
+    return await SyncToAsync(_read, thread_sensitive=False, executor=pool)(func, *args)
+
+
+def _read[T](func: Callable[..., T], *args: Any) -> T:
+    """`_call`, once more on a fresh connection when the kept one turned out dead (the
+    database restarted since this thread last used it)."""
+    try:
+        return _call(func, *args)
+    except OperationalError:
+        if all(conn.connection is None for conn in connections.all(initialized_only=True)):
+            return _call(func, *args)  # `_call` closed the dead ones
+        raise
