@@ -19,7 +19,7 @@ from django.db.models.functions import Cast
 from audits.models import AnalyzerRunRecord, Annotation, AuditLinks, AuditRun, Review, TraceLine
 from audits.store import link_rows
 from audits.store.ordering import DEFAULT_SORT
-from audits.store.queries import RUN_FIELDS, after_cursor, encode_cursor_raw
+from audits.store.queries import RESULT_FIELDS, RUN_FIELDS, after_cursor, encode_cursor_raw
 from audits.store.trace_rows import texts_of
 
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -143,19 +143,7 @@ def export_page(
     for r in _raw(
         AnalyzerRunRecord.objects.filter(audit_id__in=ids)
         .order_by("audit_id", "position", "id")
-        .values_list(
-            "id",
-            "audit_id",
-            "analyzer_id",
-            "category",
-            "score",
-            "should_surface",
-            "supplementary",
-            "status",
-            "error",
-            "duration_ms",
-            "surfaced",
-        )
+        .values_list(*RESULT_FIELDS)
     ):
         text = (
             f'{{"analyzer_id":{_s(r[2])},"category":{_s(r[3])},"score":{_num(r[4])},'

@@ -146,6 +146,20 @@ def after_cursor(
     return ordering.after(qs, sort, cursor)
 
 
+# An analyzer result's columns, as the list and the export read them.
+RESULT_FIELDS = (
+    "id",
+    "audit_id",
+    "analyzer_id",
+    "category",
+    "score",
+    "should_surface",
+    "supplementary",
+    "status",
+    "error",
+    "duration_ms",
+    "surfaced",
+)
 RUN_FIELDS = (
     "id",
     "external_id",
@@ -198,19 +212,7 @@ def serialize_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in (
         AnalyzerRunRecord.objects.filter(audit_id__in=ids)
         .order_by("audit_id", "position", "id")
-        .values(
-            "id",
-            "audit_id",
-            "analyzer_id",
-            "category",
-            "score",
-            "should_surface",
-            "supplementary",
-            "status",
-            "error",
-            "duration_ms",
-            "surfaced",
-        )
+        .values(*RESULT_FIELDS)
     ):
         item = {
             "analyzer_id": r["analyzer_id"],
