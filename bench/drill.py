@@ -8,9 +8,11 @@ server is SIGKILLed (and started again), PostgreSQL restarts (`pg_ctl restart -m
 Redis restarts (every key lost). A staff page's live feed is open on each server all along
 (reconnecting when its server dies).
 
-It prints audits accepted, stored, analysed, lost and duplicated, analysed/s, and the
-feeds' events before and after the Redis restart, and exits 1 when an accepted audit is
-lost or stored twice. `--audits` and `--quick` shorten it (a test runs it so).
+Once the faults are over, a few audits go through each server, and each feed must show
+them all (what the other server took as well). It prints audits accepted, stored, analysed,
+lost and duplicated, analysed/s, and what each feed showed before and after the Redis
+restart and after the faults; it exits 1 when an accepted audit is lost or stored twice or
+a feed missed an audit taken after the faults. `--audits` and `--quick` shorten it (a test runs it so).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.services import PgCluster, RedisServer, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+PROBES = 10  # audits through each server once the faults are over
 CARD = re.compile(r"audit-card-([0-9a-f-]{36})")
 SETUP = """
 from django.contrib.auth import get_user_model
@@ -202,6 +205,31 @@ async def ingest(
     return retries
 
 
+async def after_the_faults(
+    ports: dict[str, int], key: str, feeds: list[Feed], per_server: int = PROBES
+) -> list[str]:
+    """Once every fault is over: `per_server` audits through each server, and the time for
+    both feeds to show them all (each sees the other server's). The audits' ids."""
+    ids: list[str] = []
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+        for name, port in ports.items():
+            if not name.startswith("server"):
+                continue
+            for k in range(per_server):
+                body = {
+                    "user_input": f"After the faults {k}, through {name}",
+                    "response": "Acme is easy to use.",
+                    "external_id": f"after-{name}-{k}",
+                }
+                r = await http.post(f"http://127.0.0.1:{port}/api/audits", json=body, timeout=30)
+                r.raise_for_status()
+                ids.append(r.json()["id"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(set(ids) <= feed.seen.keys() for feed in feeds):
+        await asyncio.sleep(0.2)
+    return ids
+
+
 def store_counts(url: str) -> dict[str, int]:
     with psycopg.connect(url, connect_timeout=5) as conn:
         statuses = dict(
@@ -311,7 +339,7 @@ async def drill(audits: int, quick: bool) -> dict:
                 break
             await asyncio.sleep(1)
         analysed_at = time.monotonic()
-        await asyncio.sleep(3)  # the feeds' last cards
+        probe = await after_the_faults(procs.ports, key, feeds)
         stop.set()
         await asyncio.gather(*watchers)
 
@@ -331,6 +359,7 @@ async def drill(audits: int, quick: bool) -> dict:
                     "server": name,
                     "before_redis_restart": before,
                     "after_redis_restart": after,
+                    "after_the_faults": sum(1 for i in probe if i in feed.seen),
                     "reconnects": feed.reconnects,
                 }
             )
@@ -347,6 +376,7 @@ async def drill(audits: int, quick: bool) -> dict:
             "ingest_s": round(ingested - started, 1),
             "analysed_per_s": round(analysed / max(analysed_at - started, 1e-9), 1),
             "accepted_before_redis_restart": finished_before,
+            "sent_after_the_faults": len(probe),
             "feeds": feed_rows,
             "faults": events,
             "processes_alive": procs.alive(),
@@ -386,10 +416,14 @@ def main() -> int:
         for row in result["feeds"]:
             print(
                 f"   live feed {row['server']}: {row['before_redis_restart']} audits seen before the Redis "
-                f"restart, {row['after_redis_restart']} after ({row['reconnects']} reconnects)"
+                f"restart, {row['after_redis_restart']} after ({row['reconnects']} reconnects); "
+                f"after the faults {row['after_the_faults']} of {result['sent_after_the_faults']}"
             )
         print(f"   logs: {result['logs']}")
-    return 1 if result["lost"] or result["duplicated"] else 0
+    feeds_healed = all(
+        row["after_the_faults"] == result["sent_after_the_faults"] for row in result["feeds"]
+    )
+    return 1 if result["lost"] or result["duplicated"] or not feeds_healed else 0
 
 
 if __name__ == "__main__":

@@ -15,10 +15,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
+from datetime import datetime
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
+from django.utils import timezone
 
+from audits import membership
 from audits.events import ALL_AUDITS_GROUP, FEED_EVENTS
 from audits.execution import people_first
 from audits.live import fragments
@@ -26,6 +29,7 @@ from audits.store.db_threads import run_in_feed_thread
 
 logger = logging.getLogger(__name__)
 RECEIVE_RETRY_S = 1.0  # the pause after the channel layer failed a receive
+MEMBERSHIP_CHECK_S = 1.0  # how often the hub makes sure it is still in the feed group
 
 PENDING_CAP = 1000  # audits with news a page's next update looks at, at most (the latest)
 STATUS_INTERVAL_S = 1.0  # the counters and the cursor are sent at most this often
@@ -36,6 +40,8 @@ class Watcher(Protocol):
     filter_key: str
 
     def render_events(self, audit_ids: list[str]) -> Awaitable[str]: ...
+
+    def catch_up(self, after: datetime) -> Awaitable[None]: ...
 
     async def send(
         self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
@@ -92,13 +98,15 @@ class FeedHub:
         self.status_render: asyncio.Future[str] | None = None  # the one under way
         self.status_read_at = -1.0  # time.monotonic() when the last status began to read
         self.status_count = 0  # statuses rendered (a group's `status_sent`: the last it got)
+        self.member_at = timezone.now()  # when the hub was last known to be in the group
+        self.recheck = asyncio.Event()  # check the membership now (a receive failed)
 
     async def join(self, watcher: Watcher) -> None:
         """Once this returns, every later event reaches `watcher`."""
         async with self.lock:
             if self.channel is None:
                 self.channel = await self.layer.new_channel()
-            # Again at every join: group membership expires (channels' group_expiry).
+            self.member_at = timezone.now()
             await self.layer.group_add(ALL_AUDITS_GROUP, self.channel)
             self.watchers[watcher] = None
             group = self.groups.get(watcher.filter_key)
@@ -127,12 +135,13 @@ class FeedHub:
 
     async def _run(self) -> None:
         assert self.channel is not None
-        await asyncio.gather(self._receive(self.channel), self._owed_status())
+        await asyncio.gather(
+            self._receive(self.channel), self._stay_member(self.channel), self._owed_status()
+        )
 
     async def _receive(self, channel: str) -> None:
         """Events until cancelled. When the layer fails (Redis restarted or unreachable),
-        again after a pause, and the channel joins the group again: a restarted Redis has
-        forgotten who was in it."""
+        again after a pause, and the membership is checked at once."""
         while True:
             try:
                 message = await self.layer.receive(channel)
@@ -142,8 +151,33 @@ class FeedHub:
             except Exception:
                 logger.exception("live feed: could not receive an event")
                 await asyncio.sleep(RECEIVE_RETRY_S)
-                with contextlib.suppress(Exception):
-                    await self.layer.group_add(ALL_AUDITS_GROUP, channel)
+                self.recheck.set()
+
+    async def _stay_member(self, channel: str) -> None:
+        """Joins the group again every `MEMBERSHIP_CHECK_S` (memberships expire; a restarted
+        Redis forgot them, and the layer's reads may reconnect to it without failing). When
+        the hub was no member any more, every page catches up from the database on what
+        changed since it last was one."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.recheck.wait(), MEMBERSHIP_CHECK_S)
+            self.recheck.clear()
+            checked = timezone.now()
+            try:
+                lost = await membership.rejoin(self.layer, ALL_AUDITS_GROUP, channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("live feed: could not join the feed group", exc_info=True)
+                continue
+            if lost:
+                logger.warning("live feed: joined the feed group again; the pages catch up")
+                for watcher in list(self.watchers):
+                    try:
+                        await watcher.catch_up(self.member_at)
+                    except Exception:
+                        logger.warning("live feed: a page could not catch up", exc_info=True)
+            self.member_at = checked
 
     def note(self, event: dict[str, Any]) -> None:
         """Remember that `event`'s audit has news for every set of filters."""

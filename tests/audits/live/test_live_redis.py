@@ -75,70 +75,77 @@ def redis_url():
             redis.Redis.from_url(url).shutdown(nosave=True)
 
 
-def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
-    redis_url, staff_user, ingest_key, tmp_path
-):
-    import websockets
+@pytest.fixture
+def staff_cookie(staff_user) -> str:
+    """The Cookie header of a staff user's session."""
     from django.test import Client
 
     client = Client()
     client.force_login(staff_user)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def _live(server: str, cookie: str, path: str = "/ws/audits/"):
+    """A live socket to `server` with the session `cookie`."""
+    import websockets
+
+    return websockets.connect(
+        f"ws://{server}{path}", additional_headers={"Cookie": cookie}, origin=f"http://{server}"
+    )
+
+
+async def _submit(server: str, ingest_key: str, text: str) -> str:
+    """An audit of `text` through `server`; its id."""
+    async with httpx.AsyncClient() as http:
+        r = await http.post(
+            f"http://{server}/api/audits",
+            json={"user_input": text, "response": "Acme is easy."},
+            headers={"Authorization": f"Bearer {ingest_key}"},
+        )
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+async def _until_seen(ws, audit_id: str, also: str = "", within: float = 15) -> str:
+    """What `ws` receives until the card of `audit_id` (with `also` in it) came."""
+    seen = ""
+    deadline = time.monotonic() + within
+    while f"audit-card-{audit_id}" not in seen or also not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"not seen: {seen[:500]}"
+        seen += await asyncio.wait_for(ws.recv(), timeout=left)
+    return seen
+
+
+def test_an_audit_submitted_to_one_server_is_seen_live_on_the_other(
+    redis_url, staff_cookie, ingest_key, tmp_path
+):
+
     with daphne(tmp_path, REDIS_URL=redis_url) as one, daphne(tmp_path, REDIS_URL=redis_url) as two:
 
         async def scenario() -> str:
-            async with websockets.connect(
-                f"ws://{two}/ws/audits/",
-                additional_headers={"Cookie": cookie},
-                origin=f"http://{two}",
-            ) as ws:
-                async with httpx.AsyncClient() as http:
-                    r = await http.post(
-                        f"http://{one}/api/audits",
-                        json={"user_input": "redis across processes", "response": "Acme is easy."},
-                        headers={"Authorization": f"Bearer {ingest_key}"},
-                    )
-                    assert r.status_code == 202, r.text
-                    audit_id = r.json()["id"]
-                seen = ""
-                deadline = time.monotonic() + 15
-                while f"audit-card-{audit_id}" not in seen or 'data-status="complete"' not in seen:
-                    left = deadline - time.monotonic()
-                    assert left > 0, f"not seen on the other server: {seen[:500]}"
-                    seen += await asyncio.wait_for(ws.recv(), timeout=left)
-                return seen
+            async with _live(two, staff_cookie) as ws:
+                audit_id = await _submit(one, ingest_key, "redis across processes")
+                return await _until_seen(ws, audit_id, 'data-status="complete"')
 
         html = asyncio.run(scenario())
     assert "redis across processes" in html
 
 
 def test_live_sockets_on_the_redis_layer_survive_silence(
-    redis_url, staff_user, ingest_key, tmp_path
+    redis_url, staff_cookie, ingest_key, tmp_path
 ):
     """Nothing on the channel layer for longer than redis-py's default socket timeout: the
     layer's blocking reads wait on; both live sockets stay open and the feed still gets
     what the other server ingests afterwards."""
     import uuid
 
-    import websockets
-    from django.test import Client
-
-    client = Client()
-    client.force_login(staff_user)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
     with daphne(tmp_path, REDIS_URL=redis_url) as one, daphne(tmp_path, REDIS_URL=redis_url) as two:
 
         async def scenario() -> str:
-            headers = {"Cookie": cookie}
             async with (
-                websockets.connect(
-                    f"ws://{two}/ws/audits/", additional_headers=headers, origin=f"http://{two}"
-                ) as feed,
-                websockets.connect(
-                    f"ws://{two}/ws/audits/{uuid.uuid4()}/",
-                    additional_headers=headers,
-                    origin=f"http://{two}",
-                ) as page,
+                _live(two, staff_cookie) as feed,
+                _live(two, staff_cookie, f"/ws/audits/{uuid.uuid4()}/") as page,
             ):
                 silence_until = time.monotonic() + 15
                 while (left := silence_until - time.monotonic()) > 0:
@@ -147,23 +154,91 @@ def test_live_sockets_on_the_redis_layer_survive_silence(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(page.recv(), timeout=0.1)
                 await asyncio.wait_for(await page.ping(), timeout=5)  # still open
-                async with httpx.AsyncClient() as http:
-                    r = await http.post(
-                        f"http://{one}/api/audits",
-                        json={"user_input": "after the silence", "response": "Acme is easy."},
-                        headers={"Authorization": f"Bearer {ingest_key}"},
-                    )
-                    assert r.status_code == 202, r.text
-                    audit_id = r.json()["id"]
-                seen = ""
-                deadline = time.monotonic() + 15
-                while f"audit-card-{audit_id}" not in seen:
-                    left = deadline - time.monotonic()
-                    assert left > 0, f"not seen after the silence: {seen[:500]}"
-                    seen += await asyncio.wait_for(feed.recv(), timeout=left)
-                return seen
+                audit_id = await _submit(one, ingest_key, "after the silence")
+                return await _until_seen(feed, audit_id)
 
         html = asyncio.run(scenario())
         logs = "".join(p.read_text() for p in tmp_path.glob("*.log"))
     assert "after the silence" in html
     assert "TimeoutError" not in logs, logs[-3000:]
+
+
+def test_a_feed_that_redis_forgot_joins_again_and_sees_the_other_servers_audits(
+    redis_url, staff_cookie, ingest_key, tmp_path
+):
+    """Redis loses the feed group (as a restarted Redis does) while the server's reads go on
+    without failing: within a few seconds the feed is a member again and shows what the
+    other server ingests."""
+    import redis
+
+    store = redis.Redis.from_url(redis_url)
+    with daphne(tmp_path, REDIS_URL=redis_url) as one, daphne(tmp_path, REDIS_URL=redis_url) as two:
+
+        async def scenario() -> str:
+            async with _live(two, staff_cookie) as feed:
+                deadline = time.monotonic() + 5
+                while not store.zcard("asgi:group:audits"):  # the page joins after its accept
+                    assert time.monotonic() < deadline, store.keys()
+                    await asyncio.sleep(0.05)
+                store.delete("asgi:group:audits")
+                audit_id = await _submit(one, ingest_key, "forgotten by redis")
+                seen = await _until_seen(feed, audit_id)
+                assert store.zcard("asgi:group:audits") == 1
+                return seen
+
+        html = asyncio.run(scenario())
+    assert "forgotten by redis" in html
+
+
+def test_after_a_lost_membership_the_hub_has_its_pages_catch_up_from_when_it_last_was_one(
+    redis_url,
+):
+    """What was published while the hub was no member never reaches it: once it is one
+    again, every page catches up from the database from the last check that found it in
+    the group (before the loss), and only then; a kept membership costs no catch-up."""
+    import datetime
+
+    import redis
+    from channels_redis.core import RedisChannelLayer
+
+    from audits.live import hub as hub_module
+
+    class Page:
+        filter_key = "{}"
+
+        def __init__(self) -> None:
+            self.catch_ups: list[datetime.datetime] = []
+
+        async def render_events(self, audit_ids):
+            return ""
+
+        async def catch_up(self, after):
+            self.catch_ups.append(after)
+
+        async def send(self, text_data=None, bytes_data=None, close=False):
+            pass
+
+    async def scenario() -> tuple[list, datetime.datetime, datetime.datetime]:
+        layer = RedisChannelLayer(hosts=[{"address": redis_url, "socket_timeout": None}])
+        hub = hub_module.FeedHub(layer)
+        page = Page()
+        await hub.join(page)
+        await asyncio.sleep(2.5)  # a few checks while a member
+        kept = list(page.catch_ups)
+        lost_at = django_now()
+        redis.Redis.from_url(redis_url).delete("asgi:group:audits")
+        deadline = time.monotonic() + 5
+        while not page.catch_ups and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.5)  # no second catch-up for the same loss
+        await hub.leave(page)
+        return kept, lost_at, page.catch_ups
+
+    from django.utils.timezone import now as django_now
+
+    kept, lost_at, catch_ups = asyncio.run(scenario())
+    assert kept == []
+    assert len(catch_ups) == 1, catch_ups
+    after = catch_ups[0]
+    assert lost_at - datetime.timedelta(seconds=hub_module.MEMBERSHIP_CHECK_S + 0.5) < after
+    assert after <= lost_at
