@@ -7,9 +7,11 @@ It goes to "audit-<id>" (that audit's page) and, when it changes the audit's car
 stream progress) stays off the feed group: with hundreds of watchers every message there
 costs hundreds of deliveries.
 
-Nothing is sent to a group nobody watches, where the layer can tell (the in-memory layer:
-its group table; the Redis layer cannot, so everything is sent). A page that starts
-watching later reads the database after joining its group, so it misses nothing. Events
+Nothing is sent to a group nobody watches, where the layer can tell (`audits.membership`:
+the in-memory layer's group table; on Redis one round trip for a batch's groups, asked by
+`watched_audits` and `publish_many`; a lone event on Redis is sent without asking). A page
+that starts watching later reads the database after joining its group, so it misses
+nothing. Events
 published from threads without a loop are handed to the server's loop without waiting
 (one drain task keeps their order), or, in a process without a server loop (db_worker,
 tests), to one long-lived publisher loop of the process.
@@ -30,6 +32,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+from audits import membership
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +72,28 @@ def has_watchers(group: str, layer: Any = None) -> bool:
         return False
     if isinstance(layer, InMemoryChannelLayer):
         return bool(layer.groups.get(group))
-    return True  # Redis and others: membership is not cheap to ask, send anyway
+    return True  # Redis: a round trip per group; batches ask at once (`watched_audits`)
+
+
+def watched_audits(audit_ids: list[str]) -> set[str]:
+    """Which of `audit_ids` someone watches now (see `audit_watched`), asked at once: on
+    Redis one round trip for them all. Every id when the layer cannot tell or does not
+    answer in time (their progress is then sent, as before)."""
+    layer = get_channel_layer()
+    if _capture is not None or not isinstance(layer, membership.RedisChannelLayer):
+        return {i for i in audit_ids if audit_watched(i)}
+    if not audit_ids or _in_loop():
+        return set(audit_ids)
+    groups = {audit_group(i): i for i in audit_ids}
+    future = asyncio.run_coroutine_threadsafe(
+        membership.live_groups(layer, list(groups)), publisher_loop()
+    )
+    try:
+        return {groups[group] for group in future.result(timeout=PUBLISH_WAIT)}
+    except Exception:
+        future.cancel()
+        logger.warning("could not ask Redis who watches %d audits", len(audit_ids), exc_info=True)
+        return set(audit_ids)
 
 
 def _watched_groups(event: dict[str, Any], layer: Any) -> list[str]:
@@ -207,6 +232,51 @@ async def apublish(event: dict[str, Any]) -> None:
             _outbox(loop).put(event, groups)
     except Exception:
         logger.warning("could not publish %s event", event.get("type"), exc_info=True)
+
+
+def publish_many(batch: list[dict[str, Any]]) -> None:
+    """`publish` for several events (a batch's state changes), in order. On Redis, from a
+    process without a server loop (a `db_worker`), one round trip tells which of their
+    groups have a live member and one trip to the publisher loop sends them there only
+    (every group when Redis cannot tell); elsewhere each is published as by `publish`."""
+    layer = get_channel_layer()
+    if (
+        _capture is not None
+        or not isinstance(layer, membership.RedisChannelLayer)
+        or _other_server_loop() is not None
+        or _in_loop()
+    ):
+        for event in batch:
+            publish(event)
+        return
+    if not batch:
+        return
+    future = asyncio.run_coroutine_threadsafe(_send_to_members(layer, batch), publisher_loop())
+    try:
+        future.result(timeout=PUBLISH_WAIT)
+    except FutureTimeout:
+        logger.warning("the publisher loop is slow: %d events still queued", len(batch))
+    except Exception:
+        logger.warning("could not publish %d events", len(batch), exc_info=True)
+
+
+async def _send_to_members(layer: Any, batch: list[dict[str, Any]]) -> None:
+    groups = list(dict.fromkeys(group for event in batch for group in _groups(event)))
+    try:
+        live = await membership.live_groups(layer, groups)
+    except Exception:
+        logger.warning("could not ask Redis who watches; sending to every group", exc_info=True)
+        live = set(groups)
+    for event in batch:
+        await _send(event, [group for group in _groups(event) if group in live])
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def publish(event: dict[str, Any]) -> None:

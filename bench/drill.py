@@ -125,6 +125,7 @@ class Feed:
     cookie: str
     seen: dict[str, float] = field(default_factory=dict)  # audit id -> first seen (monotonic)
     reconnects: int = 0
+    connected_at: float | None = None  # monotonic, while the socket is open
 
     async def watch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -135,6 +136,7 @@ class Feed:
                     additional_headers={"Cookie": self.cookie},
                     open_timeout=5,
                 ) as ws:
+                    self.connected_at = time.monotonic()
                     while not stop.is_set():
                         with contextlib.suppress(TimeoutError):
                             text = await asyncio.wait_for(ws.recv(), 1)
@@ -142,6 +144,7 @@ class Feed:
                             for audit_id in CARD.findall(text):
                                 self.seen.setdefault(audit_id, now)
             except (OSError, websockets.WebSocketException):
+                self.connected_at = None
                 self.reconnects += 1
                 await asyncio.sleep(0.5)
 
@@ -210,6 +213,11 @@ async def after_the_faults(
 ) -> list[str]:
     """Once every fault is over: `per_server` audits through each server, and the time for
     both feeds to show them all (each sees the other server's). The audits' ids."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+        feed.connected_at and time.monotonic() - feed.connected_at > 1 for feed in feeds
+    ):  # a restarted server's page is back (its socket joins the feed after it opens)
+        await asyncio.sleep(0.1)
     ids: list[str] = []
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
         for name, port in ports.items():

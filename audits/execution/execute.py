@@ -29,9 +29,9 @@ from analyzers.engine.linkcheck import LinkChecker
 from analyzers.policy import audit_services
 from audits.events import (
     apublish,
-    audit_watched,
     capturing,
-    publish,
+    publish_many,
+    watched_audits,
 )
 from audits.execution import heap, people_first, workers
 from audits.execution.heartbeats import running_run
@@ -175,9 +175,12 @@ def _audit(run: AuditRun, collisions: CollisionBatch | None = None) -> AuditRepo
     return workers.run_engine(_engine_call(run, collisions))
 
 
-def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
+def _engine_call(
+    run: AuditRun, collisions: CollisionBatch | None = None, watched: bool | None = None
+):
     """A function returning the engine's coroutine auditing `run` (built in this thread:
-    the auditor, the input and the collision family)."""
+    the auditor, the input and the collision family). `watched`: whether someone sees its
+    progress (asked here when not given)."""
     auditor = _auditor_for(run)
     family = collision_family(run)
     audit = AuditInput(
@@ -189,6 +192,8 @@ def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
 
     audit_id = str(run.pk)
     memo = _MEMOS.pop(audit_id, None)
+    if watched is None:
+        watched = audit_id in watched_audits([audit_id])
 
     def make():
         coro = auditor.audit(
@@ -197,7 +202,7 @@ def _engine_call(run: AuditRun, collisions: CollisionBatch | None = None):
             collision_key=run.collision_key,
             collision_family=family,
             # (nobody to see the analyzers' progress: no events made for it)
-            progress=_progress_callback(audit_id) if audit_watched(audit_id) else None,
+            progress=_progress_callback(audit_id) if watched else None,
             memo=memo,
         )
         return coro if collisions is None else collisions.run(run.pk, coro)
@@ -227,7 +232,7 @@ def _execute_claimed(run_id: Any) -> str:
         return AuditRun.Status.FAILED
     run, report = done[0]
     if run.status == AuditRun.Status.COMPLETE:
-        _finished(run, report)
+        _finished([(run, report)])
     return run.status
 
 
@@ -242,11 +247,14 @@ def _analyse(
     engine loop (a trip per audit cost more than the duplicate checks it saved: each hands
     the GIL to the loop's thread and back). A run whose analysis raises is marked failed."""
     calls = []
+    watched = watched_audits([str(run.pk) for run in runs])  # one question for the batch
+    if announce:
+        publish_many(
+            [{"type": "audit_started", "audit_id": str(r.pk), "attempt": r.attempts} for r in runs]
+        )
     for run in runs:
-        if announce:
-            publish({"type": "audit_started", "audit_id": str(run.pk), "attempt": run.attempts})
         try:
-            calls.append((run, _engine_call(run, collisions)))
+            calls.append((run, _engine_call(run, collisions, str(run.pk) in watched)))
         except Exception as exc:
             _analysis_failed(run, exc, outcome)
 
@@ -313,22 +321,26 @@ def _analyse_and_store(
     return done
 
 
-def _finished(run: AuditRun, report: AuditReport) -> None:
-    audit_id = str(run.pk)
+def _finished(done: list[tuple[AuditRun, AuditReport]]) -> None:
+    """The complete runs' final events, then their signals."""
     # One event per state change: the trace lines and the card travel with the final
     # event (pages read them from the database once they get it); nothing is read back.
-    publish(
-        {
-            "type": "audit_finished",
-            "audit_id": audit_id,
-            "status": run.status,
-            "overall_score": run.overall_score,
-            "has_card": run.has_card,
-            "trace_lines": len(report.trace),
-        }
+    publish_many(
+        [
+            {
+                "type": "audit_finished",
+                "audit_id": str(run.pk),
+                "status": run.status,
+                "overall_score": run.overall_score,
+                "has_card": run.has_card,
+                "trace_lines": len(report.trace),
+            }
+            for run, report in done
+        ]
     )
     if not capturing():  # an analysis process: its parent sends the signal with the event
-        send_finished_signal(audit_id)
+        for run, _ in done:
+            send_finished_signal(str(run.pk))
 
 
 def _nothing_stored(runs: list[AuditRun]) -> bool:
@@ -434,10 +446,9 @@ def _execute_batch(runs: list[AuditRun], outcome: dict[str, str]) -> None:
         for run in runs:
             stack.enter_context(running_run(run.pk))
         done = _analyse_and_store(runs, outcome)
-    for run, report in done:
+    for run, _ in done:
         outcome[str(run.pk)] = run.status
-        if run.status == AuditRun.Status.COMPLETE:
-            _finished(run, report)
+    _finished([(run, report) for run, report in done if run.status == AuditRun.Status.COMPLETE])
 
 
 def store_report(run: AuditRun, report: AuditReport, *, fresh: bool = False) -> AuditRun:

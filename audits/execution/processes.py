@@ -94,7 +94,7 @@ def stay_in_thread() -> None:
 def execute_runs(run_ids: list[Any]) -> dict[str, str]:
     """`services.execute_runs(run_ids)` in a child process; its events published here."""
     ids = [str(run_id) for run_id in run_ids]
-    watched = [i for i in ids if events.has_watchers(events.audit_group(i))]
+    watched = sorted(events.watched_audits(ids))
     with contextlib.ExitStack() as stack:
         for run_id in ids:
             stack.enter_context(running_run(run_id))  # this process's heartbeat covers them

@@ -242,3 +242,65 @@ def test_after_a_lost_membership_the_hub_has_its_pages_catch_up_from_when_it_las
     after = catch_ups[0]
     assert lost_at - datetime.timedelta(seconds=hub_module.MEMBERSHIP_CHECK_S + 0.5) < after
     assert after <= lost_at
+
+
+@pytest.fixture
+def redis_layer(redis_url, settings):
+    """This process's channel layer on the test's redis-server (group expiry 2 s)."""
+    from channels.layers import get_channel_layer
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "group_expiry": 2},
+        }
+    }
+    return get_channel_layer()
+
+
+def test_on_redis_only_the_audits_someone_watches_get_their_progress(redis_url, redis_layer):
+    """One round trip tells which audits have a live member in their group (a member past
+    the layer's group expiry is gone); when Redis does not answer, every audit counts as
+    watched, so progress is sent as before."""
+    import redis
+    from asgiref.sync import async_to_sync
+
+    from audits.events import audit_group, watched_audits
+
+    async_to_sync(redis_layer.group_add)(audit_group("watched"), "specific.page!one")
+    ids = ["watched", "other", "third"]
+    assert watched_audits(ids) == {"watched"}
+    time.sleep(2.2)  # the member's join is older than the group expiry now
+    assert watched_audits(ids) == set()
+    async_to_sync(redis_layer.group_add)(audit_group("third"), "specific.page!two")
+    assert watched_audits(ids) == {"third"}
+    redis.Redis.from_url(redis_url).shutdown(nosave=True)
+    assert watched_audits(ids) == set(ids)
+
+
+def test_on_redis_a_batch_of_events_goes_only_to_groups_with_a_member(redis_layer, monkeypatch):
+    """A worker's batch of state changes: one question to Redis, then sends only to the
+    groups someone is in (here one audit's page; no Live page), in order."""
+    from asgiref.sync import async_to_sync
+
+    from audits.events import audit_group, publish_many
+
+    page = async_to_sync(redis_layer.new_channel)()
+    async_to_sync(redis_layer.group_add)(audit_group("seen"), page)
+    sent, send = [], redis_layer.group_send
+
+    async def recorded(group, message):
+        sent.append((group, message["event"]["type"]))
+        await send(group, message)
+
+    monkeypatch.setattr(redis_layer, "group_send", recorded)
+    publish_many(
+        [
+            {"type": "audit_started", "audit_id": "seen"},
+            {"type": "audit_started", "audit_id": "unseen"},
+            {"type": "audit_finished", "audit_id": "seen", "status": "complete"},
+        ]
+    )
+    assert sent == [(audit_group("seen"), "audit_started"), (audit_group("seen"), "audit_finished")]
+    got = [async_to_sync(redis_layer.receive)(page)["event"]["type"] for _ in range(2)]
+    assert got == ["audit_started", "audit_finished"]
