@@ -23,7 +23,7 @@ from analyzers.engine.contract import Source
 from audits.events import (
     ALL_AUDITS_GROUP,
     has_watchers,
-    publish,
+    publish_many,
 )
 from audits.execution import queueing
 from audits.intake.redaction import redact_item, stored_redaction
@@ -404,11 +404,13 @@ def _after_submit(run_id: Any, large: bool = False) -> None:
 def announce(run_ids: list[Any]) -> None:
     """`audit_submitted` for new runs, so that their cards show at once even when the
     queue is deep ("audit_started" may be seconds away). Nothing is sent when nobody
-    watches the feed (in-memory layer), and the live feed renders a burst in one round."""
+    watches the feed (in-memory layer; on Redis one question for the batch), and the live
+    feed renders a burst in one round."""
     if not has_watchers(ALL_AUDITS_GROUP):
         return
-    for run_id in run_ids:
-        publish({"type": "audit_submitted", "audit_id": str(run_id), "status": "pending"})
+    publish_many(
+        [{"type": "audit_submitted", "audit_id": str(i), "status": "pending"} for i in run_ids]
+    )
 
 
 def rerun_audit(original: AuditRun, *, enqueue: bool = True) -> AuditRun:

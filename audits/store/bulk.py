@@ -84,6 +84,9 @@ class Statement:
     row_group: str | None = None
     tail: str = ""
     copy_sql: str | None = None  # the same rows by COPY, on PostgreSQL
+    # On PostgreSQL, every row in one statement taking each column as an array (one
+    # placeholder per column, unnest()'d), instead of a statement per row.
+    columns_sql: str | None = None
 
     def with_rows(self, rows: list[list[Any]]) -> Statement:
         return replace(self, rows=rows)
@@ -155,6 +158,11 @@ def run_statement(statement: Statement) -> int:
     with connection.cursor() as cursor:
         if statement.copy_sql and connection.vendor == "postgresql":
             _copy(connection, cursor.cursor, statement.copy_sql, rows)
+            return len(rows)
+        if statement.columns_sql and connection.vendor == "postgresql":
+            cursor.execute(
+                statement.columns_sql, [list(column) for column in zip(*rows, strict=True)]
+            )
             return len(rows)
         if statement.row_group is None:
             cursor.executemany(statement.sql, rows)

@@ -316,7 +316,15 @@ def _finished_update(runs: list[AuditRun], using: str) -> Statement:
         + ", ".join(f"{quote(f.column)} = %s" for f in fields)
         + f" WHERE {pk} = %s"
     )
-    return Statement(sql, _finished_rows(runs, fields, connection), using)
+    types = [f.db_type(connection) for f in [*fields, AuditRun._meta.pk]]
+    columns_sql = (
+        f"UPDATE {table} SET "
+        + ", ".join(f"{quote(f.column)} = v.c{i}" for i, f in enumerate(fields))
+        + f" FROM unnest({', '.join(f'%s::{t}[]' for t in types)})"
+        + f" AS v({', '.join(f'c{i}' for i in range(len(types)))})"
+        + f" WHERE {table}.{pk} = v.c{len(fields)}"
+    )
+    return Statement(sql, _finished_rows(runs, fields, connection), using, columns_sql=columns_sql)
 
 
 def _finished_rows(runs: list[AuditRun], fields: list[Any], connection: Any) -> list[list[Any]]:
