@@ -27,7 +27,7 @@ import asyncio
 import collections
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -114,12 +114,22 @@ class _Outbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.pending: collections.deque[tuple[dict[str, Any], list[str]]] = collections.deque()
+        # (what, its send): an event, or a batch sent to the groups with a member
+        self.pending: collections.deque[tuple[str, Callable[[], Awaitable[None]]]] = (
+            collections.deque()
+        )
         self.draining = False  # touched on the loop only
 
     def put(self, event: dict[str, Any], groups: list[str]) -> None:
         """From any thread; returns at once."""
-        self.pending.append((event, groups))  # deque appends are thread-safe
+        self._put(f"{event.get('type')} event", lambda: _send(event, groups))
+
+    def put_batch(self, layer: Any, batch: list[dict[str, Any]]) -> None:
+        """`batch` to the groups with a live member (`_send_to_members`); returns at once."""
+        self._put(f"{len(batch)} events", lambda: _send_to_members(layer, batch))
+
+    def _put(self, what: str, send: Callable[[], Awaitable[None]]) -> None:
+        self.pending.append((what, send))  # deque appends are thread-safe
         self.loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
@@ -131,11 +141,11 @@ class _Outbox:
         try:
             sent = 0
             while self.pending:
-                event, groups = self.pending.popleft()
+                what, send = self.pending.popleft()
                 try:
-                    await _send(event, groups)
+                    await send()
                 except Exception:
-                    logger.warning("could not publish %s event", event.get("type"), exc_info=True)
+                    logger.warning("could not publish %s", what, exc_info=True)
                 sent += 1
                 if sent % DRAIN_YIELD_EVERY == 0:
                     # Let receivers empty their channels (the in-memory layer's are
@@ -235,21 +245,21 @@ async def apublish(event: dict[str, Any]) -> None:
 
 
 def publish_many(batch: list[dict[str, Any]]) -> None:
-    """`publish` for several events (a batch's state changes), in order. On Redis, from a
-    process without a server loop (a `db_worker`), one round trip tells which of their
-    groups have a live member and one trip to the publisher loop sends them there only
-    (every group when Redis cannot tell); elsewhere each is published as by `publish`."""
+    """`publish` for several events (a batch's state changes), in order. On Redis one round
+    trip tells which of their groups have a live member and they are sent there only (every
+    group when Redis cannot tell): handed to the server's loop without waiting where one
+    runs, else sent from the publisher loop and waited for. Elsewhere each is published as
+    by `publish`."""
     layer = get_channel_layer()
-    if (
-        _capture is not None
-        or not isinstance(layer, membership.RedisChannelLayer)
-        or _other_server_loop() is not None
-        or _in_loop()
-    ):
+    if _capture is not None or not isinstance(layer, membership.RedisChannelLayer) or _in_loop():
         for event in batch:
             publish(event)
         return
     if not batch:
+        return
+    loop = _other_server_loop()
+    if loop is not None:
+        _outbox(loop).put_batch(layer, batch)
         return
     future = asyncio.run_coroutine_threadsafe(_send_to_members(layer, batch), publisher_loop())
     try:

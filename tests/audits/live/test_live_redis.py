@@ -304,3 +304,53 @@ def test_on_redis_a_batch_of_events_goes_only_to_groups_with_a_member(redis_laye
     assert sent == [(audit_group("seen"), "audit_started"), (audit_group("seen"), "audit_finished")]
     got = [async_to_sync(redis_layer.receive)(page)["event"]["type"] for _ in range(2)]
     assert got == ["audit_started", "audit_finished"]
+
+
+def test_in_a_server_a_batch_of_events_goes_through_its_loop_to_groups_with_a_member(
+    redis_layer, monkeypatch
+):
+    """From a thread of a server whose loop runs live pages (an ingest's announcement): the
+    batch is handed to that loop without waiting, and sent there only to the groups
+    someone is in, in order."""
+    import threading
+
+    from asgiref.sync import async_to_sync
+
+    from audits import events
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="server-loop", daemon=True).start()
+
+    async def remember() -> None:
+        events.remember_server_loop()
+
+    asyncio.run_coroutine_threadsafe(remember(), loop).result(timeout=5)
+    monkeypatch.setattr(events, "_server_loop", events._server_loop)  # forgotten afterwards
+    page = async_to_sync(redis_layer.new_channel)()
+    async_to_sync(redis_layer.group_add)(events.audit_group("seen"), page)
+    sent, send = [], redis_layer.group_send
+
+    async def recorded(group, message):
+        sent.append((group, message["event"]["type"], threading.current_thread().name))
+        await send(group, message)
+
+    monkeypatch.setattr(redis_layer, "group_send", recorded)
+    try:
+        events.publish_many(
+            [
+                {"type": "audit_submitted", "audit_id": "seen"},
+                {"type": "audit_submitted", "audit_id": "unseen"},
+                {"type": "audit_finished", "audit_id": "seen", "status": "complete"},
+            ]
+        )
+        deadline = time.monotonic() + 5
+        while len(sent) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # nothing else follows
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    group = events.audit_group("seen")
+    assert sent == [
+        (group, "audit_submitted", "server-loop"),
+        (group, "audit_finished", "server-loop"),
+    ]
