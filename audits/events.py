@@ -11,10 +11,9 @@ Nothing is sent to a group nobody watches, where the layer can tell (`audits.mem
 the in-memory layer's group table; on Redis one round trip for a batch's groups, asked by
 `watched_audits` and `publish_many`; a lone event on Redis is sent without asking). A page
 that starts watching later reads the database after joining its group, so it misses
-nothing. Events
-published from threads without a loop are handed to the server's loop without waiting
-(one drain task keeps their order), or, in a process without a server loop (db_worker,
-tests), to one long-lived publisher loop of the process.
+nothing. Events published from threads without a loop are handed to the server's loop
+without waiting (one drain task keeps their order), or, in a process without a server loop
+(db_worker, tests), to one long-lived publisher loop of the process.
 
 In an analysis process (audits.analysis_processes) nothing is sent: `capture(sink)` hands
 every event to `sink`, and the parent process publishes them when the batch returns (its

@@ -12,7 +12,8 @@ Once the faults are over, a few audits go through each server, and each feed mus
 them all (what the other server took as well). It prints audits accepted, stored, analysed,
 lost and duplicated, analysed/s, and what each feed showed before and after the Redis
 restart and after the faults; it exits 1 when an accepted audit is lost or stored twice or
-a feed missed an audit taken after the faults. `--audits` and `--quick` shorten it (a test runs it so).
+a feed missed an audit taken after the faults. `--audits` and `--quick` shorten it (a test
+runs it so).
 """
 
 from __future__ import annotations

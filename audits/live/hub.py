@@ -100,6 +100,7 @@ class FeedHub:
         self.status_count = 0  # statuses rendered (a group's `status_sent`: the last it got)
         self.member_at = timezone.now()  # when the hub was last known to be in the group
         self.recheck = asyncio.Event()  # check the membership now (a receive failed)
+        self.join_failing = False  # the last membership check could not reach the layer
 
     async def join(self, watcher: Watcher) -> None:
         """Once this returns, every later event reaches `watcher`."""
@@ -168,8 +169,11 @@ class FeedHub:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.warning("live feed: could not join the feed group", exc_info=True)
+                if not self.join_failing:  # once per outage, not every second
+                    logger.warning("live feed: could not join the feed group", exc_info=True)
+                self.join_failing = True
                 continue
+            self.join_failing = False
             if lost:
                 logger.warning("live feed: joined the feed group again; the pages catch up")
                 for watcher in list(self.watchers):
