@@ -94,14 +94,7 @@ class ListFilters(Schema):
     @field_validator("since", "until")
     @classmethod
     def _in_utc(cls, value: datetime | None) -> datetime | None:
-        """An offset the database cannot hold (PostgreSQL: under 16 hours; ISO 8601 allows
-        up to 24) compares as the same instant in UTC."""
-        if value is None or value.tzinfo is None:
-            return value
-        try:
-            return value.astimezone(UTC)
-        except OverflowError:
-            raise ValueError("the date is out of range") from None
+        return in_utc(value)
 
     def to_filters(self) -> queries.AuditFilters:
         for name in ("analyzer", "type", "q"):
@@ -609,6 +602,17 @@ def add_review(request: HttpRequest, audit_id: str, body: ReviewIn):
     return Status(201, review_to_dict(review))
 
 
+def in_utc(value: datetime | None) -> datetime | None:
+    """An offset the database cannot hold (PostgreSQL: under 16 hours; ISO 8601 allows up
+    to 24) compares as the same instant in UTC; a date past the last one in UTC is invalid."""
+    if value is None or value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the date is out of range") from None
+
+
 class ErasureIn(Schema):
     """Which audits to erase: all the criteria given at once, at least one."""
 
@@ -619,6 +623,11 @@ class ErasureIn(Schema):
         None, description='top-level metadata values, e.g. {"user_id": "u-1"}'
     )
     before: datetime | None = Field(None, description="created before this time (ISO 8601)")
+
+    @field_validator("before")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        return in_utc(value)
 
     @field_validator("metadata")
     @classmethod

@@ -121,11 +121,15 @@ def test_erasure_by_date(ingest_key, admin):
     old, raw = submit(ingest_key)
     new, _ = submit(ingest_key)
     AuditRun.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=40))
-    before = (timezone.now() - timedelta(days=30)).isoformat()
+    # an offset ISO 8601 allows and PostgreSQL cannot hold: the same instant in UTC
+    month_ago = timezone.now() - timedelta(days=30)
+    before = month_ago.astimezone(timezone.get_fixed_timezone(-(22 * 60 + 48))).isoformat()
     r = admin.post("/api/audits/delete", {"before": before})
     assert r.status_code == 200 and r.json() == {"deleted": 1}
     assert_erased(old, raw, admin)
     assert AuditRun.objects.filter(pk=new.pk).exists()
+    late = {"before": "9999-12-31T23:59:59-20:00"}  # past the last date once in UTC
+    assert admin.post("/api/audits/delete", late).status_code == 422
 
 
 def test_a_rerun_of_an_erased_audit_stays_unlinked(ingest_key, admin):
