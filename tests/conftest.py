@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from typing import Any
 
 import pytest
+from django.core.management.commands import flush
+from django.db import OperationalError
 from django.tasks import task_backends
 from django.test import Client
 
@@ -188,3 +191,27 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "python_guardrails" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_retried_on_deadlock():
+    """A transactional test's closing flush (TRUNCATE of every table) retried when
+    PostgreSQL picks it as a deadlock's victim: a server process may still be storing an
+    analysis then (it fails on the emptied tables and stops)."""
+    handle = flush.Command.handle
+
+    def retried(self, **options):
+        for attempt in range(5):
+            try:
+                return handle(self, **options)
+            except flush.CommandError as exc:
+                cause = exc.__cause__
+                if attempt == 4 or not (
+                    isinstance(cause, OperationalError) and "deadlock" in str(cause)
+                ):
+                    raise
+                time.sleep(0.5)
+
+    flush.Command.handle = retried
+    yield
+    flush.Command.handle = handle

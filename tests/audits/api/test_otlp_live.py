@@ -208,7 +208,7 @@ def test_the_shipped_server_bounds_otlp_json_below_protobuf(server, make_key):
         endpoint=f"{server}/v1/traces", headers={"Authorization": f"Bearer {key}"}
     )
     assert exporter.export(spans) == SpanExportResult.SUCCESS
-    assert AuditRun.objects.count() == 460
+    assert len(wait_for_audits(460, timeout=180)) == 460  # analysed before the next test
 
 
 # --- end to end: an instrumented openai client ---------------------------------------------
