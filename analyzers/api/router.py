@@ -3,7 +3,7 @@ candidate configurations (create, list, read, discard), the history and restore.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Body, Field, Router, Schema, Status
@@ -122,8 +122,11 @@ def create_candidate(request: HttpRequest, body: CandidateIn):
 
 
 @router.get("/config/candidates", auth=admin_auth, response={200: list[dict[str, Any]], **ERRORS})
-def list_candidates(request: HttpRequest, status: str | None = None):
-    """Every candidate (newest first), with its status and replay progress."""
+def list_candidates(
+    request: HttpRequest, status: Literal["shadow", "promoted", "discarded"] | None = None
+):
+    """Every candidate (newest first), with its status and replay progress; `status` keeps
+    those in one (anything else is a 422)."""
     rows = CandidateConfig.objects.all()
     if status:
         rows = rows.filter(status=status)

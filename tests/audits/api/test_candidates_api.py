@@ -102,6 +102,15 @@ def test_a_candidate_is_created_in_shadow_listed_read_and_discarded(admin, confi
     gone = admin.call("delete", f"/api/config/candidates/{body['id']}")
     assert gone.status_code == 200 and gone.json()["status"] == "discarded"
     assert admin.call("get", f"/api/config/candidates/{body['id']}").json()["status"] == "discarded"
+    by_status = {
+        status: [
+            c["id"] for c in admin.call("get", f"/api/config/candidates?status={status}").json()
+        ]
+        for status in ("shadow", "discarded")
+    }
+    assert by_status == {"shadow": [], "discarded": [body["id"]]}
+    # (a NUL byte reached PostgreSQL: a 503 there)
+    assert admin.call("get", "/api/config/candidates?status=%00").status_code == 422
     assert admin.call("get", "/api/config/candidates/999999").status_code == 404
 
 
